@@ -1,0 +1,369 @@
+"""Read the trainer's HDF5 output (docs/FORMATS.md) into plain dicts and numpy arrays.
+
+    log = read_log("runs/myrun")            # a run folder or its log.h5
+    log["attrs"]["status"], log["train"]["loss"], log["memory"]["predicted"]["total"]
+    summary = read_summary("runs/mysweep")  # summary.h5, or the points' pNNN/log.h5 files
+
+Files still being written (SWMR) are read as far as they have been flushed.
+"""
+import csv
+import math
+import re
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm")
+TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu")
+EVAL_FIELDS = ("step", "val_loss")
+STATUSES = ("running", "ok", "failed", "oom", "checkpointed")
+GIB = float(1 << 30)
+
+# Summary columns around the varied keys, in file order (docs/FORMATS.md, "Sweep summary").
+LEADING_COLUMNS = ("index", "dir")
+TRAILING_COLUMNS = (
+    ("status", "message", "world_size", "n_params", "flops_per_token", "median_step_ms",
+     "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch")
+    + tuple("pred_" + c for c in COMPONENTS + ("total",))
+    + tuple("meas_" + c for c in COMPONENTS + ("total",))
+    + ("meas_peak",)
+)
+STRING_COLUMNS = ("dir", "status", "message")
+INT_COLUMNS = ("index", "world_size", "n_params", "micro_batch")
+KNOWN_COLUMNS = frozenset(LEADING_COLUMNS + TRAILING_COLUMNS)
+POINT_DIR = re.compile(r"^p(\d+)$")
+
+
+class LogError(Exception):
+    """A missing or malformed file; the message names it."""
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "OSU":
+        return _text(value[()])
+    return value
+
+
+def _plain(value):
+    """An HDF5 attribute value as str, int, float or numpy array."""
+    value = _text(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "OS":
+            return [_text(v) for v in value.tolist()]
+        return value
+    return value
+
+
+def open_h5(path):
+    """Open an HDF5 file read-only, as a SWMR reader where the file allows it.
+
+    Falls back to a plain read (file not written in SWMR mode) and then to a read without
+    file locking (file held open by a writer that did not enable SWMR).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise LogError(f"{path}: no such file")
+    errors = []
+    for kwargs in ({"swmr": True}, {}, {"locking": False}):
+        try:
+            return h5py.File(path, "r", **kwargs)
+        except (OSError, TypeError, ValueError) as e:  # TypeError: h5py without `locking`
+            errors.append(f"{kwargs or 'plain'}: {e}")
+    raise LogError(f"{path}: cannot open as HDF5 ({'; '.join(errors)})")
+
+
+def find_log(path):
+    """A run folder or a log.h5 path -> the log.h5 path."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "log.h5"
+    if not path.is_file():
+        raise LogError(f"{path}: no such file (expected a run folder with log.h5, or a log.h5)")
+    return path
+
+
+def _read_group(f, name, fields):
+    """The 1-D datasets of a group, trimmed to a common length (a live writer appends them one by one)."""
+    out = {}
+    if name not in f:
+        return {k: np.zeros(0) for k in fields}
+    group = f[name]
+    for key in group:
+        ds = group[key]
+        if isinstance(ds, h5py.Dataset):
+            if hasattr(ds, "refresh"):
+                try:
+                    ds.refresh()
+                except (OSError, ValueError, RuntimeError):
+                    pass  # not opened as a SWMR reader
+            out[key] = np.asarray(ds[()])
+    n = min((len(v) for v in out.values()), default=0)
+    out = {k: v[:n] for k, v in out.items()}
+    for k in fields:
+        out.setdefault(k, np.zeros(0))
+    return out
+
+
+def _read_attrs(obj):
+    return {k: _plain(obj.attrs[k]) for k in obj.attrs}
+
+
+def read_log(path):
+    """Read a run's log.h5 (or the log.h5 in a run folder).
+
+    Returns {"path", "attrs", "train", "eval", "memory": {"predicted", "measured"}}:
+    attrs are str/int/float, train/eval map dataset names to numpy arrays of equal length,
+    memory groups map component names to bytes (int).
+    """
+    path = find_log(path)
+    with open_h5(path) as f:
+        try:
+            attrs = _read_attrs(f)
+            train = _read_group(f, "train", TRAIN_FIELDS)
+            evals = _read_group(f, "eval", EVAL_FIELDS)
+            memory = {}
+            for group in ("predicted", "measured"):
+                name = "memory/" + group
+                memory[group] = _read_attrs(f[name]) if name in f else {}
+        except (KeyError, OSError) as e:
+            raise LogError(f"{path}: unreadable ({e})") from e
+    return {"path": str(path), "attrs": attrs, "train": train, "eval": evals, "memory": memory}
+
+
+def parse_point_values(text):
+    """'key=value' lines -> {key: value} (values stay strings), in order."""
+    out = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise LogError(f"point_values line {line!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _config_int(config_yaml, section, key):
+    """An integer config value from the resolved YAML, or None."""
+    if not config_yaml:
+        return None
+    try:
+        import yaml  # optional
+        cfg = yaml.safe_load(config_yaml)
+        value = cfg.get(section, {}).get(key) if isinstance(cfg, dict) else None
+        return int(value) if value is not None else None
+    except ImportError:
+        m = re.search(rf"^{section}:\s*\n((?:[ \t]+.*\n?)*)", config_yaml, re.M)
+        if m:
+            m2 = re.search(rf"^[ \t]+{key}:\s*(-?\d+)\s*$", m.group(1), re.M)
+            if m2:
+                return int(m2.group(1))
+    except Exception:
+        pass
+    return None
+
+
+def median_step_ms(step_ms):
+    """Median step time, leaving out the first logged step (one-off setup) when there are more."""
+    step_ms = np.asarray(step_ms, dtype=float)
+    if len(step_ms) > 1:
+        step_ms = step_ms[1:]
+    step_ms = step_ms[np.isfinite(step_ms)]
+    return float(np.median(step_ms)) if len(step_ms) else math.nan
+
+
+def _last(values):
+    values = np.asarray(values, dtype=float)
+    return float(values[-1]) if len(values) else math.nan
+
+
+def summary_row(log, index=None, dirname=None):
+    """One summary row (docs/FORMATS.md columns) computed from a read_log() result."""
+    a = log["attrs"]
+    nan = math.nan
+    index = a.get("point_index", -1) if index is None else index
+    world = int(a.get("world_size", 1) or 1)
+    ms = median_step_ms(log["train"]["step_ms"])
+    tps = a.get("tokens_per_step", 0) / (ms / 1000.0) if ms > 0 and a.get("tokens_per_step") else nan
+    peak = float(a.get("peak_flops", 0) or 0)
+    fpt = float(a.get("flops_per_token", nan))
+    row = {
+        "index": int(index),
+        "dir": dirname if dirname is not None else Path(log["path"]).parent.name,
+        "status": a.get("status", ""),
+        "message": a.get("message", ""),
+        "world_size": world,
+        "n_params": int(a.get("n_params", -1)),
+        "flops_per_token": fpt,
+        "median_step_ms": ms,
+        "tokens_per_s": tps,
+        "tokens_per_s_per_gpu": tps / world,
+        "mfu": fpt * tps / world / peak if peak > 0 else nan,
+        "final_train_loss": _last(log["train"]["loss"]),
+        "final_val_loss": _last(log["eval"]["val_loss"]),
+        "micro_batch": _micro_batch(a),
+    }
+    for group, prefix in (("predicted", "pred_"), ("measured", "meas_")):
+        mem = log["memory"].get(group, {})
+        for c in COMPONENTS + ("total",):
+            row[prefix + c] = float(mem[c]) if c in mem else nan
+    row["meas_peak"] = float(log["memory"].get("measured", {}).get("peak", nan))
+    for key, value in parse_point_values(a.get("point_values", "")).items():
+        row[key] = value
+    return row
+
+
+def _micro_batch(attrs):
+    cfg = attrs.get("config_yaml", "")
+    mb = _config_int(cfg, "training", "micro_batch")
+    if mb is not None and mb > 0:
+        return mb
+    seq = _config_int(cfg, "training", "seq_len")
+    accum = _config_int(cfg, "training", "grad_accum") or 1
+    tps, world = attrs.get("tokens_per_step", 0), attrs.get("world_size", 1) or 1
+    if seq and tps:
+        return int(tps // (seq * accum * world))
+    return -1
+
+
+def point_dirs(sweep_dir):
+    """[(index, path)] of the sweep's pNNN folders, by index."""
+    out = []
+    for p in Path(sweep_dir).iterdir():
+        m = POINT_DIR.match(p.name)
+        if m and p.is_dir():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def _order_columns(names, csv_path=None):
+    """Columns in FORMATS.md order; varied keys keep summary.csv's order when it exists."""
+    header = []
+    if csv_path is not None and csv_path.is_file():
+        with open(csv_path, newline="", encoding="utf-8") as f:
+            header = next(csv.reader(f), [])
+    varied = [c for c in header if c in names and c not in KNOWN_COLUMNS]
+    varied += [c for c in names if c not in KNOWN_COLUMNS and c not in varied]
+    lead = [c for c in LEADING_COLUMNS if c in names]
+    trail = [c for c in TRAILING_COLUMNS if c in names]
+    return lead + varied + trail, varied
+
+
+def _summary_from_h5(path):
+    with open_h5(path) as f:
+        if "points" not in f:
+            raise LogError(f"{path}: no /points group")
+        group = f["points"]
+        for col in ("index", "status"):
+            if col not in group:
+                raise LogError(f"{path}: missing column /points/{col}")
+        data = {}
+        for name in group:
+            ds = group[name]
+            if ds.dtype.kind in "OS":
+                data[name] = [_text(v) for v in ds[()].tolist()]
+            else:
+                data[name] = np.asarray(ds[()]).tolist()
+        config = _text(f.attrs.get("config_yaml", None))
+    lengths = {len(v) for v in data.values()}
+    if len(lengths) > 1:
+        raise LogError(f"{path}: /points columns have different lengths {sorted(lengths)}")
+    n = lengths.pop() if lengths else 0
+    columns, varied = _order_columns(list(data), path.with_suffix(".csv"))
+    rows = []
+    for i in range(n):
+        row = {}
+        for c in columns:
+            v = data[c][i]
+            if c in INT_COLUMNS:
+                v = int(v)
+            elif c not in STRING_COLUMNS and c not in varied and isinstance(v, (int, float)):
+                v = float(v)
+            row[c] = v
+        rows.append(row)
+    return {"columns": columns, "varied": varied, "rows": rows, "config_yaml": config,
+            "source": str(path)}
+
+
+def _summary_from_logs(sweep_dir):
+    rows, varied = [], []
+    for index, pdir in point_dirs(sweep_dir):
+        log_path = pdir / "log.h5"
+        if not log_path.is_file():
+            rows.append({"index": index, "dir": pdir.name, "status": "pending",
+                         "message": "no log.h5 yet"})
+            continue
+        try:
+            log = read_log(log_path)
+        except LogError as e:
+            rows.append({"index": index, "dir": pdir.name, "status": "unreadable", "message": str(e)})
+            continue
+        row = summary_row(log, index=index, dirname=pdir.name)
+        for key in parse_point_values(log["attrs"].get("point_values", "")):
+            if key not in varied:
+                varied.append(key)
+        rows.append(row)
+    if not rows:
+        raise LogError(f"{sweep_dir}: no summary.h5 and no pNNN/ point folders")
+    names = list(LEADING_COLUMNS) + varied + list(TRAILING_COLUMNS)
+    for row in rows:
+        for c in names:
+            if c not in row:
+                row[c] = "" if c in STRING_COLUMNS or c in varied else (
+                    -1 if c in INT_COLUMNS else math.nan)
+    columns = [c for c in names]
+    rows = [{c: row[c] for c in columns} for row in rows]
+    return {"columns": columns, "varied": varied, "rows": rows, "config_yaml": None,
+            "source": f"{sweep_dir}/p*/log.h5"}
+
+
+def read_summary(sweep_dir, source="auto"):
+    """A sweep's summary table.
+
+    source: "summary" reads summary.h5, "logs" computes the rows from pNNN/log.h5,
+    "auto" uses summary.h5 when present and the logs otherwise (a sweep still running).
+    Returns {"columns", "varied", "rows": [dict per point], "config_yaml", "source"}.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise LogError(f"{sweep_dir}: no such folder")
+    h5 = sweep_dir / "summary.h5"
+    if source not in ("auto", "summary", "logs"):
+        raise ValueError(f"source must be auto, summary or logs, not {source!r}")
+    if source == "summary" or (source == "auto" and h5.is_file()):
+        return _summary_from_h5(h5)
+    return _summary_from_logs(sweep_dir)
+
+
+def point_log(sweep_dir, row):
+    """The read_log() of a summary row's point, or None when it has no readable log."""
+    sweep_dir = Path(sweep_dir)
+    d = str(row.get("dir", "") or "")
+    candidates = []
+    if d:
+        candidates += [sweep_dir / d, Path(d), sweep_dir / Path(d).name]
+    if isinstance(row.get("index"), int) and row["index"] >= 0:
+        candidates.append(sweep_dir / f"p{row['index']:03d}")
+    for c in candidates:
+        if (c / "log.h5").is_file():
+            try:
+                return read_log(c)
+            except LogError:
+                return None
+    return None
+
+
+def is_missing(value):
+    """True for NaN, None and empty strings."""
+    if value is None or (isinstance(value, str) and value == ""):
+        return True
+    try:
+        return math.isnan(value)
+    except TypeError:
+        return False

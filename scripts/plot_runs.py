@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Plot train and val loss of several runs on one figure.
+
+    python3 scripts/plot_runs.py runs/a runs/b/log.h5 [-o loss.png] [--tokens] [--logy]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import h5log  # noqa: E402
+
+
+def run_label(log, given):
+    name = log["attrs"].get("name") or str(given)
+    status = log["attrs"].get("status", "")
+    return name if status in ("ok", "") else f"{name} [{status}]"
+
+
+def plot_runs(logs, labels, path, tokens=False, logy=False):
+    """Draw each log's train loss (solid) and val loss (dashed) into path."""
+    fig, ax = plt.subplots(figsize=(8.0, 5.0))
+    colors = plt.get_cmap("tab10").colors
+    drawn = 0
+    for i, (log, label) in enumerate(zip(logs, labels)):
+        scale = 1.0
+        if tokens:
+            scale = float(log["attrs"].get("tokens_per_step", 0) or 0)
+            if scale <= 0:
+                raise h5log.LogError(f"{log['path']}: no tokens_per_step attribute, cannot use --tokens")
+        color = colors[i % len(colors)]
+        tr, ev = log["train"], log["eval"]
+        if len(tr["step"]):
+            ax.plot(np.asarray(tr["step"]) * scale, tr["loss"], color=color, lw=1.2, label=f"{label} train")
+            drawn += 1
+        if len(ev["step"]):
+            ax.plot(np.asarray(ev["step"]) * scale, ev["val_loss"], color=color, ls="--", marker="o", ms=3,
+                    label=f"{label} val")
+            drawn += 1
+    if drawn:
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        if logy:
+            ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no loss values logged yet", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("tokens" if tokens else "step")
+    ax.set_ylabel("loss")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run folders or log.h5 files")
+    ap.add_argument("-o", "--output", default="loss.png", help="PNG to write (default loss.png)")
+    ap.add_argument("--tokens", action="store_true", help="tokens seen on x instead of steps")
+    ap.add_argument("--logy", action="store_true", help="logarithmic loss axis")
+    args = ap.parse_args(argv)
+    try:
+        logs = [h5log.read_log(r) for r in args.runs]
+        labels = [run_label(log, r) for log, r in zip(logs, args.runs)]
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        plot_runs(logs, labels, out, tokens=args.tokens, logy=args.logy)
+    except h5log.LogError as e:
+        print(f"plot_runs: error: {e}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

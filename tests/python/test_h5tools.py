@@ -1,0 +1,498 @@
+"""h5log, summarize, plot_sweep and plot_runs against synthetic files written per docs/FORMATS.md."""
+import csv
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import h5log  # noqa: E402
+
+COMPONENTS = ["params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm"]
+VARIED = ["training.zero_stage", "training.micro_batch"]
+SUMMARY_COLUMNS = (
+    ["index", "dir"] + VARIED
+    + ["status", "message", "world_size", "n_params", "flops_per_token", "median_step_ms", "tokens_per_s",
+       "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch"]
+    + ["pred_" + c for c in COMPONENTS + ["total"]]
+    + ["meas_" + c for c in COMPONENTS + ["total"]]
+    + ["meas_peak"]
+)
+N_PARAMS = 124_439_808
+SEQ = 1024
+PEAK = 989.5e12
+FLOPS_PER_TOKEN = 6 * N_PARAMS + 6 * 12 * 768 * SEQ
+GIB = 1 << 30
+
+# One dict per sweep point. step_ms[0] is the slow first step, left out of the median.
+POINTS = [
+    dict(index=0, zero=0, mb=8, world=1, status="ok", message="",
+         step_ms=[900.0, 100.0, 104.0, 96.0, 101.0, 99.0], evals=[(0, 10.9), (5, 6.5)]),
+    dict(index=1, zero=1, mb=8, world=2, status="ok", message="",
+         step_ms=[1500.0, 160.0, 161.0, 159.0, 160.0, 158.0], evals=[(0, 10.9), (5, 6.1)]),
+    dict(index=2, zero=2, mb=16, world=2, status="oom", message="out of memory: cudaMalloc of 2.00 GiB failed",
+         step_ms=[], evals=[]),
+    dict(index=3, zero=3, mb=8, world=2, status="failed", message="loss is NaN at step 2",
+         step_ms=[1400.0, 170.0, 175.0], evals=[]),
+]
+RUNNING = dict(index=4, zero=1, mb=4, world=2, status="running", message="",
+               step_ms=[1200.0, 90.0, 91.0], evals=[(0, 10.95)])
+
+
+def predicted(p):
+    per = {"params": 250_000_000, "grads": 250_000_000, "master": 500_000_000, "adam_m": 500_000_000,
+           "adam_v": 500_000_000, "activations": 3_000_000_000 * p["mb"] // 8, "workspace": 100_000_000,
+           "comm": 0 if p["world"] == 1 else 200_000_000}
+    shard = max(1, p["world"]) if p["zero"] >= 1 else 1
+    for k in ("master", "adam_m", "adam_v"):
+        per[k] //= shard
+    per["total"] = sum(per.values())
+    return per
+
+
+def measured_peak(p):
+    return None if p["status"] == "oom" else int(predicted(p)["total"] * 1.05)
+
+
+def losses(p):
+    n = len(p["step_ms"])
+    out = list(10.9 - 0.8 * np.arange(n))
+    if p["status"] == "failed" and n:
+        out[-1] = float("nan")
+    return out
+
+
+def expected_row(p):
+    """The summary row for a point, computed here without h5log."""
+    tokens_per_step = p["mb"] * SEQ * p["world"]
+    ms = float(np.median(p["step_ms"][1:])) if len(p["step_ms"]) > 1 else math.nan
+    tps = tokens_per_step / (ms / 1000.0) if ms == ms else math.nan
+    pred = predicted(p)
+    peak = measured_peak(p)
+    row = {
+        "index": p["index"], "dir": f"p{p['index']:03d}",
+        "training.zero_stage": str(p["zero"]), "training.micro_batch": str(p["mb"]),
+        "status": p["status"], "message": p["message"], "world_size": p["world"], "n_params": N_PARAMS,
+        "flops_per_token": float(FLOPS_PER_TOKEN), "median_step_ms": ms, "tokens_per_s": tps,
+        "tokens_per_s_per_gpu": tps / p["world"], "mfu": FLOPS_PER_TOKEN * tps / p["world"] / PEAK,
+        "final_train_loss": losses(p)[-1] if p["step_ms"] else math.nan,
+        "final_val_loss": p["evals"][-1][1] if p["evals"] else math.nan,
+        "micro_batch": p["mb"],
+    }
+    for c in COMPONENTS + ["total"]:
+        row["pred_" + c] = float(pred[c])
+        row["meas_" + c] = math.nan
+    row["meas_peak"] = float(peak) if peak is not None else math.nan
+    return row
+
+
+def config_yaml(p):
+    return (f"run:\n  name: p{p['index']:03d}\n  out_dir: runs\nmodel:\n  preset: d12\n"
+            f"training:\n  micro_batch: {p['mb']}\n  seq_len: {SEQ}\n  grad_accum: 1\n"
+            f"  zero_stage: {p['zero']}\n")
+
+
+def _extendible(group, name, values, dtype):
+    group.create_dataset(name, data=np.asarray(values, dtype=dtype), maxshape=(None,), chunks=(64,))
+
+
+def fill_log(f, p, n_rows=None):
+    """Write a log.h5 per docs/FORMATS.md into the open file f (first n_rows train rows)."""
+    n = len(p["step_ms"]) if n_rows is None else n_rows
+    a = f.attrs
+    a["name"] = f"sweep/p{p['index']:03d}"
+    a["config_yaml"] = config_yaml(p)
+    a["n_params"] = np.int64(N_PARAMS)
+    a["flops_per_token"] = np.float64(FLOPS_PER_TOKEN)
+    a["tokens_per_step"] = np.int64(p["mb"] * SEQ * p["world"])
+    a["world_size"] = np.int64(p["world"])
+    a["zero_stage"] = np.int64(p["zero"])
+    a["device"] = "cuda"
+    a["hardware"] = f"NVIDIA H200 x{p['world']}"
+    a["peak_flops"] = np.float64(PEAK)
+    a["git_rev"] = "0123abc"
+    a["status"] = p["status"]
+    a["message"] = p["message"]
+    a["point_index"] = np.int64(p["index"])
+    a["point_values"] = f"training.zero_stage={p['zero']}\ntraining.micro_batch={p['mb']}\n"
+    train = f.create_group("train")
+    steps = np.arange(n)
+    _extendible(train, "step", steps, np.int64)
+    _extendible(train, "loss", losses(p)[:n], np.float64)
+    _extendible(train, "lr", np.full(n, 6e-4), np.float64)
+    _extendible(train, "grad_norm", np.full(n, 1.5), np.float64)
+    _extendible(train, "step_ms", p["step_ms"][:n], np.float64)
+    tps = [p["mb"] * SEQ * p["world"] / (ms / 1000.0) for ms in p["step_ms"][:n]]
+    _extendible(train, "tokens_per_s", tps, np.float64)
+    _extendible(train, "mfu", [FLOPS_PER_TOKEN * t / p["world"] / PEAK for t in tps], np.float64)
+    ev = f.create_group("eval")
+    _extendible(ev, "step", [s for s, _ in p["evals"]], np.int64)
+    _extendible(ev, "val_loss", [v for _, v in p["evals"]], np.float64)
+    pred = f.create_group("memory/predicted")
+    for k, v in predicted(p).items():
+        pred.attrs[k] = np.int64(v)
+    meas = f.create_group("memory/measured")
+    if measured_peak(p) is not None:
+        meas.attrs["peak"] = np.int64(measured_peak(p))
+
+
+def append_rows(f, p, start, count):
+    """Append train rows start..start+count-1 of point p, as the trainer does (one dataset at a time)."""
+    train = f["train"]
+    end = start + count
+    tps = [p["mb"] * SEQ * p["world"] / (ms / 1000.0) for ms in p["step_ms"][start:end]]
+    cols = {"step": np.arange(start, end), "loss": losses(p)[start:end], "lr": np.full(count, 6e-4),
+            "grad_norm": np.full(count, 1.5), "step_ms": p["step_ms"][start:end], "tokens_per_s": tps,
+            "mfu": [FLOPS_PER_TOKEN * t / p["world"] / PEAK for t in tps]}
+    for name, values in cols.items():
+        ds = train[name]
+        ds.resize((end,))
+        ds[start:end] = values
+        ds.flush()
+
+
+def write_log(path, p):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w", libver="latest") as f:
+        fill_log(f, p)
+
+
+def write_summary(sweep, points):
+    """summary.h5 and summary.csv per docs/FORMATS.md from the expected rows."""
+    rows = [expected_row(p) for p in points]
+    with h5py.File(sweep / "summary.h5", "w") as f:
+        f.attrs["config_yaml"] = "name: sweep\nsweep:\n  training.zero_stage: [0, 1, 2, 3]\n"
+        g = f.create_group("points")
+        for c in SUMMARY_COLUMNS:
+            values = [r[c] for r in rows]
+            if isinstance(values[0], str):
+                g.create_dataset(c, data=values, dtype=h5py.string_dtype())
+            elif c in ("index", "world_size", "n_params", "micro_batch"):
+                g.create_dataset(c, data=np.asarray(values, dtype=np.int64))
+            else:
+                g.create_dataset(c, data=np.asarray(values, dtype=np.float64))
+    with open(sweep / "summary.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(SUMMARY_COLUMNS)
+        for r in rows:
+            w.writerow(["" if isinstance(r[c], float) and math.isnan(r[c]) else r[c] for c in SUMMARY_COLUMNS])
+
+
+def swmr_writer_main(path, n0):
+    """Subprocess body: keep RUNNING's log open in SWMR mode, append rows on request."""
+    f = h5py.File(path, "w", libver="latest")
+    fill_log(f, RUNNING, n_rows=n0)
+    f.swmr_mode = True
+    f.flush()
+    print("ready", flush=True)
+    n = n0
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd and cmd[0] == "append":
+            k = int(cmd[1])
+            append_rows(f, RUNNING, n, k)
+            n += k
+            f.flush()
+            print("ok", flush=True)
+        else:
+            break
+    f.close()
+
+
+class LiveWriter:
+    def __init__(self, path, n0):
+        code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+                f"import test_h5tools as t; t.swmr_writer_main({str(path)!r}, {n0})")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._expect("ready")
+
+    def _expect(self, word):
+        line = self.proc.stdout.readline().strip()
+        if line != word:
+            self.proc.kill()
+            raise AssertionError(f"SWMR writer said {line!r}, expected {word!r}; "
+                                 f"stderr: {self.proc.stderr.read()}")
+
+    def append(self, k):
+        self.proc.stdin.write(f"append {k}\n")
+        self.proc.stdin.flush()
+        self._expect("ok")
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("close\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def finished_sweep(tmp_path):
+    """p000..p003 (ok, ok, oom, failed) with summary.h5 and summary.csv."""
+    sweep = tmp_path / "sweep"
+    for p in POINTS:
+        write_log(sweep / f"p{p['index']:03d}" / "log.h5", p)
+    write_summary(sweep, POINTS)
+    return sweep
+
+
+@pytest.fixture
+def running_sweep(tmp_path):
+    """No summary.h5 yet; p004 is being written in SWMR mode by another process; p005 not started."""
+    sweep = tmp_path / "live"
+    for p in POINTS:
+        write_log(sweep / f"p{p['index']:03d}" / "log.h5", p)
+    (sweep / "p004").mkdir()
+    (sweep / "p005").mkdir()
+    writer = LiveWriter(sweep / "p004" / "log.h5", 1)
+    yield sweep, writer
+    writer.close()
+
+
+def run_script(name, *args):
+    return subprocess.run([sys.executable, str(SCRIPTS / name), *map(str, args)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "MPLBACKEND": "Agg"})
+
+
+def assert_close(got, want, what):
+    if isinstance(want, float) and math.isnan(want):
+        assert isinstance(got, float) and math.isnan(got), f"{what}: got {got!r}, want NaN"
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-9), f"{what}: got {got!r}, want {want!r}"
+    else:
+        assert got == want, f"{what}: got {got!r}, want {want!r}"
+
+
+def png_shape(path):
+    import matplotlib.image
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    img = matplotlib.image.imread(str(path))
+    assert img.shape[:2] == (height, width)
+    assert img[..., :3].std() > 0.01, f"{path} looks blank"
+    return width, height
+
+
+# ---- h5log ----------------------------------------------------------------------------------------
+
+def test_read_log_ok(finished_sweep):
+    p = POINTS[0]
+    log = h5log.read_log(finished_sweep / "p000")
+    a = log["attrs"]
+    assert a["name"] == "sweep/p000"
+    assert a["status"] == "ok" and a["message"] == ""
+    assert a["n_params"] == N_PARAMS and isinstance(a["n_params"], int)
+    assert a["flops_per_token"] == FLOPS_PER_TOKEN
+    assert a["tokens_per_step"] == 8 * SEQ
+    assert a["hardware"] == "NVIDIA H200 x1"
+    assert h5log.parse_point_values(a["point_values"]) == {"training.zero_stage": "0",
+                                                           "training.micro_batch": "8"}
+    assert log["train"]["step"].tolist() == list(range(6))
+    assert log["train"]["step_ms"].tolist() == p["step_ms"]
+    assert log["train"]["loss"].tolist() == pytest.approx(losses(p))
+    assert log["eval"]["val_loss"].tolist() == [10.9, 6.5]
+    assert log["memory"]["predicted"] == predicted(p)
+    assert log["memory"]["measured"] == {"peak": measured_peak(p)}
+
+
+def test_read_log_oom_has_empty_series(finished_sweep):
+    log = h5log.read_log(finished_sweep / "p002" / "log.h5")
+    assert log["attrs"]["status"] == "oom"
+    assert "cudaMalloc" in log["attrs"]["message"]
+    for name in h5log.TRAIN_FIELDS:
+        assert len(log["train"][name]) == 0
+    assert log["memory"]["measured"] == {}
+
+
+def test_read_log_errors_name_the_file(tmp_path):
+    with pytest.raises(h5log.LogError, match="nothere"):
+        h5log.read_log(tmp_path / "nothere")
+    junk = tmp_path / "junk" / "log.h5"
+    junk.parent.mkdir()
+    junk.write_bytes(b"not hdf5 at all")
+    with pytest.raises(h5log.LogError, match="junk"):
+        h5log.read_log(junk)
+
+
+def test_read_log_while_being_written(running_sweep):
+    sweep, writer = running_sweep
+    log = h5log.read_log(sweep / "p004")
+    assert log["attrs"]["status"] == "running"
+    assert log["train"]["step"].tolist() == [0]
+    writer.append(2)
+    log = h5log.read_log(sweep / "p004")
+    assert log["train"]["step"].tolist() == [0, 1, 2]
+    assert log["train"]["step_ms"].tolist() == RUNNING["step_ms"]
+    assert log["eval"]["val_loss"].tolist() == [10.95]
+    row = h5log.summary_row(log)
+    assert row["median_step_ms"] == pytest.approx(90.5)
+    assert row["tokens_per_s"] == pytest.approx(4 * SEQ * 2 / 0.0905)
+
+
+def test_summary_from_h5(finished_sweep):
+    s = h5log.read_summary(finished_sweep)
+    assert s["source"].endswith("summary.h5")
+    assert s["columns"] == SUMMARY_COLUMNS
+    assert s["varied"] == VARIED
+    assert "sweep:" in s["config_yaml"]
+    assert len(s["rows"]) == len(POINTS)
+    for p, row in zip(POINTS, s["rows"]):
+        want = expected_row(p)
+        for c in SUMMARY_COLUMNS:
+            assert_close(row[c], want[c], f"point {p['index']} column {c}")
+
+
+def test_summary_from_logs_matches_summary_h5(finished_sweep):
+    s = h5log.read_summary(finished_sweep, source="logs")
+    assert s["columns"] == SUMMARY_COLUMNS
+    assert [r["index"] for r in s["rows"]] == [0, 1, 2, 3]
+    for p, row in zip(POINTS, s["rows"]):
+        want = expected_row(p)
+        for c in SUMMARY_COLUMNS:
+            assert_close(row[c], want[c], f"point {p['index']} column {c}")
+
+
+def test_summary_of_running_sweep(running_sweep):
+    sweep, writer = running_sweep
+    writer.append(2)
+    s = h5log.read_summary(sweep)
+    assert not (sweep / "summary.h5").exists()
+    by_index = {r["index"]: r for r in s["rows"]}
+    assert sorted(by_index) == [0, 1, 2, 3, 4, 5]
+    assert by_index[2]["status"] == "oom"
+    assert by_index[3]["status"] == "failed" and math.isnan(by_index[3]["final_train_loss"])
+    assert by_index[4]["status"] == "running"
+    assert by_index[4]["median_step_ms"] == pytest.approx(90.5)
+    assert by_index[4]["training.micro_batch"] == "4"
+    assert by_index[5]["status"] == "pending"
+    assert math.isnan(by_index[5]["tokens_per_s"])
+
+
+def test_summary_errors(tmp_path):
+    with pytest.raises(h5log.LogError, match="no such folder"):
+        h5log.read_summary(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(h5log.LogError, match="pNNN"):
+        h5log.read_summary(tmp_path / "empty")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with h5py.File(bad / "summary.h5", "w") as f:
+        f.create_dataset("points/index", data=np.arange(2))
+    with pytest.raises(h5log.LogError, match="points/status"):
+        h5log.read_summary(bad)
+
+
+# ---- summarize ------------------------------------------------------------------------------------
+
+def test_summarize_markdown(finished_sweep):
+    r = run_script("summarize.py", finished_sweep, "--markdown")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == ["index", *VARIED, "status", "tokens/s", "tokens/s/GPU", "MFU %", "median ms",
+                      "pred GiB", "meas GiB", "train loss", "val loss"]
+    assert set(lines[1].replace("|", "").split()) <= {"---:", ":---"}
+    rows = {}
+    for line in lines[2:]:
+        if line.startswith("| "):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[int(cells[0])] = dict(zip(header, cells))
+    assert sorted(rows) == [0, 1, 2, 3]
+    want0 = expected_row(POINTS[0])
+    assert rows[0]["tokens/s"] == "81,920"
+    assert rows[0]["MFU %"] == f"{100 * want0['mfu']:.1f}"
+    assert rows[0]["median ms"] == "100.0"
+    assert rows[0]["pred GiB"] == f"{predicted(POINTS[0])['total'] / GIB:.2f}"
+    assert rows[0]["val loss"] == "6.5000"
+    assert rows[1]["tokens/s"] == "102,400" and rows[1]["tokens/s/GPU"] == "51,200"
+    assert rows[2]["status"] == "oom" and rows[2]["tokens/s"] == "-" and rows[2]["meas GiB"] == "-"
+    assert rows[3]["status"] == "failed" and rows[3]["train loss"] == "-"
+    assert rows[1]["training.zero_stage"] == "1"
+    assert any("cudaMalloc" in line for line in lines), "oom message not listed"
+
+
+def test_summarize_terminal_running_sweep(running_sweep):
+    sweep, writer = running_sweep
+    r = run_script("summarize.py", sweep)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header_i = next(i for i, line in enumerate(lines) if line.startswith("index"))
+    table = lines[header_i:header_i + 2 + 6]
+    widths = [len(x) for x in table[1].split("  ")]
+    assert len(widths) == 1 + len(VARIED) + 9
+    for line in table[2:]:
+        assert line.split()[0] in {"0", "1", "2", "3", "4", "5"}
+    body = "\n".join(table)
+    for status in ("ok", "oom", "failed", "running", "pending"):
+        assert status in body
+    assert "loss is NaN at step 2" in r.stdout
+
+
+def test_summarize_bad_input(tmp_path):
+    r = run_script("summarize.py", tmp_path / "nope")
+    assert r.returncode == 1
+    assert "nope" in r.stderr and "error" in r.stderr
+
+
+# ---- plots ----------------------------------------------------------------------------------------
+
+def test_plot_sweep_finished(finished_sweep, tmp_path):
+    out = tmp_path / "plots"
+    r = run_script("plot_sweep.py", finished_sweep, "-o", out)
+    assert r.returncode == 0, r.stderr
+    for name in ("throughput.png", "memory.png", "loss.png"):
+        assert (out / name).stat().st_size > 0
+        w, h = png_shape(out / name)
+        assert w > 0 and h > 0
+    # World sizes 1 and 2: tokens/s and tokens/s per GPU panels, 4 inches each at 100 dpi.
+    assert png_shape(out / "throughput.png")[1] == 800
+
+
+def test_plot_sweep_running_and_equal_worlds(running_sweep, tmp_path):
+    sweep, writer = running_sweep
+    writer.append(1)
+    r = run_script("plot_sweep.py", sweep)
+    assert r.returncode == 0, r.stderr
+    for name in ("throughput.png", "memory.png", "loss.png"):
+        png_shape(sweep / name)
+
+    same = tmp_path / "same"
+    for i, p in enumerate(POINTS[:2]):
+        write_log(same / f"p{i:03d}" / "log.h5", {**p, "index": i, "world": 1})
+    r = run_script("plot_sweep.py", same)
+    assert r.returncode == 0, r.stderr
+    assert png_shape(same / "throughput.png")[1] == 400  # one panel: all points have world size 1
+
+
+def test_plot_sweep_bad_input(tmp_path):
+    r = run_script("plot_sweep.py", tmp_path / "absent")
+    assert r.returncode == 1 and "absent" in r.stderr
+
+
+def test_plot_runs(finished_sweep, running_sweep, tmp_path):
+    sweep, writer = running_sweep
+    out = tmp_path / "runs.png"
+    r = run_script("plot_runs.py", finished_sweep / "p000", finished_sweep / "p001" / "log.h5",
+                   sweep / "p004", "-o", out)
+    assert r.returncode == 0, r.stderr
+    w, h = png_shape(out)
+    assert (w, h) == (800, 500)
+    out2 = tmp_path / "tokens.png"
+    r = run_script("plot_runs.py", finished_sweep / "p000", "--tokens", "-o", out2)
+    assert r.returncode == 0, r.stderr
+    png_shape(out2)
+    r = run_script("plot_runs.py", finished_sweep / "p000", tmp_path / "missing_run", "-o", tmp_path / "x.png")
+    assert r.returncode == 1 and "missing_run" in r.stderr
+    assert not (tmp_path / "x.png").exists()

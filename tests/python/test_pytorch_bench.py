@@ -1,0 +1,101 @@
+"""bench/pytorch_gpt2.py on CPU with the tiny preset (skipped where PyTorch is not installed)."""
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench" / "pytorch_gpt2.py"
+VOCAB, PADDED_VOCAB = 50257, 50304
+
+
+def require_torch():
+    if importlib.util.find_spec("torch") is None:
+        msg = "PyTorch not installed, bench/pytorch_gpt2.py not tested"
+        warnings.warn(msg)
+        pytest.skip(msg)
+
+
+def expected_n_params(n_layer, n_embd, max_seq_len=1024):
+    """GPT-2 parameters without vocabulary padding: wte, wpe, blocks, final LayerNorm."""
+    C = n_embd
+    per_block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C)
+    return VOCAB * C + max_seq_len * C + n_layer * per_block + 2 * C
+
+
+def run_bench(*args):
+    return subprocess.run([sys.executable, str(BENCH), *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_tiny_cpu_random_tokens(tmp_path):
+    require_torch()
+    out = tmp_path / "tiny.json"
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--micro-batch", "2", "--seq-len", "32",
+                  "--steps", "4", "--warmup", "1", "--json", out)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["status"] == "ok"
+    assert (res["n_layer"], res["n_head"], res["n_embd"]) == (2, 4, 64)
+    assert res["n_params"] == expected_n_params(2, 64) == 3_382_080
+    assert res["n_params_padded"] == res["n_params"] + (PADDED_VOCAB - VOCAB) * 64
+    assert res["flops_per_token"] == 6 * res["n_params"] + 6 * 2 * 64 * 32
+    assert res["tokens_per_step"] == 64
+    assert len(res["step_ms"]) == 4 and len(res["losses"]) == 4
+    assert res["median_step_ms"] == pytest.approx(float(np.median(res["step_ms"][1:])))
+    assert res["tokens_per_s"] == pytest.approx(64 / (res["median_step_ms"] / 1000))
+    assert res["mfu"] is None and res["peak_mem_bytes"] > 0
+    # Untrained on random tokens: the loss starts near ln(vocab).
+    assert abs(res["losses"][0] - math.log(VOCAB)) < 0.3, res["losses"]
+    assert all(math.isfinite(v) for v in res["losses"] + res["grad_norms"])
+
+
+def test_tiny_cpu_learns_from_shards(tmp_path):
+    require_torch()
+    tokens = np.tile(np.arange(100, 116, dtype="<u2"), 400)  # a repeating 16-token pattern
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [20240520, 1, len(tokens)]
+    shard = tmp_path / "pat_train.bin"
+    shard.write_bytes(header.tobytes() + tokens.tobytes())
+    out = tmp_path / "pat.json"
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--micro-batch", "2", "--seq-len", "32",
+                  "--steps", "25", "--warmup", "1", "--lr", "1e-2", "--data", tmp_path / "pat_*.bin",
+                  "--json", out)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["losses"][-1] < res["losses"][0] - 3.0, res["losses"]
+
+
+def test_bad_data_glob_and_arguments(tmp_path):
+    require_torch()
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--steps", "2", "--warmup", "1",
+                  "--data", tmp_path / "none_*.bin")
+    assert r.returncode == 1 and "none_*.bin" in r.stderr
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\0" * 2048)
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--steps", "2", "--warmup", "1", "--data", bad)
+    assert r.returncode == 1 and "bad.bin" in r.stderr and "magic" in r.stderr
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--steps", "2", "--warmup", "2")
+    assert r.returncode != 0 and "--warmup" in r.stderr
+
+
+def test_preset_parameter_counts():
+    require_torch()
+    import torch
+    spec = importlib.util.spec_from_file_location("pytorch_gpt2", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    want = {"d12": 124_439_808, "d24": expected_n_params(24, 1024), "d36": expected_n_params(36, 1280),
+            "d48": expected_n_params(48, 1600)}
+    for preset, n in want.items():
+        with torch.device("meta"):  # shapes only, no memory
+            model = mod.GPT(mod.GPTConfig(*mod.PRESETS[preset]))
+        assert model.n_params() == n, preset
+    assert sum(p.numel() for p in mod.GPT(mod.GPTConfig(*mod.PRESETS["tiny"])).parameters()) == \
+        expected_n_params(2, 64) + (PADDED_VOCAB - VOCAB) * 64
