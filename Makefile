@@ -1,0 +1,78 @@
+# Builds ./train and the test programs.
+#   make            CPU + CUDA build (needs the CUDA toolkit; runs on machines without a GPU)
+#   make CUDA=0     CPU-only build
+#   make test       builds and runs the test suite (tests/run_tests.sh)
+# Dependencies: scripts/setup.sh installs them.
+
+CUDA ?= $(if $(wildcard $(CUDA_HOME)/bin/nvcc),1,0)
+CUDA_HOME ?= /usr/local/cuda
+BUILD ?= build
+HDF5_PC ?= $(shell pkg-config --exists hdf5-serial && echo hdf5-serial || echo hdf5)
+PY ?= python3
+
+CXX := mpicxx
+NVCC := $(CUDA_HOME)/bin/nvcc
+GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+define need
+$(if $(shell $(1) >/dev/null 2>&1 && echo ok),,$(error $(2) not found: $(3) (or run scripts/setup.sh)))
+endef
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(call need,which mpicxx,OpenMPI compiler wrapper mpicxx,apt-get install libopenmpi-dev openmpi-bin)
+$(call need,pkg-config --exists yaml-cpp,yaml-cpp,apt-get install libyaml-cpp-dev)
+$(call need,pkg-config --exists $(HDF5_PC),HDF5,apt-get install libhdf5-dev)
+$(call need,test -f /usr/include/boost/program_options.hpp,Boost.Program_options,apt-get install libboost-program-options-dev)
+$(call need,test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h,OpenBLAS (cblas.h),apt-get install libopenblas-dev)
+endif
+
+CPPFLAGS := -Isrc $(shell pkg-config --cflags yaml-cpp $(HDF5_PC)) -DGIT_REV='"$(GIT_REV)"'
+CXXFLAGS ?= -O3 -march=x86-64-v2 -g
+CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter
+LDLIBS := $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lopenblas -lgomp -lpthread
+
+CORE_SRC := $(filter-out src/main.cpp src/cuda_stub.cpp,$(wildcard src/*.cpp))
+CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
+
+ifeq ($(CUDA),1)
+CUDNN_FE_INC ?= $(shell $(PY) -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])' 2>/dev/null)/include
+$(if $(wildcard $(CUDNN_FE_INC)/cudnn_frontend.h),,$(if $(filter clean,$(MAKECMDGOALS)),,$(error cudnn_frontend.h not found in $(CUDNN_FE_INC): pip install nvidia-cudnn-frontend (or run scripts/setup.sh), or set CUDNN_FE_INC)))
+NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr -lineinfo
+NVCCFLAGS += -Isrc -I$(CUDNN_FE_INC) -Xcompiler -fopenmp $(shell pkg-config --cflags-only-I $(HDF5_PC))
+CU_SRC := $(wildcard kernels/*.cu src/cuda/*.cu)
+CU_OBJ := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lnccl
+else
+CU_OBJ := $(BUILD)/cuda_stub.o
+endif
+
+TEST_SRC := $(wildcard tests/cpu/test_*.cpp) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.cpp))
+TEST_BIN := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_SRC))
+
+.PHONY: all test clean quickstart
+all: train $(TEST_BIN)
+
+train: $(BUILD)/main.o $(CORE_OBJ) $(CU_OBJ)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: src/%.cpp $(wildcard src/*.hpp) | $(BUILD)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
+
+$(BUILD)/cu/%.o: %.cu $(wildcard src/*.hpp kernels/*.cuh src/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+
+$(BUILD):
+	mkdir -p $(BUILD)
+
+test: all
+	bash tests/run_tests.sh
+
+quickstart: train
+	./train --yaml experiments/quickstart.yaml
+
+clean:
+	rm -rf $(BUILD) train

@@ -1,0 +1,45 @@
+// Shared basics: dtypes, error types with exit codes, check macros.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace gpt {
+
+enum class DType : uint8_t { F32, BF16 };
+inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+inline const char* dtype_name(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
+
+// Exit statuses, documented in docs/FORMATS.md.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitBadInput = 1,      // config, data or checkpoint problems
+  kExitFailure = 2,       // training failure, dead rank, library error
+  kExitOutOfMemory = 3,
+  kExitCheckpointed = 75  // stopped by a signal after writing a checkpoint: resume me
+};
+
+// Every error the program reports carries the exit status it should end with.
+class Error : public std::runtime_error {
+ public:
+  Error(ExitCode code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  ExitCode code() const { return code_; }
+
+ private:
+  ExitCode code_;
+};
+
+// Bad user input: a config key, a data file, a checkpoint.
+inline Error input_error(const std::string& what) { return Error(kExitBadInput, what); }
+
+[[noreturn]] void throw_check_failure(const char* lib, const char* call, const std::string& detail,
+                                      const char* file, int line, ExitCode code = kExitFailure);
+
+}  // namespace gpt
+
+// File and C library calls: fail with the call, file and line.
+#define SYS_CHECK(cond, msg)                                                        \
+  do {                                                                              \
+    if (!(cond)) ::gpt::throw_check_failure("system", #cond, (msg), __FILE__, __LINE__); \
+  } while (0)
