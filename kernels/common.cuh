@@ -1,0 +1,96 @@
+// Device helpers shared by the kernels: dtype conversion, 16-byte vectors, warp/block reductions,
+// stochastic rounding. Header-only; every kernel file includes it.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace gpt::kern {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
+
+template <class X>
+struct Cvt;
+template <>
+struct Cvt<float> {
+  __device__ __forceinline__ static float from(float x) { return x; }
+};
+template <>
+struct Cvt<bf16> {
+  __device__ __forceinline__ static bf16 from(float x) { return __float2bfloat16_rn(x); }
+};
+template <class X>
+__device__ __forceinline__ X from_f(float x) {
+  return Cvt<X>::from(x);
+}
+
+// V elements of X in one aligned access: V = 16 / sizeof(X) gives a 16-byte load/store.
+template <class X, int V>
+struct alignas(sizeof(X) * V) Vec {
+  X v[V];
+};
+template <class X>
+constexpr int kVec16 = int(16 / sizeof(X));
+
+template <class X, int V>
+__device__ __forceinline__ Vec<X, V> ldv(const X* p) {
+  return *reinterpret_cast<const Vec<X, V>*>(p);
+}
+template <class X, int V>
+__device__ __forceinline__ void stv(X* p, const Vec<X, V>& x) {
+  *reinterpret_cast<Vec<X, V>*>(p) = x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `shared` holds 32 floats; the reduction order is fixed, so results are deterministic.
+__device__ __forceinline__ float block_sum(float x, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  x = warp_sum(x);
+  __syncthreads();
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  x = lane < nw ? shared[lane] : 0.0f;
+  return warp_sum(x);
+}
+
+// splitmix64 finaliser: a counter-based random number per (seed, index).
+__device__ __forceinline__ uint32_t hash_u32(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return uint32_t(x);
+}
+// Stochastic rounding to bf16: add 16 random bits below the kept mantissa, then truncate. The bits are
+// sign-magnitude, so the magnitude rounds up with probability equal to the dropped fraction.
+__device__ __forceinline__ bf16 sr_bf16(float x, uint32_t rnd) {
+  uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);  // inf / nan unchanged
+  bits = (bits + (rnd & 0xffffu)) & 0xffff0000u;
+  return __ushort_as_bfloat16(uint16_t(bits >> 16));
+}
+
+}  // namespace gpt::kern
+
+namespace gpt {
+// Host-side helpers for launchers.
+inline bool is_aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
+}  // namespace gpt

@@ -1,0 +1,260 @@
+// Matmuls through cuBLASLt, plus the deterministic bias-gradient reduction.
+//
+// Row-major to column-major: a row-major (r, c) matrix is a column-major (c, r) one. So
+//   forward   out (N,OC) = inp (N,IC) @ w (OC,IC)^T   is  D (OC x N) = op_T(w: IC x OC) * inp (IC x N)
+//   dinp      (N,IC)    = dout (N,OC) @ w (OC,IC)    is  D (IC x N) = w (IC x OC) * dout (OC x N)
+//   dw        (OC,IC)  += dout^T @ inp               is  D (IC x OC) += inp (IC x N) * op_T(dout: OC x N)
+// The bias of the forward epilogue runs along m = OC, as the model wants. GELU is fused as
+// GELU_AUX(_BIAS) (pre-activation written to aux) and its gradient as DGELU (aux read back); shapes the
+// epilogue cannot take (aux ld not a multiple of 8, or no algorithm) fall back to separate kernels.
+// bf16: bf16 in/out, fp32 accumulate. fp32: TF32 tensor cores, fp32 accumulate.
+#include <cublasLt.h>
+
+#include "cuda/cuda_check.cuh"
+#include "matmul.cuh"
+#include "ops.cuh"
+
+namespace gpt::kern {
+
+struct CublasLt::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+  ~Plan() {
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+CublasLt::CublasLt(DType dtype, void* workspace, size_t workspace_bytes)
+    : dtype_(dtype), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  cublasLtHandle_t h = nullptr;
+  CUBLAS_CHECK(cublasLtCreate(&h));
+  handle_ = h;
+}
+CublasLt::~CublasLt() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+namespace {
+// largest power of two (up to 256) dividing the address: the alignment the heuristic may assume
+long long ptr_align(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  long long r = 256;
+  while (r > 1 && a % r) r /= 2;
+  return r;
+}
+cublasLtEpilogue_t to_lt(Epilogue e) {
+  switch (e) {
+    case Epilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::GeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+}  // namespace
+
+bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
+  const Key key = {g.transa, g.transb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.accumulate, int(g.epi), g.aux_ld,
+                   ptr_align(g.A), ptr_align(g.B), ptr_align(g.D), ptr_align(g.aux), ptr_align(g.bias)};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto p = std::make_unique<Plan>();
+    const bool f32 = dtype_ == DType::F32;
+    const cudaDataType_t dt = f32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cublasComputeType_t ct = f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F));
+    const cublasOperation_t ta = g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    const cublasLtEpilogue_t epi = to_lt(g.epi);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (g.bias)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(void*)));
+    if (g.aux) {
+      const int64_t ld = g.aux_ld;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+                                                  sizeof(void*)));
+    }
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, dt, g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, dt, g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, dt, g.m, g.n, g.ldd));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &workspace_bytes_, sizeof(workspace_bytes_)));
+    const uint32_t aa = uint32_t(ptr_align(g.A)), ab = uint32_t(ptr_align(g.B)), ad = uint32_t(ptr_align(g.D));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, 4));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, 4));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, 4));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, 4));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+    p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->ok) p->algo = res.algo;
+    it = plans_.emplace(key, std::move(p)).first;
+  }
+  Plan& p = *it->second;
+  if (!p.ok) return false;
+  if (g.bias)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(void*)));
+  if (g.aux)
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(void*)));
+  const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, g.D, p.ld, g.D, p.ld, &p.algo,
+                              workspace_, workspace_bytes_, s));
+  return true;
+}
+
+// ---- bias gradient: dbias (OC) += sum_n dout (N, OC)
+namespace {
+constexpr int kRowsY = 8;  // block = 32 x kRowsY threads
+
+// grid (column tiles of 32*V, S row splits). Each thread sums V columns over its rows; the kRowsY
+// partials are combined in a fixed order and the block writes part[split][col].
+template <class X, int V>
+__global__ void __launch_bounds__(32 * kRowsY) bias_grad_partial_kernel(float* __restrict__ part,
+                                                                        const X* __restrict__ dout, int N, int OC) {
+  __shared__ float sh[kRowsY][32 * V + 1];
+  const int c = (blockIdx.x * 32 + threadIdx.x) * V;
+  const int S = gridDim.y;
+  float acc[V] = {};
+  if (c < OC) {
+    for (int r = blockIdx.y * kRowsY + threadIdx.y; r < N; r += S * kRowsY) {
+      const Vec<X, V> g = ldv<X, V>(dout + size_t(r) * OC + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] += to_f(g.v[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) sh[threadIdx.y][threadIdx.x * V + k] = acc[k];
+  __syncthreads();
+  for (int j = threadIdx.y * 32 + threadIdx.x; j < 32 * V; j += 32 * kRowsY) {
+    const int col = blockIdx.x * 32 * V + j;
+    if (col >= OC) continue;
+    float s = 0.0f;
+#pragma unroll
+    for (int y = 0; y < kRowsY; ++y) s += sh[y][j];
+    part[size_t(blockIdx.y) * OC + col] = s;
+  }
+}
+template <class X>
+__global__ void bias_grad_reduce_kernel(X* __restrict__ dbias, const float* __restrict__ part, int S, int OC) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC) return;
+  float acc = 0.0f;
+  for (int s = 0; s < S; ++s) acc += part[size_t(s) * OC + c];
+  dbias[c] = from_f<X>(to_f(dbias[c]) + acc);
+}
+int bias_splits(int N, int OC, int V, int num_sms) {
+  const long tiles = ceil_div(OC, 32L * V);
+  const long want = std::max<long>(1, 4L * num_sms / tiles);
+  return int(std::max<long>(1, std::min<long>({want, ceil_div(N, 4L * kRowsY), 1024L})));
+}
+}  // namespace
+
+size_t bias_grad_scratch_bytes(int N, int OC, int num_sms) {
+  // the split count depends on the vector width chosen at launch: reserve for the larger
+  const int S = std::max(bias_splits(N, OC, 1, num_sms), bias_splits(N, OC, 16, num_sms));
+  return size_t(S) * OC * sizeof(float);
+}
+
+template <class X>
+void bias_grad(X* dbias, const X* dout, int N, int OC, float* scratch, int num_sms, cudaStream_t s) {
+  constexpr int V = kVec16<X>;
+  const bool vec = OC % V == 0 && is_aligned(dout, 16);
+  const int v = vec ? V : 1;
+  const int S = bias_splits(N, OC, v, num_sms);
+  const dim3 grid(unsigned(ceil_div(OC, 32L * v)), unsigned(S)), block(32, kRowsY);
+  if (vec)
+    bias_grad_partial_kernel<X, V><<<grid, block, 0, s>>>(scratch, dout, N, OC);
+  else
+    bias_grad_partial_kernel<X, 1><<<grid, block, 0, s>>>(scratch, dout, N, OC);
+  CUDA_CHECK_LAUNCH();
+  bias_grad_reduce_kernel<X><<<unsigned(ceil_div(OC, 256)), 256, 0, s>>>(dbias, scratch, S, OC);
+  CUDA_CHECK_LAUNCH();
+}
+template void bias_grad<float>(float*, const float*, int, int, float*, int, cudaStream_t);
+template void bias_grad<bf16>(bf16*, const bf16*, int, int, float*, int, cudaStream_t);
+
+// ---- the model's matmuls
+template <class X>
+void matmul_fwd(CublasLt& lt, const MatmulFwdArgs& a, cudaStream_t s) {
+  GemmArgs g;
+  g.transa = true;
+  g.m = a.OC, g.n = a.N, g.k = a.IC;
+  g.A = a.w, g.lda = a.IC;
+  g.B = a.inp, g.ldb = a.IC;
+  g.ldd = a.OC;
+  g.bias = a.bias;
+  if (a.pre_gelu) {
+    if (a.OC % 8 == 0) {  // cuBLASLt wants the aux ld divisible by 8
+      GemmArgs f = g;
+      f.D = a.out;
+      f.epi = a.bias ? Epilogue::GeluAuxBias : Epilogue::GeluAux;
+      f.aux = a.pre_gelu, f.aux_ld = a.OC;
+      if (lt.gemm(f, s)) return;
+    }
+    g.D = a.pre_gelu;
+    g.epi = a.bias ? Epilogue::Bias : Epilogue::None;
+    if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the forward matmul");
+    gelu_fwd<X>(static_cast<X*>(a.out), static_cast<const X*>(a.pre_gelu), size_t(a.N) * a.OC, s);
+    return;
+  }
+  g.D = a.out;
+  g.epi = a.bias ? Epilogue::Bias : Epilogue::None;
+  if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the forward matmul");
+}
+
+template <class X>
+void matmul_bwd(CublasLt& lt, const MatmulBwdArgs& a, cudaStream_t s) {
+  if (a.dinp) {
+    GemmArgs g;
+    g.m = a.IC, g.n = a.N, g.k = a.OC;
+    g.A = a.w, g.lda = a.IC;
+    g.B = a.dout, g.ldb = a.OC;
+    g.D = a.dinp, g.ldd = a.IC;
+    bool done = false;
+    if (a.pre_gelu && a.IC % 8 == 0) {
+      GemmArgs f = g;
+      f.epi = Epilogue::DGelu;
+      f.aux = const_cast<void*>(a.pre_gelu), f.aux_ld = a.IC;
+      done = lt.gemm(f, s);
+    }
+    if (!done) {
+      if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the dinp matmul");
+      if (a.pre_gelu)
+        gelu_bwd_inplace<X>(static_cast<X*>(a.dinp), static_cast<const X*>(a.pre_gelu), size_t(a.N) * a.IC, s);
+    }
+  }
+  GemmArgs g;
+  g.transb = true;
+  g.m = a.IC, g.n = a.OC, g.k = a.N;
+  g.A = a.inp, g.lda = a.IC;
+  g.B = a.dout, g.ldb = a.OC;
+  g.D = a.dw, g.ldd = a.IC;
+  g.accumulate = true;
+  if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the dweight matmul");
+  if (a.dbias)
+    bias_grad<X>(static_cast<X*>(a.dbias), static_cast<const X*>(a.dout), a.N, a.OC, a.scratch, a.num_sms, s);
+}
+
+template void matmul_fwd<float>(CublasLt&, const MatmulFwdArgs&, cudaStream_t);
+template void matmul_fwd<bf16>(CublasLt&, const MatmulFwdArgs&, cudaStream_t);
+template void matmul_bwd<float>(CublasLt&, const MatmulBwdArgs&, cudaStream_t);
+template void matmul_bwd<bf16>(CublasLt&, const MatmulBwdArgs&, cudaStream_t);
+
+}  // namespace gpt::kern

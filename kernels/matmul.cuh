@@ -1,0 +1,82 @@
+// Matrix products through cuBLASLt. All matrices are row-major in the model; cuBLASLt is column-major,
+// so a row-major (r, c) matrix is passed as a column-major (c, r) one (see matmul.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <memory>
+
+#include "common.hpp"
+
+struct cublasLtContext;
+
+namespace gpt::kern {
+
+enum class Epilogue : int { None, Bias, GeluAux, GeluAuxBias, DGelu };
+
+// D (m x n, column-major, ldd) = op(A) op(B) (+ D when accumulate) with an optional epilogue.
+struct GemmArgs {
+  bool transa = false, transb = false;
+  int m = 0, n = 0, k = 0;
+  const void* A = nullptr;
+  int lda = 0;
+  const void* B = nullptr;
+  int ldb = 0;
+  void* D = nullptr;
+  int ldd = 0;
+  bool accumulate = false;
+  Epilogue epi = Epilogue::None;
+  const void* bias = nullptr;  // (m), Bias / GeluAuxBias
+  void* aux = nullptr;         // GELU input: written by GeluAux*, read by DGelu; (m x n), ld aux_ld
+  int aux_ld = 0;
+};
+
+// Owns the cuBLASLt handle and one cached plan (descriptors + chosen algorithm) per shape and epilogue.
+// The workspace belongs to the caller and must outlive this object.
+class CublasLt {
+ public:
+  CublasLt(DType dtype, void* workspace, size_t workspace_bytes);
+  ~CublasLt();
+  CublasLt(const CublasLt&) = delete;
+  CublasLt& operator=(const CublasLt&) = delete;
+  // false when cuBLASLt has no algorithm for this shape and epilogue (the caller falls back)
+  bool gemm(const GemmArgs& g, cudaStream_t s);
+
+ private:
+  struct Plan;
+  using Key = std::array<long long, 16>;
+  DType dtype_;
+  cublasLtContext* handle_ = nullptr;
+  void* workspace_;
+  size_t workspace_bytes_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+struct MatmulFwdArgs {
+  void* out = nullptr;         // (N, OC)
+  const void* inp = nullptr;   // (N, IC)
+  const void* w = nullptr;     // (OC, IC)
+  const void* bias = nullptr;  // (OC) or null
+  int N = 0, IC = 0, OC = 0;
+  void* pre_gelu = nullptr;    // (N, OC) or null: out = gelu(pre_gelu)
+};
+struct MatmulBwdArgs {
+  void* dinp = nullptr;          // (N, IC) overwritten, or null
+  void* dw = nullptr;            // (OC, IC) accumulated
+  void* dbias = nullptr;         // (OC) accumulated, or null
+  const void* dout = nullptr;    // (N, OC)
+  const void* inp = nullptr;     // (N, IC)
+  const void* w = nullptr;       // (OC, IC)
+  int N = 0, IC = 0, OC = 0;
+  const void* pre_gelu = nullptr;  // (N, IC) or null: dinp *= gelu'(pre_gelu)
+  float* scratch = nullptr;      // bias_grad_scratch_bytes(N, OC, num_sms) bytes when dbias is set
+  int num_sms = 0;
+};
+template <class X>
+void matmul_fwd(CublasLt& lt, const MatmulFwdArgs& a, cudaStream_t s);
+template <class X>
+void matmul_bwd(CublasLt& lt, const MatmulBwdArgs& a, cudaStream_t s);
+
+}  // namespace gpt::kern

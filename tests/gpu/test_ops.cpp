@@ -1,0 +1,647 @@
+// Every op of the CUDA backend against the CPU backend (the fp32 reference), forward and backward, on
+// fresh random inputs, in both CUDA precisions, including awkward sizes (odd row lengths that take the
+// scalar paths, T not a multiple of 64). Inputs are rounded to the CUDA activation dtype first, so both
+// backends see identical values and the error measured is the op's own.
+//
+//   test_gpu_ops            run the checks; exit 1 on any failure
+//   test_gpu_ops --bench    also time the ops at GPT-2 124M (B=64) and 1558M (B=16) shapes, T=1024
+//
+// Without a CUDA device it prints "SKIP: no CUDA device" and exits 0.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdarg>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "comm.hpp"
+#include "config.hpp"
+
+namespace {
+
+using namespace gpt;
+using Vec = std::vector<float>;
+
+// ---- tolerances: relative L2 error ||gpu - ref|| / ||ref||, and the largest elementwise error as a
+// fraction of max |ref| (so values near zero in a wide tensor are judged on the tensor's scale).
+struct Tol {
+  double rel_l2, max_frac;
+};
+// fp32 elementwise and reduction kernels: only the order of fp32 operations and fast intrinsics
+// (__expf, rsqrtf) differ from the CPU, which sums in double in places: ~1e-6 relative.
+constexpr Tol kF32Exact{2e-5, 1e-4};
+// fp32 precision matmuls run on TF32 tensor cores (10-bit mantissa operands): ~5e-4 relative.
+constexpr Tol kF32Tf32{3e-3, 1e-2};
+// fp32 precision attention rounds q, k, v, dout to bf16 (cuDNN has no fp32 flash attention).
+constexpr Tol kF32Attention{2e-2, 4e-2};
+// bf16 outputs: one rounding to 8 significant bits (2^-9 relative) after fp32 math.
+constexpr Tol kBf16Elementwise{6e-3, 1e-2};
+// bf16 matmuls: bf16 output rounding plus a different fp32 accumulation order over K.
+constexpr Tol kBf16Matmul{8e-3, 2e-2};
+// bf16 backward ops whose result is a difference of bf16-rounded terms (LayerNorm dinp) or a sum of
+// many rounded products: a few output roundings.
+constexpr Tol kBf16Backward{1.5e-2, 3e-2};
+// bf16 flash attention: the probabilities are rounded to bf16 before the P @ V product.
+constexpr Tol kBf16Attention{2e-2, 4e-2};
+
+int g_failures = 0;
+int g_checks = 0;
+std::mt19937_64 g_rng(20261129);
+
+float round_bf16(float x) {  // round to nearest even, as the GPU's f32_to_act
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+struct Ctx {
+  Backend& cpu;
+  Backend& gpu;
+  bool bf16;
+  const char* prec;
+  Vec rnd(size_t n, float lo = -1.0f, float hi = 1.0f) const {
+    std::uniform_real_distribution<float> d(lo, hi);
+    Vec v(n);
+    for (auto& x : v) x = bf16 ? round_bf16(d(g_rng)) : d(g_rng);
+    return v;
+  }
+  Vec act(Vec v) const {  // what the GPU holds for these values
+    if (bf16)
+      for (auto& x : v) x = round_bf16(x);
+    return v;
+  }
+  Tol pick(Tol f32, Tol b16) const { return bf16 ? b16 : f32; }
+};
+
+// ---- device buffers on either backend, with the values given as fp32 on the host
+void* up(Backend& b, const Vec& h, bool act = true) {
+  const size_t n = h.size();
+  if (!act || b.act_dtype() == DType::F32) {
+    void* p = b.alloc(n * 4);
+    b.copy_h2d(p, h.data(), n * 4);
+    return p;
+  }
+  void* tmp = b.alloc(n * 4);
+  b.copy_h2d(tmp, h.data(), n * 4);
+  void* p = b.alloc(n * dtype_size(b.act_dtype()));
+  b.f32_to_act(p, static_cast<float*>(tmp), n);
+  b.synchronize();
+  b.free(tmp);
+  return p;
+}
+void* up_int(Backend& b, const std::vector<int>& h) {
+  void* p = b.alloc(h.size() * 4);
+  b.copy_h2d(p, h.data(), h.size() * 4);
+  return p;
+}
+Vec down(Backend& b, const void* p, size_t n, bool act = true) {
+  Vec h(n);
+  if (!act || b.act_dtype() == DType::F32) {
+    b.copy_d2h(h.data(), p, n * 4);
+    return h;
+  }
+  void* tmp = b.alloc(n * 4);
+  b.act_to_f32(static_cast<float*>(tmp), p, n);
+  b.copy_d2h(h.data(), tmp, n * 4);
+  b.free(tmp);
+  return h;
+}
+Vec poison(size_t n) { return Vec(n, std::nanf("")); }
+
+bool check(const std::string& what, const Vec& got, const Vec& ref, Tol tol) {
+  ++g_checks;
+  double d2 = 0, r2 = 0, maxref = 0, maxerr = 0;
+  size_t worst = 0, bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = std::fabs(double(got[i]) - ref[i]);
+    if (!std::isfinite(got[i])) ++bad;
+    d2 += e * e;
+    r2 += double(ref[i]) * ref[i];
+    maxref = std::max(maxref, std::fabs(double(ref[i])));
+    if (!(e <= maxerr)) maxerr = e, worst = i;
+  }
+  const double rel = std::sqrt(d2 / std::max(r2, 1e-300));
+  const double frac = maxerr / std::max(maxref, 1e-30);
+  const bool ok = bad == 0 && rel <= tol.rel_l2 && frac <= tol.max_frac;
+  std::printf("%-4s %-52s rel_l2 %.2e (tol %.0e)  max_err/max|ref| %.2e (tol %.0e)", ok ? "ok" : "FAIL",
+              what.c_str(), rel, tol.rel_l2, frac, tol.max_frac);
+  if (!ok)
+    std::printf("  worst [%zu] gpu %.6g ref %.6g; %zu non-finite of %zu", worst, double(got[worst]),
+                double(ref[worst]), bad, ref.size());
+  std::printf("\n");
+  if (!ok) ++g_failures;
+  return ok;
+}
+void expect(bool cond, const std::string& what) {
+  ++g_checks;
+  std::printf("%-4s %s\n", cond ? "ok" : "FAIL", what.c_str());
+  if (!cond) ++g_failures;
+}
+std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* f, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+// ---- the checks
+void test_conversions(Ctx& c, size_t n) {
+  Vec x(n);
+  std::uniform_real_distribution<float> d(-3, 3);
+  for (auto& v : x) v = d(g_rng);
+  void* g = up(c.gpu, x);  // f32_to_act
+  Vec back = down(c.gpu, g, n);
+  check(fmt("[%s] f32_to_act/act_to_f32 n=%zu", c.prec, n), back, c.act(x), kF32Exact);
+  Vec a = c.rnd(n), b = c.rnd(n);
+  void *ga = up(c.gpu, a), *gb = up(c.gpu, b), *ca = up(c.cpu, a), *cb = up(c.cpu, b);
+  c.gpu.add_inplace(ga, gb, n);
+  c.cpu.add_inplace(ca, cb, n);
+  check(fmt("[%s] add_inplace n=%zu", c.prec, n), down(c.gpu, ga, n), down(c.cpu, ca, n),
+        c.pick(kF32Exact, kBf16Elementwise));
+  for (void* p : {g, ga, gb}) c.gpu.free(p);
+  for (void* p : {ca, cb}) c.cpu.free(p);
+}
+
+void test_encoder(Ctx& c, int B, int T, int C, int Vp) {
+  std::vector<int> tok(size_t(B) * T);
+  std::uniform_int_distribution<int> dt(0, Vp - 1);
+  for (auto& t : tok) t = dt(g_rng);
+  tok[0] = Vp - 1;  // the last row is reachable
+  const Vec wte = c.rnd(size_t(Vp) * C), wpe = c.rnd(size_t(T) * C);
+  const size_t n = size_t(B) * T * C;
+  void *gt = up_int(c.gpu, tok), *ct = up_int(c.cpu, tok);
+  void *gwte = up(c.gpu, wte), *gwpe = up(c.gpu, wpe), *cwte = up(c.cpu, wte), *cwpe = up(c.cpu, wpe);
+  void *gout = up(c.gpu, poison(n)), *cout = up(c.cpu, Vec(n));
+  c.gpu.encoder_fwd(gout, static_cast<int*>(gt), gwte, gwpe, B, T, C);
+  c.cpu.encoder_fwd(cout, static_cast<int*>(ct), cwte, cwpe, B, T, C);
+  const std::string sz = fmt("B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
+  check(fmt("[%s] encoder_fwd %s", c.prec, sz.c_str()), down(c.gpu, gout, n), down(c.cpu, cout, n),
+        c.pick(kF32Exact, kBf16Elementwise));
+
+  const Vec dout = c.rnd(n), dwte0 = c.rnd(size_t(Vp) * C, -0.1f, 0.1f), dwpe0 = c.rnd(size_t(T) * C, -0.1f, 0.1f);
+  void *gd = up(c.gpu, dout), *cd = up(c.cpu, dout);
+  void *gdwte = up(c.gpu, dwte0), *gdwpe = up(c.gpu, dwpe0), *cdwte = up(c.cpu, dwte0), *cdwpe = up(c.cpu, dwpe0);
+  c.gpu.encoder_bwd(gdwte, gdwpe, gd, static_cast<int*>(gt), B, T, C);
+  c.cpu.encoder_bwd(cdwte, cdwpe, cd, static_cast<int*>(ct), B, T, C);
+  const Vec r1 = down(c.gpu, gdwte, wte.size());
+  check(fmt("[%s] encoder_bwd dwte %s", c.prec, sz.c_str()), r1, down(c.cpu, cdwte, wte.size()),
+        c.pick(kF32Exact, kBf16Backward));
+  check(fmt("[%s] encoder_bwd dwpe %s", c.prec, sz.c_str()), down(c.gpu, gdwpe, wpe.size()),
+        down(c.cpu, cdwpe, wpe.size()), c.pick(kF32Exact, kBf16Backward));
+  // deterministic: the same inputs give the same bits
+  c.gpu.free(gdwte);
+  gdwte = up(c.gpu, dwte0);
+  c.gpu.encoder_bwd(gdwte, gdwpe, gd, static_cast<int*>(gt), B, T, C);
+  const Vec r2 = down(c.gpu, gdwte, wte.size());
+  expect(std::memcmp(r1.data(), r2.data(), r1.size() * 4) == 0,
+         fmt("[%s] encoder_bwd dwte bitwise deterministic %s", c.prec, sz.c_str()));
+  for (void* p : {gt, gwte, gwpe, gout, gd, gdwte, gdwpe}) c.gpu.free(p);
+  for (void* p : {ct, cwte, cwpe, cout, cd, cdwte, cdwpe}) c.cpu.free(p);
+}
+
+void test_layernorm(Ctx& c, int N, int C) {
+  const size_t n = size_t(N) * C;
+  const std::string sz = fmt("N=%d C=%d", N, C);
+  const Vec inp = c.rnd(n, -2, 2), w = c.rnd(C, 0.5f, 1.5f), b = c.rnd(C, -0.5f, 0.5f);
+  void *gi = up(c.gpu, inp), *gw = up(c.gpu, w), *gb = up(c.gpu, b);
+  void *ci = up(c.cpu, inp), *cw = up(c.cpu, w), *cb = up(c.cpu, b);
+  void *go = up(c.gpu, poison(n)), *co = up(c.cpu, Vec(n));
+  void *gm = up(c.gpu, poison(N), false), *gr = up(c.gpu, poison(N), false);
+  void *cm = up(c.cpu, Vec(N), false), *cr = up(c.cpu, Vec(N), false);
+  const Tol tol = c.pick(kF32Exact, kBf16Elementwise);
+  c.gpu.layernorm_fwd(go, (float*)gm, (float*)gr, gi, gw, gb, N, C);
+  c.cpu.layernorm_fwd(co, (float*)cm, (float*)cr, ci, cw, cb, N, C);
+  check(fmt("[%s] layernorm_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, n), down(c.cpu, co, n), tol);
+  check(fmt("[%s] layernorm_fwd mean %s", c.prec, sz.c_str()), down(c.gpu, gm, N, false), down(c.cpu, cm, N, false),
+        kF32Exact);
+  check(fmt("[%s] layernorm_fwd rstd %s", c.prec, sz.c_str()), down(c.gpu, gr, N, false), down(c.cpu, cr, N, false),
+        kF32Exact);
+
+  // residual variant
+  const Vec a2 = c.rnd(n), b2 = c.rnd(n);
+  void *ga = up(c.gpu, a2), *gb2 = up(c.gpu, b2), *ca = up(c.cpu, a2), *cb2 = up(c.cpu, b2);
+  void *gres = up(c.gpu, poison(n)), *cres = up(c.cpu, Vec(n));
+  c.gpu.residual_layernorm_fwd(gres, go, (float*)gm, (float*)gr, ga, gb2, gw, gb, N, C);
+  c.cpu.residual_layernorm_fwd(cres, co, (float*)cm, (float*)cr, ca, cb2, cw, cb, N, C);
+  check(fmt("[%s] residual_layernorm_fwd residual %s", c.prec, sz.c_str()), down(c.gpu, gres, n),
+        down(c.cpu, cres, n), tol);
+  // the CPU normalises the unrounded sum; the GPU the stored (rounded) residual, as the backward sees
+  check(fmt("[%s] residual_layernorm_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, n), down(c.cpu, co, n),
+        c.pick(kF32Exact, kBf16Backward));
+
+  // backward, from the CPU's statistics so both see the same mean/rstd
+  const Vec mean = down(c.cpu, cm, N, false), rstd = down(c.cpu, cr, N, false);
+  void *gm2 = up(c.gpu, mean, false), *gr2 = up(c.gpu, rstd, false);
+  const Vec res = c.act(down(c.cpu, cres, n));
+  void *gx = up(c.gpu, res), *cx = up(c.cpu, res);
+  // recompute the CPU stats on the rounded residual so mean/rstd match x exactly
+  c.cpu.layernorm_fwd(co, (float*)cm, (float*)cr, cx, cw, cb, N, C);
+  const Vec mean2 = down(c.cpu, cm, N, false), rstd2 = down(c.cpu, cr, N, false);
+  c.gpu.copy_h2d(gm2, mean2.data(), N * 4);
+  c.gpu.copy_h2d(gr2, rstd2.data(), N * 4);
+  const Vec dout = c.rnd(n), dinp0 = c.rnd(n, -0.5f, 0.5f), dw0 = c.rnd(C, -0.5f, 0.5f), db0 = c.rnd(C, -0.5f, 0.5f);
+  void *gdo = up(c.gpu, dout), *cdo = up(c.cpu, dout);
+  void *gdi = up(c.gpu, dinp0), *gdw = up(c.gpu, dw0), *gdb = up(c.gpu, db0);
+  void *cdi = up(c.cpu, dinp0), *cdw = up(c.cpu, dw0), *cdb = up(c.cpu, db0);
+  c.gpu.layernorm_bwd(gdi, gdw, gdb, gdo, gx, gw, (float*)gm2, (float*)gr2, N, C);
+  c.cpu.layernorm_bwd(cdi, cdw, cdb, cdo, cx, cw, (float*)cm, (float*)cr, N, C);
+  const Tol tb = c.pick(kF32Exact, kBf16Backward);
+  check(fmt("[%s] layernorm_bwd dinp %s", c.prec, sz.c_str()), down(c.gpu, gdi, n), down(c.cpu, cdi, n), tb);
+  check(fmt("[%s] layernorm_bwd dw %s", c.prec, sz.c_str()), down(c.gpu, gdw, C), down(c.cpu, cdw, C), tb);
+  check(fmt("[%s] layernorm_bwd db %s", c.prec, sz.c_str()), down(c.gpu, gdb, C), down(c.cpu, cdb, C), tb);
+  for (void* p : {gi, gw, gb, go, gm, gr, ga, gb2, gres, gm2, gr2, gx, gdo, gdi, gdw, gdb}) c.gpu.free(p);
+  for (void* p : {ci, cw, cb, co, cm, cr, ca, cb2, cres, cx, cdo, cdi, cdw, cdb}) c.cpu.free(p);
+}
+
+void test_matmul(Ctx& c, int N, int IC, int OC, bool bias, bool gelu) {
+  const std::string sz = fmt("N=%d IC=%d OC=%d%s%s", N, IC, OC, bias ? " bias" : "", gelu ? " gelu" : "");
+  const Vec inp = c.rnd(size_t(N) * IC), w = c.rnd(size_t(OC) * IC, -0.1f, 0.1f), b = c.rnd(OC);
+  void *gi = up(c.gpu, inp), *gw = up(c.gpu, w), *gb = bias ? up(c.gpu, b) : nullptr;
+  void *ci = up(c.cpu, inp), *cw = up(c.cpu, w), *cb = bias ? up(c.cpu, b) : nullptr;
+  const size_t no = size_t(N) * OC;
+  void *go = up(c.gpu, poison(no)), *co = up(c.cpu, Vec(no));
+  void *gpg = gelu ? up(c.gpu, poison(no)) : nullptr, *cpg = gelu ? up(c.cpu, Vec(no)) : nullptr;
+  c.gpu.matmul_fwd(go, gi, gw, gb, N, IC, OC, gpg);
+  c.cpu.matmul_fwd(co, ci, cw, cb, N, IC, OC, cpg);
+  const Tol tol = c.pick(kF32Tf32, kBf16Matmul);
+  check(fmt("[%s] matmul_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, no), down(c.cpu, co, no), tol);
+  if (gelu)
+    check(fmt("[%s] matmul_fwd pre_gelu %s", c.prec, sz.c_str()), down(c.gpu, gpg, no), down(c.cpu, cpg, no), tol);
+
+  // backward: here the GELU sits on the input side, pre_gelu (N, IC)
+  const Vec dout = c.rnd(no), dw0 = c.rnd(size_t(OC) * IC), db0 = c.rnd(OC);
+  const Vec pre = c.rnd(size_t(N) * IC, -3, 3);
+  void *gdo = up(c.gpu, dout), *cdo = up(c.cpu, dout);
+  void *gdi = up(c.gpu, poison(size_t(N) * IC)), *cdi = up(c.cpu, Vec(size_t(N) * IC));
+  void *gdw = up(c.gpu, dw0), *cdw = up(c.cpu, dw0);
+  void *gdb = bias ? up(c.gpu, db0) : nullptr, *cdb = bias ? up(c.cpu, db0) : nullptr;
+  void *gpre = gelu ? up(c.gpu, pre) : nullptr, *cpre = gelu ? up(c.cpu, pre) : nullptr;
+  c.gpu.matmul_bwd(gdi, gdw, gdb, gdo, gi, gw, N, IC, OC, gpre);
+  c.cpu.matmul_bwd(cdi, cdw, cdb, cdo, ci, cw, N, IC, OC, cpre);
+  check(fmt("[%s] matmul_bwd dinp %s", c.prec, sz.c_str()), down(c.gpu, gdi, size_t(N) * IC),
+        down(c.cpu, cdi, size_t(N) * IC), tol);
+  check(fmt("[%s] matmul_bwd dw %s", c.prec, sz.c_str()), down(c.gpu, gdw, size_t(OC) * IC),
+        down(c.cpu, cdw, size_t(OC) * IC), tol);
+  if (bias)
+    check(fmt("[%s] matmul_bwd dbias %s", c.prec, sz.c_str()), down(c.gpu, gdb, OC), down(c.cpu, cdb, OC),
+          c.pick(kF32Exact, kBf16Backward));
+  for (void* p : {gi, gw, gb, go, gpg, gdo, gdi, gdw, gdb, gpre})
+    if (p) c.gpu.free(p);
+  for (void* p : {ci, cw, cb, co, cpg, cdo, cdi, cdw, cdb, cpre})
+    if (p) c.cpu.free(p);
+}
+
+void test_attention(Ctx& c, int B, int T, int NH, int HS) {
+  const std::string sz = fmt("B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+  const size_t C = size_t(NH) * HS, n3 = size_t(B) * T * 3 * C, n = size_t(B) * T * C, nl = size_t(B) * NH * T;
+  const Vec qkv = c.rnd(n3, -2, 2);
+  void *gq = up(c.gpu, qkv), *cq = up(c.cpu, qkv);
+  void *go = up(c.gpu, poison(n)), *co = up(c.cpu, Vec(n));
+  void *gl = up(c.gpu, poison(nl), false), *cl = up(c.cpu, Vec(nl), false);
+  c.gpu.attention_fwd(go, (float*)gl, gq, B, T, NH, HS);
+  c.cpu.attention_fwd(co, (float*)cl, cq, B, T, NH, HS);
+  const Tol tol = c.pick(kF32Attention, kBf16Attention);
+  check(fmt("[%s] attention_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, n), down(c.cpu, co, n), tol);
+  check(fmt("[%s] attention_fwd lse %s", c.prec, sz.c_str()), down(c.gpu, gl, nl, false),
+        down(c.cpu, cl, nl, false), c.pick(Tol{1e-3, 2e-3}, Tol{1e-3, 2e-3}));
+
+  // backward from the same (rounded) out and lse on both sides
+  const Vec out = c.act(down(c.cpu, co, n)), lse = down(c.cpu, cl, nl, false), dout = c.rnd(n);
+  void *go2 = up(c.gpu, out), *co2 = up(c.cpu, out), *gl2 = up(c.gpu, lse, false), *cl2 = up(c.cpu, lse, false);
+  void *gdo = up(c.gpu, dout), *cdo = up(c.cpu, dout);
+  void *gdq = up(c.gpu, poison(n3)), *cdq = up(c.cpu, Vec(n3));
+  c.gpu.attention_bwd(gdq, gdo, gq, go2, (float*)gl2, B, T, NH, HS);
+  c.cpu.attention_bwd(cdq, cdo, cq, co2, (float*)cl2, B, T, NH, HS);
+  check(fmt("[%s] attention_bwd dqkv %s", c.prec, sz.c_str()), down(c.gpu, gdq, n3), down(c.cpu, cdq, n3), tol);
+  for (void* p : {gq, go, gl, go2, gl2, gdo, gdq}) c.gpu.free(p);
+  for (void* p : {cq, co, cl, co2, cl2, cdo, cdq}) c.cpu.free(p);
+}
+
+void test_gelu(Ctx& c, size_t n) {
+  const Vec x = c.rnd(n, -5, 5);
+  void *g = up(c.gpu, x), *cc = up(c.cpu, x), *go = up(c.gpu, poison(n)), *co = up(c.cpu, Vec(n));
+  c.gpu.gelu_fwd(go, g, n);
+  c.cpu.gelu_fwd(co, cc, n);
+  check(fmt("[%s] gelu_fwd n=%zu", c.prec, n), down(c.gpu, go, n), down(c.cpu, co, n),
+        c.pick(kF32Exact, kBf16Elementwise));
+  for (void* p : {g, go}) c.gpu.free(p);
+  for (void* p : {cc, co}) c.cpu.free(p);
+}
+
+void test_classifier(Ctx& c, int N, int V, int Vp) {
+  const std::string sz = fmt("N=%d V=%d Vp=%d", N, V, Vp);
+  Vec logits = c.rnd(size_t(N) * Vp, -6, 6);
+  std::vector<int> tg(N);
+  std::uniform_int_distribution<int> d(0, V - 1);
+  for (auto& t : tg) t = d(g_rng);
+  tg[0] = V - 1;
+  void *gt = up_int(c.gpu, tg), *ct = up_int(c.cpu, tg);
+  void *gz = up(c.gpu, logits), *cz = up(c.cpu, logits);
+  void *gl = up(c.gpu, poison(N), false), *cl = up(c.cpu, Vec(N), false);
+  // dloss = 0: losses only, logits untouched
+  c.gpu.classifier(gz, (float*)gl, (int*)gt, N, V, Vp, 0.0f);
+  c.cpu.classifier(cz, (float*)cl, (int*)ct, N, V, Vp, 0.0f);
+  check(fmt("[%s] classifier losses (no grad) %s", c.prec, sz.c_str()), down(c.gpu, gl, N, false),
+        down(c.cpu, cl, N, false), kF32Exact);
+  const Vec same = down(c.gpu, gz, logits.size());
+  expect(std::memcmp(same.data(), logits.data(), logits.size() * 4) == 0,
+         fmt("[%s] classifier leaves logits alone when dloss = 0 %s", c.prec, sz.c_str()));
+  const float dloss = 1.0f / N;
+  c.gpu.classifier(gz, (float*)gl, (int*)gt, N, V, Vp, dloss);
+  c.cpu.classifier(cz, (float*)cl, (int*)ct, N, V, Vp, dloss);
+  check(fmt("[%s] classifier losses %s", c.prec, sz.c_str()), down(c.gpu, gl, N, false), down(c.cpu, cl, N, false),
+        kF32Exact);
+  const Vec gg = down(c.gpu, gz, logits.size()), cg = down(c.cpu, cz, logits.size());
+  check(fmt("[%s] classifier dlogits %s", c.prec, sz.c_str()), gg, cg, c.pick(kF32Exact, kBf16Elementwise));
+  bool pad_zero = true;
+  for (int i = 0; i < N; ++i)
+    for (int j = V; j < Vp; ++j) pad_zero = pad_zero && gg[size_t(i) * Vp + j] == 0.0f;
+  expect(pad_zero, fmt("[%s] classifier padded columns zeroed %s", c.prec, sz.c_str()));
+  for (void* p : {gt, gz, gl}) c.gpu.free(p);
+  for (void* p : {ct, cz, cl}) c.cpu.free(p);
+}
+
+void test_sum_squares(Ctx& c, size_t n) {
+  const Vec x = c.rnd(n);
+  void *g = up(c.gpu, x), *cc = up(c.cpu, x);
+  const double a = c.gpu.sum_squares(g, n), b = c.cpu.sum_squares(cc, n);
+  // fp32 per-thread partial sums against the CPU's double: ~1e-6 relative
+  check(fmt("[%s] sum_squares n=%zu", c.prec, n), Vec{float(a)}, Vec{float(b)}, Tol{1e-5, 1e-5});
+  c.gpu.free(g);
+  c.cpu.free(cc);
+}
+
+void test_adamw(Ctx& c, size_t n, bool master) {
+  const std::string sz = fmt("n=%zu %s", n, master ? "master" : "no-master");
+  std::uniform_real_distribution<float> d(-1, 1), dv(0, 1e-2f);
+  Vec w(n), g = c.rnd(n, -0.1f, 0.1f), m(n), v(n);
+  for (size_t i = 0; i < n; ++i) w[i] = d(g_rng), m[i] = 1e-2f * d(g_rng), v[i] = dv(g_rng);
+  if (!master) w = c.act(w);
+  AdamWArgs a;
+  a.n = n, a.lr = 1e-2f, a.weight_decay = 0.1f, a.grad_scale = 0.7f, a.step = 3, a.seed = 1234;
+  // CPU: its fp32 param is the master
+  void *cw = up(c.cpu, w), *cg = up(c.cpu, g), *cm = up(c.cpu, m, false), *cv = up(c.cpu, v, false);
+  AdamWArgs ca = a;
+  ca.param = cw, ca.grad = cg, ca.m = (float*)cm, ca.v = (float*)cv;
+  c.cpu.adamw(ca);
+  void *gg = up(c.gpu, g), *gm = up(c.gpu, m, false), *gv = up(c.gpu, v, false);
+  void* gmaster = master ? up(c.gpu, w, false) : nullptr;
+  void* gp = master ? up(c.gpu, poison(n)) : up(c.gpu, w);
+  AdamWArgs ga = a;
+  ga.param = gp, ga.master = (float*)gmaster, ga.grad = gg, ga.m = (float*)gm, ga.v = (float*)gv;
+  c.gpu.adamw(ga);
+  const Vec ref = down(c.cpu, cw, n);
+  check(fmt("[%s] adamw m %s", c.prec, sz.c_str()), down(c.gpu, gm, n, false), down(c.cpu, cm, n, false), kF32Exact);
+  check(fmt("[%s] adamw v %s", c.prec, sz.c_str()), down(c.gpu, gv, n, false), down(c.cpu, cv, n, false), kF32Exact);
+  const Vec p = down(c.gpu, gp, n);
+  if (master) check(fmt("[%s] adamw master %s", c.prec, sz.c_str()), down(c.gpu, gmaster, n, false), ref, kF32Exact);
+  check(fmt("[%s] adamw param %s", c.prec, sz.c_str()), p, ref, c.pick(kF32Exact, kBf16Elementwise));
+  if (c.bf16 && master) {
+    // stochastic rounding: every param is one of the two bf16 neighbours of its master value, and a
+    // good share of them is not the nearest one
+    const Vec mw = down(c.gpu, gmaster, n, false);
+    size_t not_nearest = 0, outside = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float lo_hi = std::fabs(mw[i]) * (1.0f / 128);  // at least one bf16 ulp
+      if (std::fabs(p[i] - mw[i]) > lo_hi) ++outside;
+      if (p[i] != round_bf16(mw[i])) ++not_nearest;
+    }
+    expect(outside == 0 && not_nearest > n / 10 && not_nearest < n * 6 / 10,
+           fmt("[%s] adamw stochastic rounding: %zu of %zu not nearest, %zu beyond one ulp", c.prec, not_nearest, n,
+               outside));
+  }
+  for (void* q : {gg, gm, gv, gmaster, gp})
+    if (q) c.gpu.free(q);
+  for (void* q : {cw, cg, cm, cv}) c.cpu.free(q);
+}
+
+// ---- NCCL plumbing with a single rank (world 1): collectives are copies, events must not hang
+class OneRank final : public HostComm {
+ public:
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  int local_rank() const override { return 0; }
+  double sum(double x) override { return x; }
+  long max(long x) override { return x; }
+  void barrier() override {}
+  void broadcast(void*, size_t, int) override {}
+  [[noreturn]] void abort(int status) override { std::exit(status); }
+  void* mpi_comm() override { return nullptr; }
+};
+void test_nccl_single(Ctx& c) {
+  OneRank host;
+  auto comm = make_nccl_communicator(host, c.gpu);
+  const size_t n = 1000;
+  const Vec x = c.rnd(n);
+  void *a = up(c.gpu, x), *b = up(c.gpu, poison(n)), *g = up(c.gpu, poison(n));
+  const DType t = c.gpu.act_dtype();
+  comm->all_reduce_sum(a, n, t);
+  comm->reduce_scatter_sum(a, b, n, t);
+  comm->record(0);
+  comm->wait(0);
+  comm->all_gather(b, g, n, t);
+  comm->join();
+  check(fmt("[%s] nccl world=1 all_reduce/reduce_scatter/all_gather", c.prec), down(c.gpu, g, n), x, kF32Exact);
+  for (void* p : {a, b, g}) c.gpu.free(p);
+}
+
+// One failing op (a library error, say) is reported and counted; the other checks still run.
+template <class F>
+void guarded(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    ++g_checks;
+    ++g_failures;
+    std::printf("FAIL exception: %s\n", e.what());
+  }
+}
+
+void run_checks(const char* prec) {
+  Config cfg;
+  cfg.training.precision = prec;
+  auto cpu = make_cpu_backend(cfg);
+  auto gpu = make_cuda_backend(cfg, 0);
+  Ctx c{*cpu, *gpu, std::string(prec) == "bf16", prec};
+  std::printf("== %s on %s\n", prec, gpu->hardware().c_str());
+  guarded([&] { test_conversions(c, 1000003); });
+  guarded([&] { test_encoder(c, 2, 97, 257, 131); });  // scalar path
+  guarded([&] { test_encoder(c, 4, 64, 768, 512); });  // vector path, many repeated tokens
+  guarded([&] { test_layernorm(c, 97, 257); });
+  guarded([&] { test_layernorm(c, 300, 768); });
+  guarded([&] { test_layernorm(c, 64, 1600); });
+  guarded([&] { test_matmul(c, 97, 264, 136, true, false); });
+  guarded([&] { test_matmul(c, 97, 264, 136, true, true); });  // fused GELU epilogues
+  guarded([&] { test_matmul(c, 97, 257, 131, true, true); });  // odd sizes: GELU/DGELU fall back to kernels
+  guarded([&] { test_matmul(c, 256, 768, 3072, true, true); });
+  guarded([&] { test_matmul(c, 128, 768, 512, false, false); });
+  guarded([&] { test_attention(c, 2, 97, 3, 64); });
+  guarded([&] { test_attention(c, 2, 256, 4, 64); });
+  guarded([&] { test_attention(c, 1, 128, 2, 32); });
+  guarded([&] { test_gelu(c, 1000003); });
+  guarded([&] { test_classifier(c, 97, 1000, 1024); });
+  guarded([&] { test_classifier(c, 33, 257, 259); });  // scalar path
+  guarded([&] { test_classifier(c, 16, 50257, 50304); });
+  guarded([&] { test_sum_squares(c, 1000003); });
+  guarded([&] { test_sum_squares(c, 7); });
+  guarded([&] { test_adamw(c, 1000003, true); });
+  guarded([&] { test_adamw(c, 100001, false); });
+  guarded([&] { test_nccl_single(c); });
+}
+
+// ---- benchmark: each op at one layer's shapes. Host clock around `reps` back-to-back launches after a
+// warm-up, synchronised at both ends (the tests build without the CUDA headers, so no device events).
+struct Timer {
+  Backend& b;
+  template <class F>
+  double ms(F&& f, int reps = 10) {
+    f();  // warm-up: plan building, first touch
+    b.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    b.synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+  }
+};
+
+void fill_random(Backend& b, void* p, size_t n) {
+  static Vec host;
+  if (host.empty()) {
+    host.resize(1 << 22);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (auto& x : host) x = d(g_rng);
+  }
+  float* tmp = static_cast<float*>(b.alloc(host.size() * 4));
+  b.copy_h2d(tmp, host.data(), host.size() * 4);
+  const size_t es = dtype_size(b.act_dtype());
+  for (size_t off = 0; off < n; off += host.size())
+    b.f32_to_act(static_cast<char*>(p) + off * es, tmp, std::min(host.size(), n - off));
+  b.synchronize();
+  b.free(tmp);
+}
+
+void bench(const char* label, int B, int T, int C, int NH, int L) {
+  Config cfg;
+  auto gb = make_cuda_backend(cfg, 0);
+  Backend& g = *gb;
+  Timer tm{g};
+  const int N = B * T, HS = C / NH, Vp = 50304, V = 50257;
+  const size_t es = 2;
+  auto A = [&](size_t n) {
+    void* p = g.alloc(n * es);
+    fill_random(g, p, n);
+    return p;
+  };
+  void *x = A(size_t(N) * 4 * C), *y = A(size_t(N) * 4 * C), *z = A(size_t(N) * 4 * C), *pg = A(size_t(N) * 4 * C);
+  void *w = A(size_t(4) * C * C), *dw = A(size_t(4) * C * C), *bias = A(4 * C), *dbias = A(4 * C);
+  float *mean = (float*)g.alloc(N * 4), *rstd = (float*)g.alloc(N * 4), *lse = (float*)g.alloc(size_t(N) * NH * 4);
+  g.layernorm_fwd(y, mean, rstd, x, w, bias, N, C);
+  std::printf("\n== bench %s: B=%d T=%d C=%d NH=%d (per layer x%d)\n", label, B, T, C, NH, L);
+  struct Row {
+    const char* name;
+    double ms;
+    double flops;
+    double bytes;
+    int count;  // per step
+  };
+  std::vector<Row> rows;
+  const double n = N, c = C;
+  auto add = [&](const char* name, double ms, double flops, double bytes, int count) {
+    rows.push_back({name, ms, flops, bytes, count});
+    std::printf("%-28s %8.3f ms  %7.1f TFLOP/s  %7.0f GB/s  x%d\n", name, ms, flops / ms / 1e9, bytes / ms / 1e6,
+                count);
+  };
+  add("layernorm_fwd", tm.ms([&] { g.layernorm_fwd(y, mean, rstd, x, w, bias, N, C); }), 0, 2 * n * c * es, 2 * L);
+  add("residual_layernorm_fwd",
+      tm.ms([&] { g.residual_layernorm_fwd(z, y, mean, rstd, x, pg, w, bias, N, C); }), 0, 4 * n * c * es, 2 * L);
+  add("layernorm_bwd", tm.ms([&] { g.layernorm_bwd(z, dw, dbias, y, x, w, mean, rstd, N, C); }), 0, 4 * n * c * es,
+      2 * L);
+  add("matmul_fwd qkv", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, 3 * C, nullptr); }), 2 * n * c * 3 * c, 0, L);
+  add("matmul_fwd attproj", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, C, nullptr); }), 2 * n * c * c, 0, L);
+  add("matmul_fwd fc+gelu", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, 4 * C, pg); }), 2 * n * c * 4 * c, 0, L);
+  add("matmul_fwd fcproj", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, 4 * C, C, nullptr); }), 2 * n * c * 4 * c, 0,
+      L);
+  add("matmul_bwd qkv", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 3 * C, nullptr); }),
+      4 * n * c * 3 * c, 0, L);
+  add("matmul_bwd attproj", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, C, nullptr); }), 4 * n * c * c, 0,
+      L);
+  add("matmul_bwd fc", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 4 * C, nullptr); }),
+      4 * n * c * 4 * c, 0, L);
+  add("matmul_bwd fcproj+dgelu", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, 4 * C, C, pg); }),
+      4 * n * c * 4 * c, 0, L);
+  const double attn_f = 4.0 * B * NH * double(T) * T * HS / 2;  // causal: half of QK^T and PV
+  add("attention_fwd", tm.ms([&] { g.attention_fwd(y, lse, x, B, T, NH, HS); }), attn_f, 0, L);
+  add("attention_bwd", tm.ms([&] { g.attention_bwd(z, y, x, y, lse, B, T, NH, HS); }), 2.5 * attn_f, 0, L);
+  add("add_inplace (N*C)", tm.ms([&] { g.add_inplace(y, x, size_t(N) * C); }), 0, 3 * n * c * es, 0);
+  add("gelu_fwd (N*4C)", tm.ms([&] { g.gelu_fwd(y, x, size_t(N) * 4 * C); }), 0, 2 * n * 4 * c * es, 0);
+  for (void* p : {x, y, z, pg, w, dw}) g.free(p);
+
+  // embedding, LM head and loss, optimizer
+  void* logits = A(size_t(N) * Vp);
+  void *wte = A(size_t(Vp) * C), *dwte = A(size_t(Vp) * C), *wpe = A(size_t(T) * C), *dwpe = A(size_t(T) * C);
+  void *h = A(size_t(N) * C), *dh = A(size_t(N) * C);
+  std::vector<int> tok(N);
+  std::uniform_int_distribution<int> d(0, V - 1);
+  for (auto& t : tok) t = d(g_rng);
+  int* gt = static_cast<int*>(g.alloc(N * 4));
+  g.copy_h2d(gt, tok.data(), N * 4);
+  float* losses = static_cast<float*>(g.alloc(N * 4));
+  add("encoder_fwd", tm.ms([&] { g.encoder_fwd(h, gt, wte, wpe, B, T, C); }), 0, 3 * n * c * es, 1);
+  add("encoder_bwd", tm.ms([&] { g.encoder_bwd(dwte, dwpe, dh, gt, B, T, C); }), 0, 2 * n * c * es, 1);
+  add("matmul_fwd lm_head", tm.ms([&] { g.matmul_fwd(logits, h, wte, nullptr, N, C, Vp, nullptr); }),
+      2 * n * c * Vp, 0, 1);
+  add("classifier", tm.ms([&] { g.classifier(logits, losses, gt, N, V, Vp, 1.0f / N); }), 0, 2 * n * Vp * es, 1);
+  add("matmul_bwd lm_head", tm.ms([&] { g.matmul_bwd(dh, dwte, nullptr, logits, h, wte, N, C, Vp, nullptr); }),
+      4 * n * c * Vp, 0, 1);
+  for (void* p : {logits, h, dh}) g.free(p);
+  const size_t P = size_t(12) * C * C * L + size_t(Vp) * C;  // parameters, roughly
+  void* param = A(P);
+  void* grad = A(P);
+  float *master = (float*)g.alloc(P * 4), *m = (float*)g.alloc(P * 4), *v = (float*)g.alloc(P * 4);
+  g.zero(m, P * 4);
+  g.zero(v, P * 4);
+  g.act_to_f32(master, param, P);
+  AdamWArgs aw;
+  aw.param = param, aw.master = master, aw.grad = grad, aw.m = m, aw.v = v, aw.n = P, aw.lr = 1e-4f;
+  add("adamw (all params)", tm.ms([&] { g.adamw(aw); }, 3), 0, P * (2 + 2 + 24.0), 1);
+  add("sum_squares (all grads)", tm.ms([&] { g.sum_squares(grad, P); }, 3), 0, P * 2.0, 1);
+  double total = 0, total_flops = 0;
+  for (auto& r : rows) total += r.ms * r.count, total_flops += r.flops * r.count;
+  std::printf("%-28s %8.1f ms per step (sum of the ops above, no overlap; %.1f TFLOP/s, peak mem %.1f GB)\n",
+              "estimated step", total, total_flops / total / 1e9, g.peak_bytes() / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (gpt::cuda_device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  const bool do_bench = argc > 1 && std::string(argv[1]) == "--bench";
+  try {
+    guarded([] { run_checks("bf16"); });
+    guarded([] { run_checks("fp32"); });
+    std::printf("\n%d of %d checks failed\n", g_failures, g_checks);
+    if (do_bench) {
+      guarded([] { bench("GPT-2 124M", 64, 1024, 768, 12, 12); });
+      guarded([] { bench("GPT-2 1558M", 16, 1024, 1600, 25, 48); });
+    }
+  } catch (const gpt::Error& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+  return g_failures ? 1 : 0;
+}
