@@ -242,10 +242,11 @@ def point_dirs(sweep_dir):
     return sorted(out)
 
 
-def _order_columns(names, csv_path=None):
-    """Columns in FORMATS.md order; varied keys keep summary.csv's order when it exists."""
-    header = []
-    if csv_path is not None and csv_path.is_file():
+def _order_columns(names, csv_path=None, varied_hint=()):
+    """Columns in FORMATS.md order; varied keys in the order of varied_hint (the summary's
+    varied_keys attribute), else of summary.csv's header, else as stored."""
+    header = list(varied_hint)
+    if not header and csv_path is not None and csv_path.is_file():
         with open(csv_path, newline="", encoding="utf-8") as f:
             header = next(csv.reader(f), [])
     varied = [c for c in header if c in names and c not in KNOWN_COLUMNS]
@@ -253,6 +254,15 @@ def _order_columns(names, csv_path=None):
     lead = [c for c in LEADING_COLUMNS if c in names]
     trail = [c for c in TRAILING_COLUMNS if c in names]
     return lead + varied + trail, varied
+
+
+def _to_int(value):
+    """An integer column value (stored as int, float or text); NaN and empty text stay NaN."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return int(f) if math.isfinite(f) else math.nan
 
 
 def _summary_from_h5(path):
@@ -271,18 +281,20 @@ def _summary_from_h5(path):
             else:
                 data[name] = np.asarray(ds[()]).tolist()
         config = _text(f.attrs.get("config_yaml", None))
+        varied_attr = _text(f.attrs.get("varied_keys", None))
     lengths = {len(v) for v in data.values()}
     if len(lengths) > 1:
         raise LogError(f"{path}: /points columns have different lengths {sorted(lengths)}")
     n = lengths.pop() if lengths else 0
-    columns, varied = _order_columns(list(data), path.with_suffix(".csv"))
+    columns, varied = _order_columns(list(data), path.with_suffix(".csv"),
+                                     (varied_attr or "").split())
     rows = []
     for i in range(n):
         row = {}
         for c in columns:
             v = data[c][i]
             if c in INT_COLUMNS:
-                v = int(v)
+                v = _to_int(v)
             elif c not in STRING_COLUMNS and c not in varied and isinstance(v, (int, float)):
                 v = float(v)
             row[c] = v
@@ -296,8 +308,8 @@ def _summary_from_logs(sweep_dir):
     for index, pdir in point_dirs(sweep_dir):
         log_path = pdir / "log.h5"
         if not log_path.is_file():
-            rows.append({"index": index, "dir": pdir.name, "status": "pending",
-                         "message": "no log.h5 yet"})
+            rows.append({"index": index, "dir": pdir.name, "status": "missing",
+                         "message": "no log.h5 (point not run yet)"})
             continue
         try:
             log = read_log(log_path)

@@ -37,7 +37,8 @@ def plot_runs(logs, labels, path, tokens=False, logy=False):
         color = colors[i % len(colors)]
         tr, ev = log["train"], log["eval"]
         if len(tr["step"]):
-            ax.plot(np.asarray(tr["step"]) * scale, tr["loss"], color=color, lw=1.2, label=f"{label} train")
+            ax.plot(np.asarray(tr["step"]) * scale, tr["loss"], color=color, lw=1.2, label=f"{label} train",
+                    marker="o" if len(tr["step"]) < 3 else None, ms=4)  # a point or two stays visible
             drawn += 1
         if len(ev["step"]):
             ax.plot(np.asarray(ev["step"]) * scale, ev["val_loss"], color=color, ls="--", marker="o", ms=3,

@@ -57,6 +57,10 @@ def _fig_width(n):
     return max(6.0, 1.0 * n + 2.0)
 
 
+def _gib_label(v):
+    return f"{v:.1f}" if abs(v) >= 1 else f"{v:.2g}"
+
+
 def _si(v):
     for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(v) >= div:
@@ -112,11 +116,11 @@ def plot_memory(summary, path):
     for i, t in enumerate(pred_total):
         top = t if np.isfinite(t) else bottom[i]
         if top > 0:
-            ax.text(x[i] - w / 2, top, f"{top:.1f}", ha="center", va="bottom", fontsize=8)
+            ax.text(x[i] - w / 2, top, _gib_label(top), ha="center", va="bottom", fontsize=8)
     meas = np.array([_value(r, "meas_peak") for r in rows]) / h5log.GIB
     ok = np.isfinite(meas)
     bars = ax.bar(x + w / 2, np.where(ok, meas, 0.0), w, color=MEASURED_COLOR, label="measured peak")
-    _bar_values(ax, bars, meas, lambda v: f"{v:.1f}")
+    _bar_values(ax, bars, meas, _gib_label)
     for i, r in enumerate(rows):
         if not ok[i]:
             _mark_missing(ax, x[i] + w / 2, r)
@@ -146,10 +150,13 @@ def plot_loss(summary, sweep_dir, path):
         if log is None:
             continue
         color = colors[i % len(colors)]
-        label = point_label(r, varied).replace("\n", ", ")
+        label = point_label(r, varied, with_status=False).replace("\n", ", ")
+        if r.get("status") != "ok":
+            label += f" [{r.get('status')}]"
         tr, ev = log["train"], log["eval"]
         if len(tr["step"]):
-            ax.plot(tr["step"], tr["loss"], color=color, lw=1.2, label=label)
+            ax.plot(tr["step"], tr["loss"], color=color, lw=1.2, label=label,
+                    marker="o" if len(tr["step"]) < 3 else None, ms=4)  # a point or two stays visible
             drawn += 1
         if len(ev["step"]):
             ax.plot(ev["step"], ev["val_loss"], color=color, ls="--", marker="o", ms=3,

@@ -22,7 +22,11 @@ def _num(fmt):
 
 
 def _gib(v):
-    return MISSING if h5log.is_missing(v) else f"{v / h5log.GIB:.2f}"
+    """Two decimals from 1 GiB up, three significant digits below (tiny models stay readable)."""
+    if h5log.is_missing(v):
+        return MISSING
+    g = v / h5log.GIB
+    return f"{g:.2f}" if abs(g) >= 1 else f"{g:.3g}"
 
 
 def _pct(v):

@@ -164,18 +164,27 @@ def write_log(path, p):
         fill_log(f, p)
 
 
-def write_summary(sweep, points):
+def missing_row(index):
+    """The summary row of a point that has not run: text columns set, numbers NaN."""
+    row = {c: math.nan for c in SUMMARY_COLUMNS}
+    row.update({"index": index, "dir": f"p{index:03d}", "training.zero_stage": "1", "training.micro_batch": "32",
+                "status": "missing", "message": "no log.h5 (point not run yet)"})
+    return row
+
+
+def write_summary(sweep, points, n_missing=0):
     """summary.h5 and summary.csv per docs/FORMATS.md from the expected rows."""
     rows = [expected_row(p) for p in points]
+    rows += [missing_row(len(points) + i) for i in range(n_missing)]
+    # As the trainer writes it: index, dir, varied keys, status, message as text; the rest float64.
     with h5py.File(sweep / "summary.h5", "w") as f:
         f.attrs["config_yaml"] = "name: sweep\nsweep:\n  training.zero_stage: [0, 1, 2, 3]\n"
+        f.attrs["varied_keys"] = "".join(k + "\n" for k in VARIED)
         g = f.create_group("points")
         for c in SUMMARY_COLUMNS:
             values = [r[c] for r in rows]
-            if isinstance(values[0], str):
-                g.create_dataset(c, data=values, dtype=h5py.string_dtype())
-            elif c in ("index", "world_size", "n_params", "micro_batch"):
-                g.create_dataset(c, data=np.asarray(values, dtype=np.int64))
+            if c in ["index", "dir", *VARIED, "status", "message"]:
+                g.create_dataset(c, data=[str(v) for v in values], dtype=h5py.string_dtype())
             else:
                 g.create_dataset(c, data=np.asarray(values, dtype=np.float64))
     with open(sweep / "summary.csv", "w", newline="") as fh:
@@ -354,6 +363,26 @@ def test_summary_from_h5(finished_sweep):
             assert_close(row[c], want[c], f"point {p['index']} column {c}")
 
 
+def test_summary_h5_with_points_not_run(tmp_path):
+    sweep = tmp_path / "partial"
+    for p in POINTS[:2]:
+        write_log(sweep / f"p{p['index']:03d}" / "log.h5", p)
+    write_summary(sweep, POINTS[:2], n_missing=2)
+    s = h5log.read_summary(sweep)
+    assert [r["index"] for r in s["rows"]] == [0, 1, 2, 3]
+    for row in s["rows"][2:]:
+        assert row["status"] == "missing"
+        for c in ("world_size", "n_params", "micro_batch", "tokens_per_s", "meas_peak"):
+            assert math.isnan(row[c]), (c, row[c])
+    assert s["rows"][1]["world_size"] == 2 and isinstance(s["rows"][1]["world_size"], int)
+    r = run_script("summarize.py", sweep, "--markdown")
+    assert r.returncode == 0, r.stderr
+    assert "| 3 | 1 | 32 | missing | - |" in r.stdout
+    r = run_script("plot_sweep.py", sweep, "-o", tmp_path / "plots")
+    assert r.returncode == 0, r.stderr
+    png_shape(tmp_path / "plots" / "memory.png")
+
+
 def test_summary_from_logs_matches_summary_h5(finished_sweep):
     s = h5log.read_summary(finished_sweep, source="logs")
     assert s["columns"] == SUMMARY_COLUMNS
@@ -376,7 +405,7 @@ def test_summary_of_running_sweep(running_sweep):
     assert by_index[4]["status"] == "running"
     assert by_index[4]["median_step_ms"] == pytest.approx(90.5)
     assert by_index[4]["training.micro_batch"] == "4"
-    assert by_index[5]["status"] == "pending"
+    assert by_index[5]["status"] == "missing"
     assert math.isnan(by_index[5]["tokens_per_s"])
 
 
@@ -414,7 +443,8 @@ def test_summarize_markdown(finished_sweep):
     assert rows[0]["tokens/s"] == "81,920"
     assert rows[0]["MFU %"] == f"{100 * want0['mfu']:.1f}"
     assert rows[0]["median ms"] == "100.0"
-    assert rows[0]["pred GiB"] == f"{predicted(POINTS[0])['total'] / GIB:.2f}"
+    assert predicted(POINTS[0])["total"] == 5_100_000_000
+    assert rows[0]["pred GiB"] == "4.75"
     assert rows[0]["val loss"] == "6.5000"
     assert rows[1]["tokens/s"] == "102,400" and rows[1]["tokens/s/GPU"] == "51,200"
     assert rows[2]["status"] == "oom" and rows[2]["tokens/s"] == "-" and rows[2]["meas GiB"] == "-"
@@ -435,7 +465,7 @@ def test_summarize_terminal_running_sweep(running_sweep):
     for line in table[2:]:
         assert line.split()[0] in {"0", "1", "2", "3", "4", "5"}
     body = "\n".join(table)
-    for status in ("ok", "oom", "failed", "running", "pending"):
+    for status in ("ok", "oom", "failed", "running", "missing"):
         assert status in body
     assert "loss is NaN at step 2" in r.stdout
 
