@@ -103,6 +103,8 @@ double lr_at(const TrainingConfig& t, int step) {
   return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
 }
 
+float clip_scale(double norm, float clip) { return (clip > 0 && norm > clip) ? float(clip / norm) : 1.0f; }
+
 void print_plan(const Config& cfg, const Plan& plan, const MemoryBreakdown& mem) {
   std::ostringstream os;
   os << "+-- config " << std::string(58, '-') << "\n";
@@ -410,7 +412,7 @@ RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool 
       if (!std::isfinite(loss) || !std::isfinite(norm))
         throw Error(kExitFailure, "training diverged at step " + std::to_string(step + 1) + ": loss " +
                                       std::to_string(loss) + ", gradient norm " + std::to_string(norm));
-      const float scale = (t.grad_clip > 0 && norm > t.grad_clip) ? float(t.grad_clip / norm) : 1.0f;
+      const float scale = clip_scale(norm, t.grad_clip);
       s.engine->update({float(lr), t.beta1, t.beta2, t.eps, t.weight_decay, scale, step + 1,
                         mix(cfg.run.seed + uint64_t(step))});
       s.be->synchronize();

@@ -24,6 +24,8 @@ struct Plan {
 Plan make_plan(const Config& cfg, int world);
 MemoryBreakdown predict_memory(const Config& cfg, const Plan& plan);
 double lr_at(const TrainingConfig& t, int step);  // step is 0-based
+// Factor applied to every gradient so that the global L2 norm is at most clip (clip 0: off).
+float clip_scale(double norm, float clip);
 std::string format_bytes(double b);
 // Prints the config table and the memory prediction (the --dry-run output).
 void print_plan(const Config& cfg, const Plan& plan, const MemoryBreakdown& mem);
