@@ -1,7 +1,7 @@
 # Builds ./train and the test programs.
 #   make            CPU + CUDA build (needs the CUDA toolkit; runs on machines without a GPU)
 #   make CUDA=0     CPU-only build
-#   make test       builds and runs the test suite (tests/run_tests.sh)
+#   make test       builds and runs the test suite (pytest over tests/)
 # Dependencies: scripts/setup.sh installs them.
 
 CUDA ?= $(if $(wildcard $(CUDA_HOME)/bin/nvcc),1,0)
@@ -69,7 +69,7 @@ $(BUILD):
 	mkdir -p $(BUILD)
 
 test: all
-	bash tests/run_tests.sh
+	$(PY) -m pytest -v -rs tests
 
 quickstart: train
 	./train --yaml experiments/quickstart.yaml

@@ -1,0 +1,116 @@
+"""Sweeps: expansion, --list/--index, a CPU sweep end to end with its summary and plots, failures."""
+import csv
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, TINY_SYNTH, read_log, run_train, write_yaml
+
+
+def sweep_yaml(tmp_path, sweep, name="sw", steps=6):
+    base = TINY_SYNTH.format(name=name, out_dir=tmp_path / "runs", steps=steps, B=4, stage=0, accum=1, ckpt_every=0)
+    return write_yaml(tmp_path / f"{name}.yaml", base + sweep)
+
+
+def listed(p):
+    return [line.split("\t") for line in p.stdout.strip().splitlines()]
+
+
+def test_grid_times_zip_expansion_and_list(tmp_path, train_bin):
+    y = sweep_yaml(tmp_path, """
+sweep:
+  grid:
+    training.zero_stage: [0, 1, 2]
+    training.lr: [0.001, 0.002]
+  zip:
+    training.micro_batch: [2, 4]
+    training.seq_len: [8, 16]
+""")
+    p = run_train(["--yaml", y, "--list"], check=True)
+    rows = listed(p)
+    assert len(rows) == 3 * 2 * 2
+    assert [r[0] for r in rows] == [str(i) for i in range(12)]
+    assert rows[0][1] == "p000" and rows[11][1] == "p011"
+    combos = {r[2] for r in rows}
+    assert len(combos) == 12
+    # zip keys vary together, never crossed
+    for r in rows:
+        kv = dict(x.split("=") for x in r[2].split())
+        assert (kv["training.micro_batch"], kv["training.seq_len"]) in {("2", "8"), ("4", "16")}
+        assert set(kv) == {"training.zero_stage", "training.lr", "training.micro_batch", "training.seq_len"}
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unequal_zip_and_unknown_key_are_named_errors(tmp_path, train_bin):
+    y = sweep_yaml(tmp_path, "sweep:\n  zip:\n    training.micro_batch: [2, 4]\n    training.seq_len: [8, 16, 32]\n")
+    p = run_train(["--yaml", y, "--list"])
+    assert p.returncode == 1 and "equal lengths" in p.stderr and "training.seq_len" in p.stderr
+    y = sweep_yaml(tmp_path, "sweep:\n  grid:\n    training.warp_speed: [1, 2]\n")
+    p = run_train(["--yaml", y, "--list"])
+    assert p.returncode == 1 and "training.warp_speed" in p.stderr
+    y = sweep_yaml(tmp_path, "sweep:\n  grid:\n    training.lr: []\n")
+    p = run_train(["--yaml", y, "--list"])
+    assert p.returncode == 1 and "non-empty list" in p.stderr
+    y = sweep_yaml(tmp_path, "sweep:\n  grid:\n    training.lr: [0.1]\n")
+    p = run_train(["--yaml", y, "--index", "5"])
+    assert p.returncode == 1 and "out of range" in p.stderr
+
+
+def test_cpu_sweep_end_to_end_with_summary_and_plots(tmp_path, train_bin):
+    y = sweep_yaml(tmp_path, """
+sweep:
+  grid:
+    training.zero_stage: [0, 1]
+  zip:
+    training.micro_batch: [2, 4]
+    training.lr: [0.01, 0.02]
+""", name="e2e")
+    # run point 1 alone first (as an array task would), then the whole sweep
+    p = run_train(["--yaml", y, "--index", "1"], check=True)
+    assert (tmp_path / "runs/e2e/p001/log.h5").exists() and not (tmp_path / "runs/e2e/p000").exists()
+    p = run_train(["--yaml", y], check=True, timeout=900)
+    root = tmp_path / "runs/e2e"
+    with open(root / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    for r in rows:
+        log = read_log(root / r["dir"] / "log.h5")
+        assert float(r["final_train_loss"]) == pytest.approx(log["loss"][-1], rel=1e-9)
+        med = float(np.median(log["step_ms"][1:]))
+        assert float(r["median_step_ms"]) == pytest.approx(med, rel=1e-9)
+        assert float(r["tokens_per_s"]) == pytest.approx(log["attrs"]["tokens_per_step"] / (med / 1000), rel=1e-9)
+        assert int(float(r["micro_batch"])) == int(r["training.micro_batch"])
+        assert float(r["pred_total"]) == log["mem_pred"]["total"]
+        assert float(r["meas_params"]) == log["mem_meas"]["params"]
+        assert float(r["final_val_loss"]) == pytest.approx(log["val_loss"][-1], rel=1e-9)
+    with h5py.File(root / "summary.h5", "r") as f:
+        assert list(f["points/status"].asstr()[:]) == ["ok"] * 4
+        np.testing.assert_allclose(f["points/final_train_loss"][:], [float(r["final_train_loss"]) for r in rows])
+    out = tmp_path / "plots"
+    subprocess.run([sys.executable, ROOT / "scripts/plot_sweep.py", root, "-o", out], check=True, capture_output=True)
+    for name in ["throughput.png", "memory.png"]:
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    t = subprocess.run([sys.executable, ROOT / "scripts/summarize.py", root, "--markdown"], check=True,
+                       capture_output=True, text=True).stdout
+    assert t.count("\n|") >= 5
+
+
+def test_failing_points_are_recorded_and_the_sweep_goes_on(tmp_path, train_bin):
+    y = sweep_yaml(tmp_path, """
+sweep:
+  zip:
+    training.lr: [0.01, 1.0e+30, 0.01]
+    training.seq_len: [16, 16, 64]
+""", name="bad")
+    p = run_train(["--yaml", y], timeout=900)
+    assert p.returncode != 0  # not every point succeeded
+    with open(tmp_path / "runs/bad/summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["ok", "failed", "failed"]
+    assert "diverged" in rows[1]["message"]
+    assert "max_seq_len" in rows[2]["message"]
+    assert float(rows[0]["final_train_loss"]) > 0

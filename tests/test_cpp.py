@@ -1,0 +1,48 @@
+"""Runs the C++ test programs (build/tests/cpu/test_*, and build/tests/gpu/test_* where a GPU is present)."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_TESTS = sorted((ROOT / "build/tests/cpu").glob("test_*"))
+GPU_TESTS = sorted((ROOT / "build/tests/gpu").glob("test_*"))
+
+
+def has_gpu():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    return subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+
+
+def run(binary):
+    p = subprocess.run([str(binary)], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    print(p.stdout[-20000:])
+    print(p.stderr[-20000:])
+    assert p.returncode == 0, f"{binary.name} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    assert " passed, 0 failed" in p.stdout
+
+
+def test_cpu_programs_are_built():
+    assert CPU_TESTS, "no C++ test programs in build/tests/cpu: run make"
+
+
+@pytest.mark.parametrize("binary", CPU_TESTS, ids=[b.name for b in CPU_TESTS])
+def test_cpu(binary):
+    run(binary)
+
+
+@pytest.mark.parametrize("binary", GPU_TESTS, ids=[b.name for b in GPU_TESTS])
+def test_gpu(binary):
+    if not has_gpu():
+        pytest.skip("SKIP: no CUDA device on this machine; GPU tests run on the GPU machine")
+    run(binary)
+
+
+def test_gpu_suite_reports_skip_without_gpu():
+    if has_gpu():
+        pytest.skip("GPU present: the GPU programs above ran")
+    pytest.skip("SKIP: no CUDA device on this machine; GPU kernel and whole-step tests were not run")
