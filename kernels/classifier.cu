@@ -2,6 +2,9 @@
 // (max, sum of exp) per thread over the V real columns, combined across the block. The loss is
 // lse - logit[target]. Pass two (dloss != 0): the row, now warm in L2, is overwritten by
 // (softmax - onehot(target)) * dloss, padded columns by 0.
+// Measured on an H200 (N = 65536, Vp = 50304, bf16): 6.2 ms. A variant holding the row in registers
+// (one read, one write; 1024 threads, one block per SM) ran 7.6 ms: with a single block per SM the
+// load, reduce and store phases no longer overlap.
 #include <cfloat>
 
 #include "cuda/cuda_check.cuh"

@@ -12,7 +12,8 @@ namespace gpt::kern {
 namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kFwdWarps = 8;
-constexpr int kBwdWarps = 8;
+constexpr int kBwdMaxWarps = 8;          // per block
+constexpr size_t kBwdSmemPerSm = 220 * 1024;  // of the 228 KB an SM has, leaving room for the runtime
 
 template <class X, int V, bool RESID>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
@@ -62,19 +63,24 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
   }
 }
 
-// grid: G blocks, each kBwdWarps warps; rows are dealt out warp by warp across the grid.
-// dynamic shared memory: kBwdWarps * 2 * C floats (per warp: dw then db).
+// grid: G blocks of nw warps (chosen so the warps' shared memory fills the SM); rows are dealt out
+// warp by warp across the grid.
+// Dynamic shared memory: per warp, dw then db, each padded to Cp = ceil(C / (32 V)) * 32 V floats.
+// Element c = (j * 32 + lane) * V + k lives at ((j * V + k) * 32 + lane): a warp's 32 lanes touch 32
+// consecutive words, free of bank conflicts.
+__host__ __device__ inline int padded_c(int C, int V) { return (C + 32 * V - 1) / (32 * V) * (32 * V); }
+
 template <class X, int V>
-__global__ void __launch_bounds__(kBwdWarps * 32) layernorm_bwd_kernel(LayerNormBwdArgs<X> a) {
+__global__ void __launch_bounds__(kBwdMaxWarps * 32) layernorm_bwd_kernel(LayerNormBwdArgs<X> a) {
   extern __shared__ float smem[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int C = a.C;
-  float* sdw = smem + size_t(warp) * 2 * C;
-  float* sdb = sdw + C;
-  for (int c = lane; c < 2 * C; c += 32) sdw[c] = 0.0f;  // own slice only: no barrier needed yet
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  const int C = a.C, Cp = padded_c(C, V);
+  float* sdw = smem + size_t(warp) * 2 * Cp;
+  float* sdb = sdw + Cp;
+  for (int i = lane; i < 2 * Cp; i += 32) sdw[i] = 0.0f;  // own slice only: no barrier needed yet
   __syncwarp();
 
-  for (int row = blockIdx.x * kBwdWarps + warp; row < a.N; row += gridDim.x * kBwdWarps) {
+  for (int row = blockIdx.x * nw + warp; row < a.N; row += gridDim.x * nw) {
     const size_t off = size_t(row) * C;
     const float mean = a.mean[row], rstd = a.rstd[row];
     float s_dn = 0.0f, s_dnx = 0.0f;
@@ -89,7 +95,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) layernorm_bwd_kernel(LayerNorm
     }
     s_dn = warp_sum(s_dn) / C;
     s_dnx = warp_sum(s_dnx) / C;
-    for (int c = lane * V; c < C; c += 32 * V) {
+    for (int c = lane * V, j = 0; c < C; c += 32 * V, ++j) {
       const Vec<X, V> g = ldv<X, V>(a.dout + off + c), x = ldv<X, V>(a.inp + off + c), w = ldv<X, V>(a.w + c);
       Vec<X, V> di = ldv<X, V>(a.dinp + off + c);
 #pragma unroll
@@ -98,18 +104,23 @@ __global__ void __launch_bounds__(kBwdWarps * 32) layernorm_bwd_kernel(LayerNorm
         const float xhat = (to_f(x.v[k]) - mean) * rstd;
         const float dn = gk * to_f(w.v[k]);
         di.v[k] = from_f<X>(to_f(di.v[k]) + (dn - s_dn - xhat * s_dnx) * rstd);
-        sdw[c + k] += gk * xhat;
-        sdb[c + k] += gk;
+        const int sidx = (j * V + k) * 32 + lane;
+        sdw[sidx] += gk * xhat;
+        sdb[sidx] += gk;
       }
       stv<X, V>(a.dinp + off + c, di);
     }
   }
   __syncthreads();
   float* part = a.scratch + size_t(blockIdx.x) * 2 * C;
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+  for (int i = threadIdx.x; i < 2 * Cp; i += blockDim.x) {
+    const int which = i / Cp, sidx = i % Cp;  // 0: dw, 1: db
+    const int ln = sidx % 32, t = sidx / 32, j = t / V, k = t % V;
+    const int c = (j * 32 + ln) * V + k;
+    if (c >= C) continue;
     float acc = 0.0f;
-    for (int w = 0; w < kBwdWarps; ++w) acc += smem[size_t(w) * 2 * C + c];
-    part[c] = acc;
+    for (int w = 0; w < nw; ++w) acc += smem[size_t(w) * 2 * Cp + i];
+    part[which * C + c] = acc;
   }
 }
 
@@ -124,11 +135,19 @@ __global__ void layernorm_bwd_reduce_kernel(X* __restrict__ dw, X* __restrict__ 
   *dst = from_f<X>(to_f(*dst) + acc);
 }
 
-int bwd_blocks(int N, int C, int num_sms) {
-  // two blocks per SM when their shared memory fits (it does up to C = 1792 with 8 warps)
-  const size_t smem = size_t(kBwdWarps) * 2 * C * sizeof(float);
-  const int per_sm = smem * 2 <= 220 * 1024 ? 2 : 1;
-  return int(std::max<long>(1, std::min<long>(long(num_sms) * per_sm, ceil_div(N, kBwdWarps))));
+struct BwdGrid {
+  int warps, blocks;
+};
+// Warps per SM as the per-warp shared memory allows (at most 32), split into blocks of 4..8 warps
+// wasting the fewest: C = 768 bf16 gives 4 blocks of 8, C = 1600 gives 3 blocks of 5.
+BwdGrid bwd_grid(int N, int C, int num_sms) {
+  const size_t per_warp = 2 * size_t(padded_c(C, 8)) * sizeof(float);  // the widest padding
+  const int fit = int(std::min<size_t>(32, std::max<size_t>(1, kBwdSmemPerSm / per_warp)));
+  int best = std::min(fit, 4), best_used = best * (fit / best);
+  for (int w = 5; w <= kBwdMaxWarps; ++w)
+    if (w <= fit && w * (fit / w) >= best_used) best = w, best_used = w * (fit / w);
+  const long blocks = std::min<long>(long(num_sms) * (fit / best), ceil_div(N, best));
+  return {best, int(std::max<long>(1, blocks))};
 }
 }  // namespace
 
@@ -158,7 +177,7 @@ void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
 }
 
 size_t layernorm_bwd_scratch_bytes(int N, int C, int num_sms) {
-  return size_t(bwd_blocks(N, C, num_sms)) * 2 * C * sizeof(float);
+  return size_t(bwd_grid(N, C, num_sms).blocks) * 2 * C * sizeof(float);
 }
 
 template <class X>
@@ -166,14 +185,15 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
   const bool vec = a.C % V == 0 && is_aligned(a.dinp, 16) && is_aligned(a.dout, 16) && is_aligned(a.inp, 16) &&
                    is_aligned(a.w, 16);
-  const int blocks = bwd_blocks(a.N, a.C, a.num_sms);
-  const size_t smem = size_t(kBwdWarps) * 2 * a.C * sizeof(float);
+  const BwdGrid grid = bwd_grid(a.N, a.C, a.num_sms);
+  const int blocks = grid.blocks;
+  const size_t smem = size_t(grid.warps) * 2 * padded_c(a.C, vec ? V : 1) * sizeof(float);
   if (vec) {
     CUDA_CHECK(cudaFuncSetAttribute(layernorm_bwd_kernel<X, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    layernorm_bwd_kernel<X, V><<<blocks, kBwdWarps * 32, smem, s>>>(a);
+    layernorm_bwd_kernel<X, V><<<blocks, grid.warps * 32, smem, s>>>(a);
   } else {
     CUDA_CHECK(cudaFuncSetAttribute(layernorm_bwd_kernel<X, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    layernorm_bwd_kernel<X, 1><<<blocks, kBwdWarps * 32, smem, s>>>(a);
+    layernorm_bwd_kernel<X, 1><<<blocks, grid.warps * 32, smem, s>>>(a);
   }
   CUDA_CHECK_LAUNCH();
   layernorm_bwd_reduce_kernel<X><<<unsigned(ceil_div(2 * a.C, 256)), 256, 0, s>>>(a.dw, a.db, a.scratch, blocks, a.C);

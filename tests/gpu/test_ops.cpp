@@ -575,6 +575,8 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
       L);
   add("matmul_bwd qkv", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 3 * C, nullptr); }),
       4 * n * c * 3 * c, 0, L);
+  add("matmul_bwd qkv (no dbias)", tm.ms([&] { g.matmul_bwd(z, dw, nullptr, y, x, w, N, C, 3 * C, nullptr); }),
+      4 * n * c * 3 * c, 0, 0);
   add("matmul_bwd attproj", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, C, nullptr); }), 4 * n * c * c, 0,
       L);
   add("matmul_bwd fc", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 4 * C, nullptr); }),
