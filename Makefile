@@ -7,6 +7,7 @@
 CUDA ?= $(if $(wildcard $(CUDA_HOME)/bin/nvcc),1,0)
 CUDA_HOME ?= /usr/local/cuda
 BUILD ?= build
+BIN ?= train
 HDF5_PC ?= $(shell pkg-config --exists hdf5-serial && echo hdf5-serial || echo hdf5)
 PY ?= python3
 
@@ -28,7 +29,7 @@ endif
 CPPFLAGS := -Isrc $(shell pkg-config --cflags yaml-cpp $(HDF5_PC)) -DGIT_REV='"$(GIT_REV)"'
 CXXFLAGS ?= -O3 -march=x86-64-v2 -g
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter
-LDLIBS := $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lopenblas -lgomp -lpthread
+LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lopenblas -lgomp -lpthread
 
 CORE_SRC := $(filter-out src/main.cpp src/cuda_stub.cpp,$(wildcard src/*.cpp))
 CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
@@ -40,7 +41,7 @@ NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-c
 NVCCFLAGS += -Isrc -I$(CUDNN_FE_INC) -Xcompiler -fopenmp $(shell pkg-config --cflags-only-I $(HDF5_PC))
 CU_SRC := $(wildcard kernels/*.cu src/cuda/*.cu)
 CU_OBJ := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lnccl
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lnvrtc
 else
 CU_OBJ := $(BUILD)/cuda_stub.o
 endif
@@ -49,9 +50,9 @@ TEST_SRC := $(wildcard tests/cpu/test_*.cpp) $(if $(filter 1,$(CUDA)),$(wildcard
 TEST_BIN := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_SRC))
 
 .PHONY: all test clean quickstart
-all: train $(TEST_BIN)
+all: $(BIN) $(TEST_BIN)
 
-train: $(BUILD)/main.o $(CORE_OBJ) $(CU_OBJ)
+$(BIN): $(BUILD)/main.o $(CORE_OBJ) $(CU_OBJ)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: src/%.cpp $(wildcard src/*.hpp) | $(BUILD)
@@ -71,7 +72,7 @@ $(BUILD):
 test: all
 	$(PY) -m pytest -v -rs tests
 
-quickstart: train
+quickstart: $(BIN)
 	./train --yaml experiments/quickstart.yaml
 
 clean:

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""GPT-2 throughput on one GPU: this trainer against the PyTorch baseline (bench/pytorch_gpt2.py), the
+same configs in one invocation. Writes results.json and results.md to --out and prints the table.
+
+    python3 bench/gpu_bench.py --out bench_out [--steps 15] [--configs d12:64,d48:16] [--no-torch]
+
+Both sides: bf16, seq 1024, AdamW, clipping 1.0, random-ish tokens, median step after warm-up steps.
+MFU as in shared BASELINES: FLOPs/token = 6 N + 6 L C T over 989.5 TFLOP/s.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+
+ROOT = Path(__file__).resolve().parent.parent
+PEAK = 989.5e12
+
+
+def run(cmd, log):
+    print("+", " ".join(map(str, cmd)), flush=True)
+    with open(log, "w") as f:
+        p = subprocess.run(list(map(str, cmd)), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    return p.returncode
+
+
+def ours(preset, mb, recompute, steps, warmup, out, train):
+    name = f"{preset}_b{mb}_r{recompute}"
+    yaml = out / f"{name}.yaml"
+    yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
+model: {{preset: {preset}}}
+data: {{synthetic: true, synthetic_vocab: 50257}}
+training: {{device: cuda, precision: bf16, micro_batch: {mb}, seq_len: 1024, steps: {steps}, lr: 6.0e-4,
+           warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute}}}
+eval: {{batches: 0}}
+log: {{every: 1, progress: false}}
+""")
+    rc = run([train, "--yaml", yaml], out / f"{name}.log")
+    r = {"impl": "this", "preset": preset, "micro_batch": mb, "recompute": recompute, "status": "ok" if rc == 0 else f"exit {rc}"}
+    logp = out / "runs" / name / "log.h5"
+    if not logp.exists():
+        return r
+    with h5py.File(logp, "r") as f:
+        ms = list(f["train/step_ms"][:])
+        tps_step = int(f.attrs["tokens_per_step"])
+        fpt = float(f.attrs["flops_per_token"])
+        r["peak_mem_bytes"] = int(f["memory/measured"].attrs["peak"])
+        r["pred_mem_bytes"] = int(f["memory/predicted"].attrs["total"])
+        r["final_loss"] = float(f["train/loss"][-1])
+        r["message"] = f.attrs["message"]
+    if len(ms) > warmup:
+        med = statistics.median(ms[warmup:])
+        r.update(median_step_ms=med, tokens_per_s=tps_step / (med / 1000), mfu=fpt * tps_step / (med / 1000) / PEAK)
+    return r
+
+
+def torch_side(preset, mb, steps, warmup, out):
+    j = out / f"torch_{preset}_b{mb}.json"
+    rc = run([sys.executable, ROOT / "bench/pytorch_gpt2.py", "--preset", preset, "--micro-batch", mb, "--steps", steps,
+              "--warmup", warmup, "--json", j], out / f"torch_{preset}_b{mb}.log")
+    r = {"impl": "pytorch", "preset": preset, "micro_batch": mb, "recompute": "-", "status": "ok" if rc == 0 else f"exit {rc}"}
+    if j.exists():
+        d = json.loads(j.read_text())
+        for k in ["median_step_ms", "tokens_per_s", "mfu", "peak_mem_bytes", "final_loss"]:
+            r[k] = d.get(k)
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench_out")
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--configs", default="d12:64,d48:16")
+    ap.add_argument("--recompute", default="0,1")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--train", default=str(ROOT / "train"))
+    a = ap.parse_args()
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for cfg in a.configs.split(","):
+        preset, mb = cfg.split(":")
+        for rc in a.recompute.split(","):
+            rows.append(ours(preset, int(mb), int(rc), a.steps, a.warmup, out, a.train))
+        if not a.no_torch:
+            rows.append(torch_side(preset, int(mb), a.steps, a.warmup, out))
+    # ratio to PyTorch at the same preset and micro-batch
+    for r in rows:
+        t = next((x for x in rows if x["impl"] == "pytorch" and x["preset"] == r["preset"]
+                  and x["micro_batch"] == r["micro_batch"] and x.get("tokens_per_s")), None)
+        if t and r.get("tokens_per_s"):
+            r["vs_pytorch"] = r["tokens_per_s"] / t["tokens_per_s"]
+            r["mem_vs_pytorch"] = r.get("peak_mem_bytes", 0) / t["peak_mem_bytes"] if t.get("peak_mem_bytes") else None
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    gib = lambda b: f"{b / 2**30:.1f}" if b else "-"
+    lines = ["| impl | model | micro-batch | recompute | ms/step | tokens/s | MFU | peak GiB | x PyTorch tok/s | x PyTorch mem | status |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        f = lambda k, fmt: (fmt.format(r[k]) if r.get(k) is not None else "-")
+        lines.append(f"| {r['impl']} | {r['preset']} | {r['micro_batch']} | {r['recompute']} | {f('median_step_ms', '{:.1f}')} | "
+                     f"{f('tokens_per_s', '{:,.0f}')} | {f('mfu', '{:.1%}')} | {gib(r.get('peak_mem_bytes'))} | "
+                     f"{f('vs_pytorch', '{:.3f}')} | {f('mem_vs_pytorch', '{:.2f}')} | {r['status']} |")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one go: kernel and whole-step tests, the GPU end-to-end tests, the
+# throughput benchmark against PyTorch and the checkpoint throughput of GPT-2 1558M.
+#   OUT=gpu_out bash bench/gpu_suite.sh [tests|bench|ckpt]...     (default: all three)
+# Expects ./train and build/tests/gpu/test_* built (make), python3 with h5py, pytest and torch.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+parts=${*:-tests bench ckpt}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+date -u +%Y-%m-%dT%H:%MZ >> "$OUT/gpu.txt"
+
+if [[ $parts == *tests* ]]; then
+  for t in build/tests/gpu/test_*; do
+    echo "== $t"
+    timeout 300 "$t" > "$OUT/$(basename "$t").log" 2>&1
+    echo "exit $?: $(tail -n 1 "$OUT/$(basename "$t").log")"
+  done
+  grep -E "FAIL" "$OUT"/test_*.log | head -20
+  timeout 400 python3 -m pytest -q -rs tests/integration/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log" | tail -n 5
+fi
+if [[ $parts == *bench* ]]; then
+  timeout 420 python3 bench/gpu_bench.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tail -n 12
+fi
+if [[ $parts == *ckpt* ]]; then
+  # 1558M checkpoint: write at step 2, then a resumed run reads it; the trainer prints size, time, GB/s
+  cat > "$OUT/ckpt.yaml" <<YAML
+run: {name: ckpt, out_dir: /tmp/ckpt_bench}
+model: {preset: d48}
+data: {synthetic: true, synthetic_vocab: 50257}
+training: {device: cuda, micro_batch: 4, seq_len: 1024, steps: 2}
+eval: {batches: 0}
+log: {every: 1, progress: false}
+checkpoint: {every: 2, keep_last: 1}
+YAML
+  rm -rf /tmp/ckpt_bench
+  timeout 240 ./train --yaml "$OUT/ckpt.yaml" 2>&1 | grep -E "checkpoint written|error" | tee "$OUT/ckpt.txt"
+  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
+  timeout 240 ./train --yaml "$OUT/ckpt.yaml" --set training.steps=3 --resume 2>&1 | grep -E "resumed|error" | tee -a "$OUT/ckpt.txt"
+  rm -rf /tmp/ckpt_bench
+fi
