@@ -1,10 +1,13 @@
 // Checkpoints: the full training state in HDF5, one file per rank, written atomically.
 //   <run dir>/checkpoints/step_NNNNNNNN/rank_RRRRR.h5   each rank's pieces of every bucket
-//   <run dir>/checkpoints/latest                        name of the newest complete checkpoint
+//   <run dir>/checkpoints/latest                        name of the newest complete checkpoint (for people
+//                                                       and tools; resuming takes the newest loadable folder)
 // A checkpoint is written into step_NNNNNNNN.tmp/, every file fsynced, then the folder is renamed
-// and `latest` replaced (temp file + rename), so a kill at any moment leaves the previous one intact.
-// Each piece records the logical range of its bucket it covers, so a checkpoint written by N ranks at
-// stage k loads on M ranks at stage j by re-slicing.
+// and `latest` replaced (temp file + rename); old ones are renamed to *.deleting before removal. So a
+// folder named step_NNNNNNNN is always complete, and a kill at any moment leaves the previous one intact.
+// Each piece records the logical range [begin, end) of its bucket it covers (stage 0, where every rank
+// holds everything, writes an equal slice per rank), so a checkpoint written by N ranks at stage k loads
+// on M ranks at stage j by re-slicing. Every dataset carries an FNV-1a checksum of its bytes.
 #pragma once
 #include <string>
 #include <vector>
@@ -38,7 +41,8 @@ TrainState load_checkpoint(const std::string& ckpt_dir, ZeroEngine& engine, cons
 bool load_latest_checkpoint(const std::string& run_dir, ZeroEngine& engine, const ParamLayout& layout,
                             HostComm& host, TrainState& out);
 
-// Reads the whole model's parameters (logical layout, fp32) from a checkpoint folder, on one process.
+// Reads the whole model's parameters (logical layout, fp32: the master weights where the checkpoint has
+// them) from a checkpoint folder, on one process.
 std::vector<float> read_checkpoint_params(const std::string& ckpt_dir, const ParamLayout& layout);
 // The config a checkpoint was written with.
 std::string read_checkpoint_config(const std::string& ckpt_dir);
