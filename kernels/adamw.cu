@@ -13,7 +13,7 @@ constexpr int kThreads = 256;
 template <class X>
 __device__ __forceinline__ X round_param(float w, size_t i, const AdamWLaunch<X>& a) {
   if constexpr (std::is_same_v<X, bf16>) {
-    if (a.stochastic) return sr_bf16(w, hash_u32(a.seed ^ uint64_t(i)));
+    if (a.stochastic) return sr_bf16(w, hash_u32(a.seed ^ (a.index_offset + uint64_t(i))));
   }
   return from_f<X>(w);
 }

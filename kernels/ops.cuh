@@ -97,6 +97,7 @@ struct AdamWLaunch {
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_scale = 1;
   float bc1 = 1, bc2 = 1;     // 1 - beta^step
   uint64_t seed = 0;
+  uint64_t index_offset = 0;  // logical index of element 0: rounding is the same however the tensor is split
   bool stochastic = true;     // bf16 params: stochastic rounding (seed ^ index) instead of nearest
 };
 template <class X>

@@ -31,7 +31,8 @@ struct AdamWArgs {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
   float grad_scale = 1.0f;       // multiplies the gradient first (clipping)
   int step = 1;                  // 1-based, for bias correction
-  uint64_t seed = 0;             // stochastic rounding of bf16 params: seed ^ element index
+  uint64_t seed = 0;             // stochastic rounding of bf16 params: random bits from seed ^ (index_offset + i)
+  uint64_t index_offset = 0;     // logical index of element 0, so rounding does not depend on sharding
 };
 
 class Backend {

@@ -57,6 +57,14 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
   if (probe) {
     std::fclose(probe);
     p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+    if (!p_->file.valid()) {
+      // A writer killed mid-run leaves the file marked open for SWMR writing: clear that mark and
+      // the end-of-file it recorded (what `h5clear -s --increment` does), then reopen.
+      hbool_t clear = 1;
+      H5_CHECK(H5Pset(fapl, "clear_status_flags", &clear));
+      p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+      if (p_->file.valid()) H5_CHECK(H5Fincrement_filesize(p_->file, 0));
+    }
     if (!p_->file.valid()) throw input_error("cannot reopen run log '" + path + "' to continue it (corrupt?)");
     p_->open_series();
     // drop rows after the checkpoint's step: the continued run writes them again

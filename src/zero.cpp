@@ -244,7 +244,8 @@ void ZeroEngine::update(const OptimizerHyper& h) {
       a.weight_decay = part == 0 ? h.weight_decay : 0.0f;
       a.grad_scale = h.grad_scale;
       a.step = h.step;
-      a.seed = h.seed * 0x9E3779B97F4A7C15ull + layout_.logical_offset(b) + s0;
+      a.seed = h.seed;
+      a.index_offset = layout_.logical_offset(b) + s0;
       be_.adamw(a);
     }
   }

@@ -203,8 +203,6 @@ def test_kill9_during_checkpoint_then_resume(tmp_path, ranks):
     assert in_tmp >= 1, f"no kill in {tries} tries landed during a checkpoint write"
 
 
-@pytest.mark.xfail(strict=True, reason="runlog.cpp: a log.h5 left open for SWMR writing by a killed process is not "
-                                       "reopened (HDF5 'file is already open for write'); see the report")
 def test_kill9_then_resume_in_place(tmp_path):
     """After kill -9, --resume in the same run directory continues the log: each step once."""
     steps = 30
