@@ -1,0 +1,134 @@
+# shellcheck shell=bash
+# Shared by the Slurm scripts (sourced, not run): site settings and the signal-forwarding launcher.
+#
+# Site settings. Each one can be overridden from the environment of `sbatch` / `bash slurm/sweep.sh`
+# (Slurm passes the submitting environment on to the job, so an override reaches every job it submits).
+# Partition, account and QOS: use Slurm's own SBATCH_PARTITION, SBATCH_ACCOUNT, SBATCH_QOS; sbatch reads
+# them for every job, including those that sweep.sh submits.
+: "${GPUS_PER_NODE:=8}"           # GPUs on one node of the partition
+: "${GPUS_PER_POINT:=1}"          # GPUs (= MPI ranks) per sweep point; 0 runs a point on the CPU
+: "${RANKS_PER_POINT:=}"          # ranks per sweep point (default: GPUS_PER_POINT, at least 1)
+: "${CPUS_PER_TASK:=8}"           # CPU cores per rank
+: "${MEM_PER_POINT:=}"            # --mem for a sweep point (empty: the partition's default)
+: "${POINT_TIME:=04:00:00}"       # time limit of one sweep point
+: "${POINT_SIGNAL_S:=300}"        # a point gets USR1 this many seconds before its time limit
+: "${MAX_PARALLEL:=}"             # run at most this many sweep points at once (empty: no limit)
+: "${SUMMARY_TIME:=00:30:00}"     # time limit of the summary job
+: "${LAUNCHER:=srun}"             # srun | mpirun: what starts the ranks inside a job
+: "${SRUN_MPI:=pmix}"             # srun --mpi= (what the site's MPI speaks: pmix, pmi2, ...)
+: "${SRUN_ARGS:=}"                # extra srun arguments
+: "${MPIRUN_ARGS:=}"              # extra mpirun arguments (e.g. --allow-run-as-root)
+: "${MODULES:=}"                  # environment modules to load in every job, space separated
+: "${EXTRA_SBATCH_ARGS:=}"        # extra sbatch arguments for the jobs this code submits
+: "${PYTHON:=python3}"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}   # NVLink SHARP multicast off (needs fabric manager support)
+
+# REPO_DIR (the checkout holding ./train and slurm/) is set by the script that sources this file.
+: "${TRAIN_BIN:=${REPO_DIR:?REPO_DIR must be set before sourcing lib.sh}/train}"
+
+log() { echo "[$(date '+%F %T')] ${SLURM_JOB_ID:+job $SLURM_JOB_ID: }$*" >&2; }
+
+load_site() {
+    if [[ -n "$MODULES" ]]; then
+        if ! command -v module >/dev/null 2>&1; then  # batch shells do not always read the profile
+            local f
+            for f in /etc/profile.d/lmod.sh /etc/profile.d/modules.sh; do
+                # shellcheck disable=SC1090
+                [[ -f "$f" ]] && source "$f" && break
+            done
+        fi
+        # shellcheck disable=SC2086
+        module load $MODULES || { log "module load $MODULES failed"; return 1; }
+    fi
+}
+
+# Extra sbatch options for the jobs this code submits, one word a line.
+site_sbatch_args() {
+    local a=()
+    # shellcheck disable=SC2206
+    [[ -n "$EXTRA_SBATCH_ARGS" ]] && a+=($EXTRA_SBATCH_ARGS)
+    (( ${#a[@]} == 0 )) || printf '%s\n' "${a[@]}"
+}
+
+# The command that starts the ranks of this job (one per task of the allocation), as words.
+launcher_cmd() {
+    case "$LAUNCHER" in
+        srun)
+            local a=(srun "--mpi=$SRUN_MPI" --kill-on-bad-exit=1)
+            # srun of Slurm 22.05-23.02 does not inherit --cpus-per-task from the batch job; pass it on.
+            [[ -n "${SLURM_CPUS_PER_TASK:-}" ]] && a+=("--cpus-per-task=$SLURM_CPUS_PER_TASK")
+            # shellcheck disable=SC2206
+            [[ -n "$SRUN_ARGS" ]] && a+=($SRUN_ARGS)
+            printf '%s\n' "${a[@]}"
+            ;;
+        mpirun)
+            # OpenMPI's mpirun reads the Slurm allocation: one rank per task, spread over the nodes.
+            local a=(mpirun -np "${SLURM_NTASKS:-1}" -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE)
+            # shellcheck disable=SC2206
+            [[ -n "$MPIRUN_ARGS" ]] && a+=($MPIRUN_ARGS)
+            printf '%s\n' "${a[@]}"
+            ;;
+        *) log "LAUNCHER must be srun or mpirun, not '$LAUNCHER'"; return 1 ;;
+    esac
+}
+
+# run_forwarding CMD...: runs CMD in the background and waits for it; a USR1, TERM or INT that reaches this
+# shell (sbatch --signal=B:USR1@T, `scancel --batch --signal=USR1`, preemption) is passed on to CMD as USR1,
+# which srun and mpirun forward to every rank: each finishes its step, checkpoints and exits 75.
+# Returns CMD's exit status.
+run_forwarding() {
+    local pid rc rc2
+    STOP_SIGNAL=""
+    "$@" &
+    pid=$!
+    # shellcheck disable=SC2064
+    trap "STOP_SIGNAL=USR1; log 'got SIGUSR1: asking the run to checkpoint'; kill -USR1 $pid 2>/dev/null" USR1
+    # shellcheck disable=SC2064
+    trap "STOP_SIGNAL=TERM; log 'got SIGTERM: asking the run to checkpoint'; kill -USR1 $pid 2>/dev/null" TERM
+    # shellcheck disable=SC2064
+    trap "STOP_SIGNAL=INT; log 'got SIGINT: asking the run to checkpoint'; kill -USR1 $pid 2>/dev/null" INT
+    while :; do
+        wait "$pid"
+        rc=$?
+        # A trap interrupts `wait` with a status above 128 while CMD still runs: keep waiting.
+        if (( rc > 128 )) && kill -0 "$pid" 2>/dev/null; then continue; fi
+        # CMD ended while the trap ran: its own status is still on record for a second `wait`.
+        if (( rc > 128 )); then
+            wait "$pid" 2>/dev/null
+            rc2=$?
+            (( rc2 != 127 )) && rc=$rc2
+        fi
+        break
+    done
+    trap - USR1 TERM INT
+    return "$rc"
+}
+
+# run_train ARGS...: runs ./train ARGS on the job's ranks with signal forwarding; 75 (checkpointed) after a
+# USR1 requeues the job so it continues later with --resume. Returns 0 when the run finished or checkpointed,
+# else its status.
+run_train() {
+    local launch rc
+    [[ "$LAUNCHER" == srun || "$LAUNCHER" == mpirun ]] || { log "LAUNCHER must be srun or mpirun, not '$LAUNCHER'"; return 1; }
+    # One OpenMP thread per allocated core of a rank, unless set by hand.
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
+    mapfile -t launch < <(launcher_cmd)
+    log "running: ${launch[*]} $TRAIN_BIN $*"
+    run_forwarding "${launch[@]}" "$TRAIN_BIN" "$@"
+    rc=$?
+    log "train exited $rc${STOP_SIGNAL:+ (after SIG$STOP_SIGNAL)}"
+    if (( rc == 75 )); then
+        # USR1 (the time-limit warning, or sent by hand) means "continue later": requeue. TERM/INT mean the job
+        # is being cancelled, killed at its limit or preempted: requeueing would undo a scancel, and a
+        # preemption with PreemptMode=REQUEUE requeues the job by itself.
+        if [[ "$STOP_SIGNAL" == TERM || "$STOP_SIGNAL" == INT ]]; then
+            log "checkpointed after SIG$STOP_SIGNAL: not requeued (resubmit to resume)"
+        elif scontrol requeue "$SLURM_JOB_ID"; then
+            log "checkpointed; job requeued, it will resume from the checkpoint"
+        else
+            log "checkpointed, but the job could not be requeued: resubmit it to resume"
+        fi
+        return 0
+    fi
+    return "$rc"
+}
