@@ -10,6 +10,7 @@
 #include <map>
 #include <iostream>
 #include <sstream>
+#include <unistd.h>
 
 #include "h5util.hpp"
 #include "trainer.hpp"
@@ -171,7 +172,9 @@ int run_sweep(const Config& base, const Sweep& sw, const std::vector<int>& indic
       last_code = r.exit_code;
     }
   }
-  if (sw.is_sweep && host.rank() == 0) {
+  // One point of an array job leaves the summary to the job that runs after all points (--summarize):
+  // points finishing together would otherwise race on it.
+  if (sw.is_sweep && host.rank() == 0 && indices.size() == sw.points.size()) {
     write_summary(base, sw, yaml_text);
     std::cout << "\nsweep: " << indices.size() - failed << " of " << indices.size() << " point(s) ok; summary in "
               << base.run.out_dir << "/" << base.run.name << "/summary.csv\n";
@@ -281,9 +284,12 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
   for (const char* c : kComponents) num_cols.push_back(std::string("meas_") + c);
   num_cols.push_back("meas_peak");
 
+  // temp names unique to this process, then rename: readers see the old or the new summary, whole
+  const std::string suffix = ".tmp." + std::to_string(::getpid());
+  const std::string csv_tmp = root + "/summary.csv" + suffix, h5_tmp = root + "/summary.h5" + suffix;
   // CSV (temp + rename)
   {
-    std::ofstream out(root + "/summary.csv.tmp", std::ios::trunc);
+    std::ofstream out(csv_tmp, std::ios::trunc);
     auto quote = [](const std::string& s) {
       if (s.find_first_of(",\"\n") == std::string::npos) return s;
       std::string q = "\"";
@@ -313,11 +319,11 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
     }
     if (!out.flush()) throw Error(kExitFailure, "cannot write " + root + "/summary.csv");
   }
-  fs::rename(root + "/summary.csv.tmp", root + "/summary.csv");
+  fs::rename(csv_tmp, root + "/summary.csv");
   // HDF5: one dataset per column under /points
   {
     h5::silence_errors();
-    const std::string tmp = root + "/summary.h5.tmp";
+    const std::string& tmp = h5_tmp;
     h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
     if (!f.valid()) throw Error(kExitFailure, "cannot create " + tmp);
     h5::set_attr(f, "config_yaml", yaml_text);
@@ -336,7 +342,7 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
       h5::write_array(g, c, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, col.data(), col.size());
     }
   }
-  fs::rename(root + "/summary.h5.tmp", root + "/summary.h5");
+  fs::rename(h5_tmp, root + "/summary.h5");
 }
 
 }  // namespace gpt
