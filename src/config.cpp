@@ -61,6 +61,7 @@ std::vector<Field> fields_of(Config& c) {
       {"training.grad_clip", &c.training.grad_clip},
       {"training.zero_stage", &c.training.zero_stage},
       {"training.recompute", &c.training.recompute},
+      {"training.memory_limit_gb", &c.training.memory_limit_gb},
       {"eval.every", &c.eval.every},
       {"eval.batches", &c.eval.batches},
       {"log.every", &c.log.every},
@@ -301,6 +302,9 @@ void validate(const Config& cfg, int world) {
   if (t.grad_clip < 0) bad("training.grad_clip", "must be >= 0 (0 = off)");
   if (t.zero_stage < 0 || t.zero_stage > 3) bad("training.zero_stage", "must be 0, 1, 2 or 3");
   if (t.recompute < 0 || t.recompute > 2) bad("training.recompute", "must be 0, 1 or 2");
+  if (t.memory_limit_gb < 0) bad("training.memory_limit_gb", "must be >= 0 (0 = the device's memory)");
+  if (t.micro_batch == -1 && t.total_batch_tokens > 0)
+    bad("training.micro_batch", "'max' cannot be combined with training.total_batch_tokens (use grad_accum)");
   if (t.device != "auto" && t.device != "cpu" && t.device != "cuda")
     bad("training.device", "'" + t.device + "' is not one of auto, cpu, cuda");
   if (t.precision != "bf16" && t.precision != "fp32")

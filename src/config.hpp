@@ -53,6 +53,7 @@ struct TrainingConfig {
   float grad_clip = 1.0f;          // global L2 norm; 0 = off
   int zero_stage = 0;              // 0..3
   int recompute = 0;               // 0 none, 1 GELU, 2 GELU and LayerNorm
+  float memory_limit_gb = 0;       // per-rank budget (GiB) for micro_batch max; 0 = the GPU's memory. On CPU the prediction is checked against it
 };
 
 struct EvalConfig {

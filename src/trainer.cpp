@@ -197,6 +197,16 @@ std::string dir_size_text(const std::string& run, int64_t step, double sec) {
   return buf;
 }
 
+// "model 48x1600, micro_batch 16 x seq 1024, ZeRO stage 0, recompute 0, 2 rank(s)" for messages.
+std::string describe(const Config& c, int world) {
+  const ModelDims d = resolve_dims(c.model);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "model %dx%d, micro_batch %d x seq %d, ZeRO stage %d, recompute %d, %d rank(s)",
+                d.n_layer, d.n_embd, c.training.micro_batch, c.training.seq_len, c.training.zero_stage,
+                c.training.recompute, world);
+  return buf;
+}
+
 class Terminal {
  public:
   Terminal(bool on, bool progress, int steps) : on_(on), tty_(on && progress && isatty(1)), steps_(steps) {}
@@ -294,13 +304,24 @@ RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool 
   std::string status = "ok", message;
   int exit_code = kExitOk;
   std::unique_ptr<RunLog> log;
+  Config resolved = cfg;  // with micro_batch: max replaced by the size found
   try {
     if (plan.micro_batch < 0) {
-      // micro_batch: max. Try doubling sizes, then bisect, agreeing across ranks at every try.
-      if (plan.device != "cuda") throw input_error("training.micro_batch: 'max' needs a GPU (device: cuda)");
+      // micro_batch: max. Try doubling sizes, then bisect, agreeing across ranks at every try. A size
+      // fits when its predicted memory is within training.memory_limit_gb (if set) and, on a GPU, a
+      // whole forward/backward at that size runs without running out of memory (within the limit).
+      const double cap = double(t.memory_limit_gb) * double(1ull << 30);
+      if (plan.device != "cuda" && cap <= 0)
+        throw input_error("training.micro_batch: 'max' on the CPU needs training.memory_limit_gb (the search checks "
+                          "the predicted memory against it)");
       auto fits = [&](int B) {
+        Config cb = cfg;
+        cb.training.micro_batch = B;
+        if (cap > 0 && double(predict_memory(cb, make_plan(cb, world)).total()) > cap) return false;  // same on all ranks
+        if (plan.device != "cuda") return true;
         int ok = 1;
         try {
+          s.be->reset_peak();
           build_model(B);
           std::vector<int> tok(size_t(B) * plan.seq_len, 0);
           s.engine->begin_step();
@@ -309,6 +330,7 @@ RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool 
           s.model->backward(*s.engine);
           s.engine->end_backward();
           s.be->synchronize();
+          if (cap > 0 && double(s.be->peak_bytes()) > cap) ok = 0;
         } catch (const Error& e) {
           if (e.code() != kExitOutOfMemory) throw;
           ok = 0;
@@ -317,7 +339,7 @@ RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool 
         return host.max(-long(ok)) == -1;  // fits only if it fits on every rank
       };
       int lo = 0, hi = 1;
-      while (hi <= 4096 && fits(hi)) {
+      while (hi <= 65536 && fits(hi)) {
         lo = hi;
         hi *= 2;
       }
@@ -325,10 +347,10 @@ RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool 
         const int mid = (lo + hi) / 2;
         (fits(mid) ? lo : hi) = mid;
       }
-      if (lo == 0) throw Error(kExitOutOfMemory, "training.micro_batch: max: not even micro-batch 1 fits");
-      Config c2 = cfg;
-      c2.training.micro_batch = lo;
-      plan = make_plan(c2, world);
+      if (lo == 0)
+        throw Error(kExitOutOfMemory, "training.micro_batch: max: not even micro-batch 1 fits (" + describe(cfg, world) + ")");
+      resolved.training.micro_batch = lo;
+      plan = make_plan(resolved, world);
       term.note("micro_batch: max -> " + std::to_string(lo));
     }
     build_model(plan.micro_batch);
@@ -369,7 +391,7 @@ RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool 
         s.engine->set_bucket_params(b, buf.data());
       }
     }
-    st.config_yaml = config_to_yaml(cfg);
+    st.config_yaml = config_to_yaml(resolved);
 
     if (lead) {
       std::filesystem::create_directories(dir);
@@ -469,6 +491,8 @@ RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool 
     // for errors that depend on the config; others end the job through the caller's abort.
     status = e.code() == kExitOutOfMemory ? "oom" : "failed";
     message = e.what();
+    if (e.code() == kExitOutOfMemory && message.find("(model ") == std::string::npos)
+      message = "out of memory for this config (" + describe(resolved, world) + "): " + message;
     exit_code = e.code();
   }
   s.be->synchronize();

@@ -114,3 +114,44 @@ sweep:
     assert "diverged" in rows[1]["message"]
     assert "max_seq_len" in rows[2]["message"]
     assert float(rows[0]["final_train_loss"]) > 0
+
+
+MAXB = """
+run: {{name: {name}, out_dir: {out}}}
+model: {{n_layer: 2, n_head: 4, n_embd: 128, max_seq_len: 64}}
+data: {{synthetic: true, synthetic_vocab: 1000}}
+training: {{device: cpu, micro_batch: {B}, seq_len: 64, steps: 1, zero_stage: {stage}, memory_limit_gb: 0.35}}
+eval: {{batches: 0}}
+log: {{progress: false}}
+"""
+
+
+def found_micro_batch(log_path):
+    import yaml
+    with h5py.File(log_path, "r") as f:
+        cfg = yaml.safe_load(f.attrs["config_yaml"])
+        return cfg["training"]["micro_batch"], int(f["memory/predicted"].attrs["total"])
+
+
+def test_micro_batch_max_finds_the_largest_that_fits_and_zero1_raises_it(tmp_path, train_bin):
+    cap = 0.35 * 2**30
+    y = write_yaml(tmp_path / "m0.yaml", MAXB.format(name="m0", out=tmp_path, B="max", stage=0))
+    run_train(["--yaml", y], check=True, env={"OMP_NUM_THREADS": "1"})
+    b0, total0 = found_micro_batch(tmp_path / "m0/log.h5")
+    assert isinstance(b0, int) and b0 >= 1 and total0 <= cap
+    # one more sequence would not fit
+    y1 = write_yaml(tmp_path / "m1.yaml", MAXB.format(name="m1", out=tmp_path, B=b0 + 1, stage=0))
+    run_train(["--yaml", y1], check=True, env={"OMP_NUM_THREADS": "1"})
+    assert found_micro_batch(tmp_path / "m1/log.h5")[1] > cap
+    # ZeRO-1 on 2 ranks shards master/optimizer state, which leaves room for more sequences
+    y2 = write_yaml(tmp_path / "z1.yaml", MAXB.format(name="z1", out=tmp_path, B="max", stage=1))
+    run_train(["--yaml", y2], ranks=2, check=True)
+    b1, total1 = found_micro_batch(tmp_path / "z1/log.h5")
+    print(f"micro_batch max: stage 0 -> {b0}, stage 1 on 2 ranks -> {b1}")
+    assert b1 > b0 and total1 <= cap
+
+
+def test_micro_batch_max_on_cpu_needs_a_limit(tmp_path, train_bin):
+    y = write_yaml(tmp_path / "m.yaml", MAXB.format(name="m", out=tmp_path, B="max", stage=0).replace(", memory_limit_gb: 0.35", ""))
+    p = run_train(["--yaml", y])
+    assert p.returncode == 1 and "memory_limit_gb" in p.stderr
