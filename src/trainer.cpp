@@ -396,7 +396,7 @@ RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool 
     if (lead) {
       std::filesystem::create_directories(dir);
       RunInfo info;
-      info.name = point.index >= 0 ? dir : cfg.run.name;
+      info.name = cfg.run.name;
       info.config_yaml = st.config_yaml;
       info.device = plan.device;
       info.hardware = s.be->hardware() + " x" + std::to_string(world);
