@@ -26,7 +26,7 @@ $(call need,test -f /usr/include/boost/program_options.hpp,Boost.Program_options
 $(call need,test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h,OpenBLAS (cblas.h),apt-get install libopenblas-dev)
 endif
 
-CPPFLAGS := -Isrc $(shell pkg-config --cflags yaml-cpp $(HDF5_PC)) -DGIT_REV='"$(GIT_REV)"'
+CPPFLAGS := -Isrc -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC)) -DGIT_REV='"$(GIT_REV)"'
 CXXFLAGS ?= -O3 -march=x86-64-v2 -g
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter
 LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lopenblas -lgomp -lpthread

@@ -158,6 +158,7 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
     return p;
   };
   auto F = [&](size_t n) { return static_cast<float*>(A(n * 4)); };
+  const size_t before = be.bytes_in_use();
   try {
   a_->encoded = A(e * BT * C);
   void* shared_ln1 = recompute >= 2 ? A(e * BT * C) : nullptr;
@@ -181,6 +182,7 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   a_->lnf = A(e * BT * C);
   a_->lnf_mean = F(BT);
   a_->lnf_rstd = F(BT);
+  stored_bytes_ = be.bytes_in_use() - before;
   a_->logits = A(e * size_t(chunk_rows_) * Vp);
   a_->losses = F(BT);
   a_->tokens = static_cast<int*>(A(4 * BT));
@@ -191,6 +193,7 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   a_->dtmp = A(e * BT * C);
   a_->datty = A(e * BT * C);
   a_->dbig = A(e * BT * 4 * C);
+  scratch_bytes_ = be.bytes_in_use() - before - stored_bytes_;
   } catch (...) {  // out of memory part-way: give back what was taken
     for (void* p : a_->owned) be_.free(p);
     delete a_;

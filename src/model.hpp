@@ -106,6 +106,8 @@ class GPT {
   // The vocab_size logits of one row (b*T + t) of a forward pass over tokens (B*T host ints).
   void logits_row(ParamStore& ps, const int* tokens, int row, float* out);
   int B() const { return B_; }
+  size_t stored_bytes() const { return stored_bytes_; }    // activations kept for backward
+  size_t scratch_bytes() const { return scratch_bytes_; }  // logits chunk, gradient scratch, inputs
   int T() const { return T_; }
 
  private:
@@ -122,6 +124,7 @@ class GPT {
   int chunk_rows_;
   Acts* a_;
   std::vector<float> losses_host_;
+  size_t stored_bytes_ = 0, scratch_bytes_ = 0;
 };
 
 }  // namespace gpt

@@ -257,251 +257,319 @@ class Terminal {
   bool bar_shown_ = false;
 };
 
-// One run's live objects. Destroyed in reverse order: model, engine, communicator, backend.
-struct Session {
-  std::unique_ptr<Backend> be;
-  std::unique_ptr<Communicator> comm;
-  std::unique_ptr<ParamLayout> layout;
-  std::unique_ptr<ZeroEngine> engine;
-  std::unique_ptr<GPT> model;
-  MemoryBreakdown measured;
-};
-
 std::unique_ptr<Communicator> make_comm(const Plan& plan, HostComm& host, Backend& be) {
   if (plan.device == "cuda") return make_nccl_communicator(host, be);
   return make_mpi_communicator(host);
 }
 
-}  // namespace
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
-RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool resume_flag) {
-  const int rank = host.rank(), world = host.world();
-  const bool lead = rank == 0;
-  Plan plan = make_plan(cfg, world);
-  const std::string dir = run_dir(cfg);
-  const bool resume = resume_flag || cfg.checkpoint.resume == "auto";
-  Terminal term(lead, cfg.log.progress, cfg.training.steps);
+// One run: set up, then the loop. Members are destroyed in reverse order (model and engine before
+// the communicator and the backend that own their memory).
+class Trainer {
+ public:
+  Trainer(const Config& cfg, HostComm& host, const PointInfo& point, bool resume)
+      : cfg_(cfg), t_(cfg.training), resolved_(cfg), host_(host), point_(point), world_(host.world()),
+        lead_(host.rank() == 0), resume_(resume || cfg.checkpoint.resume == "auto"), dir_(run_dir(cfg)),
+        plan_(make_plan(cfg, host.world())), term_(lead_, cfg.log.progress, cfg.training.steps) {}
 
-  Session s;
-  s.be = plan.device == "cuda" ? make_cuda_backend(cfg, host.local_rank()) : make_cpu_backend(cfg);
-  s.comm = make_comm(plan, host, *s.be);
-  s.layout = std::make_unique<ParamLayout>(plan.dims);
-  const ParamLayout& layout = *s.layout;
-  const auto& t = cfg.training;
+  RunResult run() {
+    try {
+      setup();
+      loop();
+    } catch (const Error& e) {
+      // The run's own failure (a config value, out of memory, divergence): recorded and returned.
+      // Set-up phases agree across ranks first (agreed()), so every rank gets here together.
+      status_ = e.code() == kExitOutOfMemory ? "oom" : "failed";
+      message_ = e.what();
+      if (e.code() == kExitOutOfMemory && message_.find("(model ") == std::string::npos)
+        message_ = "out of memory for this config (" + describe(resolved_, world_) + "): " + message_;
+      exit_code_ = e.code();
+    }
+    if (be_) be_->synchronize();
+    if (log_) log_->finish(status_, message_, measured_, be_ ? be_->peak_bytes() : 0);
+    if (lead_ && status_ != "ok" && status_ != "checkpointed") std::cerr << "error: " << message_ << "\n";
+    return {status_, message_, exit_code_};
+  }
 
-  // State first (parameters, gradients, optimizer), then activations for the micro-batch.
-  const size_t base_bytes = s.be->bytes_in_use();
-  s.engine = std::make_unique<ZeroEngine>(layout, *s.be, *s.comm, host, t.zero_stage, t.master_weights);
-  s.measured = s.engine->allocated();
+ private:
+  // Runs one set-up phase on every rank, then agrees: if it failed anywhere, it fails everywhere (with
+  // the local message, or the worst status another rank reported), so no rank walks on alone.
+  template <class Fn>
+  void agreed(const char* phase, Fn fn) {
+    std::string err;
+    long code = 0;
+    try {
+      fn();
+    } catch (const Error& e) {
+      err = e.what();
+      code = e.code();
+    }
+    const long worst = host_.max(code);
+    if (worst == 0) return;
+    throw Error(ExitCode(err.empty() ? worst : code),
+                err.empty() ? std::string(phase) + " failed on another rank" : err);
+  }
 
-  auto build_model = [&](int B) {
-    s.model.reset();
-    const size_t before = s.be->bytes_in_use();
-    s.model = std::make_unique<GPT>(plan.dims, layout, *s.be, B, plan.seq_len, t.recompute);
-    s.measured.activations = s.be->bytes_in_use() - before;
+  void setup() {
+    agreed("allocation", [&] {
+      be_ = plan_.device == "cuda" ? make_cuda_backend(cfg_, host_.local_rank()) : make_cpu_backend(cfg_);
+      comm_ = make_comm(plan_, host_, *be_);
+      layout_ = std::make_unique<ParamLayout>(plan_.dims);
+      // state first (parameters, gradients, optimizer), then activations for the micro-batch
+      engine_ = std::make_unique<ZeroEngine>(*layout_, *be_, *comm_, host_, t_.zero_stage, t_.master_weights);
+      measured_ = engine_->allocated();
+    });
+    if (plan_.micro_batch < 0) {
+      resolved_.training.micro_batch = find_max_micro_batch();
+      plan_ = make_plan(resolved_, world_);
+      term_.note("micro_batch: max -> " + std::to_string(plan_.micro_batch));
+    }
+    agreed("allocation", [&] { build_model(plan_.micro_batch); });
+    agreed("data", [&] { open_data(); });
+    st_.seed = cfg_.run.seed;
+    st_.config_yaml = config_to_yaml(resolved_);
+    if (resume_) {
+      const auto t0 = std::chrono::steady_clock::now();
+      resumed_ = load_latest_checkpoint(dir_, *engine_, *layout_, host_, st_);  // agrees internally
+      if (resumed_) {
+        train_src_->seek(st_.data);
+        term_.note("resumed from step " + std::to_string(st_.step) + " of " + dir_ + ": " +
+                   dir_size_text(dir_, st_.step, seconds_since(t0)));
+      }
+      st_.config_yaml = config_to_yaml(resolved_);
+    }
+    if (!resumed_) agreed("initialisation", [&] { init_params(); });
+    agreed("run log", [&] { open_log(); });
+  }
+
+  // micro_batch: max. Doubling sizes, then bisection. A size fits when its predicted memory is within
+  // training.memory_limit_gb (if set) and, on a GPU, a whole forward/backward at that size runs
+  // without running out of memory (and within the limit). Every try is agreed across ranks.
+  int find_max_micro_batch() {
+    const double cap = double(t_.memory_limit_gb) * double(1ull << 30);
+    if (plan_.device != "cuda" && cap <= 0)
+      throw input_error("training.micro_batch: 'max' on the CPU needs training.memory_limit_gb (the search checks "
+                        "the predicted memory against it)");
+    auto fits = [&](int B) {
+      Config cb = cfg_;
+      cb.training.micro_batch = B;
+      if (cap > 0 && double(predict_memory(cb, make_plan(cb, world_)).total()) > cap) return false;  // same everywhere
+      if (plan_.device != "cuda") return true;
+      int ok = 1;
+      try {
+        be_->reset_peak();
+        build_model(B);
+        std::vector<int> tok(size_t(B) * plan_.seq_len, 0);
+        engine_->begin_step();
+        engine_->begin_micro_step(true);
+        model_->forward(*engine_, tok.data(), tok.data(), true, 0.0f);
+        model_->backward(*engine_);
+        engine_->end_backward();
+        be_->synchronize();
+        if (cap > 0 && double(be_->peak_bytes()) > cap) ok = 0;
+      } catch (const Error& e) {
+        if (e.code() != kExitOutOfMemory) throw;
+        ok = 0;
+      }
+      model_.reset();
+      return host_.max(-long(ok)) == -1;  // fits only if it fits on every rank
+    };
+    int lo = 0, hi = 1;
+    while (hi <= 65536 && fits(hi)) {
+      lo = hi;
+      hi *= 2;
+    }
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+    if (lo == 0)
+      throw Error(kExitOutOfMemory, "training.micro_batch: max: not even micro-batch 1 fits (" + describe(cfg_, world_) + ")");
+    return lo;
+  }
+
+  void build_model(int B) {
+    model_.reset();
+    model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, t_.recompute);
+    measured_.activations = model_->stored_bytes();
+    measured_.workspace = model_->scratch_bytes();
+  }
+
+  void open_data() {
+    const int B = plan_.micro_batch, T = plan_.seq_len, r = host_.rank();
+    tok_.resize(size_t(B) * T);
+    tgt_.resize(size_t(B) * T);
+    if (cfg_.data.synthetic) {
+      train_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 0, B, T, r, world_);
+      val_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 1, B, T, r, world_);
+    } else {
+      train_src_ = make_shard_source(cfg_.data.train, B, T, r, world_, plan_.dims.vocab_size);
+      if (!cfg_.data.val.empty()) val_src_ = make_shard_source(cfg_.data.val, B, T, r, world_, plan_.dims.vocab_size);
+    }
+  }
+
+  // Parameters from an llm.c model file, or GPT-2's initialisation.
+  void init_params() {
+    std::vector<float> buf, file_params;
+    if (!cfg_.model.init_from.empty()) file_params = read_model_file(cfg_.model.init_from, *layout_);
+    for (int b = 0; b < layout_->n_buckets(); ++b) {
+      if (!file_params.empty()) {
+        const float* src = file_params.data() + layout_->logical_offset(b);
+        buf.assign(src, src + layout_->bucket(b).size);
+      } else {
+        init_bucket(*layout_, b, cfg_.run.seed, cfg_.model.init_std, buf);
+      }
+      engine_->set_bucket_params(b, buf.data());
+    }
+  }
+
+  void open_log() {
+    if (!lead_) return;
+    std::filesystem::create_directories(dir_);
+    RunInfo info;
+    info.name = cfg_.run.name;
+    info.config_yaml = st_.config_yaml;
+    info.device = plan_.device;
+    info.hardware = be_->hardware() + " x" + std::to_string(world_);
+    info.git_rev = GIT_REV;
+    info.point_values = point_.values;
+    info.point_index = point_.index;
+    info.n_params = int64_t(plan_.n_params);
+    info.tokens_per_step = plan_.tokens_per_step;
+    info.world_size = world_;
+    info.zero_stage = t_.zero_stage;
+    info.flops_per_token = plan_.flops_per_token;
+    info.peak_flops = be_->peak_flops();
+    log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(resolved_, plan_), resumed_ ? st_.step : -1);
+    term_.note("train data: " + train_src_->describe() + (val_src_ ? "; val data: " + val_src_->describe() : ""));
+  }
+
+  struct StepResult {
+    double loss, norm, lr;
   };
 
-  std::string status = "ok", message;
-  int exit_code = kExitOk;
-  std::unique_ptr<RunLog> log;
-  Config resolved = cfg;  // with micro_batch: max replaced by the size found
-  try {
-    if (plan.micro_batch < 0) {
-      // micro_batch: max. Try doubling sizes, then bisect, agreeing across ranks at every try. A size
-      // fits when its predicted memory is within training.memory_limit_gb (if set) and, on a GPU, a
-      // whole forward/backward at that size runs without running out of memory (within the limit).
-      const double cap = double(t.memory_limit_gb) * double(1ull << 30);
-      if (plan.device != "cuda" && cap <= 0)
-        throw input_error("training.micro_batch: 'max' on the CPU needs training.memory_limit_gb (the search checks "
-                          "the predicted memory against it)");
-      auto fits = [&](int B) {
-        Config cb = cfg;
-        cb.training.micro_batch = B;
-        if (cap > 0 && double(predict_memory(cb, make_plan(cb, world)).total()) > cap) return false;  // same on all ranks
-        if (plan.device != "cuda") return true;
-        int ok = 1;
-        try {
-          s.be->reset_peak();
-          build_model(B);
-          std::vector<int> tok(size_t(B) * plan.seq_len, 0);
-          s.engine->begin_step();
-          s.engine->begin_micro_step(true);
-          s.model->forward(*s.engine, tok.data(), tok.data(), true, 0.0f);
-          s.model->backward(*s.engine);
-          s.engine->end_backward();
-          s.be->synchronize();
-          if (cap > 0 && double(s.be->peak_bytes()) > cap) ok = 0;
-        } catch (const Error& e) {
-          if (e.code() != kExitOutOfMemory) throw;
-          ok = 0;
-        }
-        s.model.reset();
-        return host.max(-long(ok)) == -1;  // fits only if it fits on every rank
-      };
-      int lo = 0, hi = 1;
-      while (hi <= 65536 && fits(hi)) {
-        lo = hi;
-        hi *= 2;
-      }
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        (fits(mid) ? lo : hi) = mid;
-      }
-      if (lo == 0)
-        throw Error(kExitOutOfMemory, "training.micro_batch: max: not even micro-batch 1 fits (" + describe(cfg, world) + ")");
-      resolved.training.micro_batch = lo;
-      plan = make_plan(resolved, world);
-      term.note("micro_batch: max -> " + std::to_string(lo));
+  // One optimizer step: grad_accum micro-steps of forward and backward, gradients reduced as the
+  // engine's stage says, the global norm, clipping, AdamW.
+  StepResult train_step(int step) {
+    const int N = plan_.micro_batch * plan_.seq_len;
+    const float dloss = 1.0f / (float(N) * plan_.grad_accum * world_);  // mean over every token of the step
+    StepResult r{0, 0, lr_at(t_, step)};
+    engine_->begin_step();
+    for (int micro = 0; micro < plan_.grad_accum; ++micro) {
+      train_src_->next(tok_.data(), tgt_.data());
+      engine_->begin_micro_step(micro + 1 == plan_.grad_accum);
+      r.loss += model_->forward(*engine_, tok_.data(), tgt_.data(), true, dloss);
+      model_->backward(*engine_);
     }
-    build_model(plan.micro_batch);
-    const int B = plan.micro_batch, T = plan.seq_len;
-    MemoryBreakdown predicted = predict_memory(cfg, plan);
-
-    // data
-    std::unique_ptr<TokenSource> train_src, val_src;
-    if (cfg.data.synthetic) {
-      train_src = make_synthetic_source(cfg.data, cfg.run.seed, 0, B, T, rank, world);
-      val_src = make_synthetic_source(cfg.data, cfg.run.seed, 1, B, T, rank, world);
-    } else {
-      train_src = make_shard_source(cfg.data.train, B, T, rank, world, plan.dims.vocab_size);
-      if (!cfg.data.val.empty()) val_src = make_shard_source(cfg.data.val, B, T, rank, world, plan.dims.vocab_size);
-    }
-
-    // parameters: from a checkpoint, from an llm.c model file, or freshly initialised
-    TrainState st;
-    st.seed = cfg.run.seed;
-    bool resumed = false;
-    const auto r0 = std::chrono::steady_clock::now();
-    if (resume) resumed = load_latest_checkpoint(dir, *s.engine, layout, host, st);
-    if (resumed) {
-      train_src->seek(st.data);
-      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
-      term.note("resumed from step " + std::to_string(st.step) + " of " + dir + ": " + dir_size_text(dir, st.step, sec));
-    } else {
-      std::vector<float> buf;
-      std::vector<float> file_params;
-      if (!cfg.model.init_from.empty()) file_params = read_model_file(cfg.model.init_from, layout);
-      for (int b = 0; b < layout.n_buckets(); ++b) {
-        if (!file_params.empty()) {
-          const float* src = file_params.data() + layout.logical_offset(b);
-          buf.assign(src, src + layout.bucket(b).size);
-        } else {
-          init_bucket(layout, b, cfg.run.seed, cfg.model.init_std, buf);
-        }
-        s.engine->set_bucket_params(b, buf.data());
-      }
-    }
-    st.config_yaml = config_to_yaml(resolved);
-
-    if (lead) {
-      std::filesystem::create_directories(dir);
-      RunInfo info;
-      info.name = cfg.run.name;
-      info.config_yaml = st.config_yaml;
-      info.device = plan.device;
-      info.hardware = s.be->hardware() + " x" + std::to_string(world);
-      info.git_rev = GIT_REV;
-      info.point_values = point.values;
-      info.point_index = point.index;
-      info.n_params = int64_t(plan.n_params);
-      info.tokens_per_step = plan.tokens_per_step;
-      info.world_size = world;
-      info.zero_stage = t.zero_stage;
-      info.flops_per_token = plan.flops_per_token;
-      info.peak_flops = s.be->peak_flops();
-      log = std::make_unique<RunLog>(dir + "/log.h5", info, predicted, resumed ? st.step : -1);
-      term.note("train data: " + train_src->describe() + (val_src ? "; val data: " + val_src->describe() : ""));
-    }
-
-    auto evaluate = [&]() {
-      if (!val_src || cfg.eval.batches == 0) return double(NAN);
-      std::vector<int> tok(size_t(B) * T), tgt(size_t(B) * T);
-      val_src->seek(DataPosition{});
-      double sum = 0;
-      for (int i = 0; i < cfg.eval.batches; ++i) {
-        val_src->next(tok.data(), tgt.data());
-        sum += s.model->forward(*s.engine, tok.data(), tgt.data(), false, 0.0f);
-      }
-      return host.sum(sum / cfg.eval.batches) / world;
-    };
-
-    std::vector<int> tok(size_t(B) * T), tgt(size_t(B) * T);
-    const float dloss = 1.0f / (float(B) * T * plan.grad_accum * world);
-    const double peak = s.be->peak_flops() * world;
-    double ema_ms = 0;
-    int timed = 0;
-    s.be->reset_peak();
-    for (int step = int(st.step); step < t.steps; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const double lr = lr_at(t, step);
-      s.engine->begin_step();
-      double loss = 0;
-      for (int micro = 0; micro < plan.grad_accum; ++micro) {
-        train_src->next(tok.data(), tgt.data());
-        s.engine->begin_micro_step(micro + 1 == plan.grad_accum);
-        loss += s.model->forward(*s.engine, tok.data(), tgt.data(), true, dloss);
-        s.model->backward(*s.engine);
-      }
-      s.engine->end_backward();
-      loss = host.sum(loss / plan.grad_accum) / world;
-      const double norm = s.engine->grad_norm();
-      if (!std::isfinite(loss) || !std::isfinite(norm))
-        throw Error(kExitFailure, "training diverged at step " + std::to_string(step + 1) + ": loss " +
-                                      std::to_string(loss) + ", gradient norm " + std::to_string(norm));
-      const float scale = clip_scale(norm, t.grad_clip);
-      s.engine->update({float(lr), t.beta1, t.beta2, t.eps, t.weight_decay, scale, step + 1,
-                        mix(cfg.run.seed + uint64_t(step))});
-      s.be->synchronize();
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      st.step = step + 1;
-      st.data = train_src->position();
-      // timing: skip the first step of a process (warm-up) in the ETA average
-      if (timed++ > 0) ema_ms = ema_ms == 0 ? ms : 0.9 * ema_ms + 0.1 * ms;
-      const double tps = plan.tokens_per_step / (ms / 1000.0);
-      const bool last = st.step == t.steps;
-      if (lead && (st.step % cfg.log.every == 0 || last || st.step == 1)) {
-        TrainRow row{st.step, loss, lr, norm, ms, tps, peak > 0 ? plan.flops_per_token * tps / peak : NAN};
-        log->train_row(row);
-        term.step_line(row, int(st.step), (t.steps - st.step) * (ema_ms > 0 ? ema_ms : ms) / 1000.0);
-      }
-      if ((cfg.eval.every > 0 && st.step % cfg.eval.every == 0) || last) {
-        const double vl = evaluate();
-        if (lead && !std::isnan(vl)) {
-          log->eval_row(st.step, vl);
-          term.note("step " + std::to_string(st.step) + " | val loss " + std::to_string(vl));
-        }
-      }
-      const bool stop = host.max(stop_requested() ? 1 : 0) > 0;
-      if ((cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0) || (stop && !last)) {
-        const auto c0 = std::chrono::steady_clock::now();
-        save_checkpoint(dir, st, *s.engine, layout, host, cfg.checkpoint.keep_last);
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-        if (lead) term.note("checkpoint written at step " + std::to_string(st.step) + ": " + dir_size_text(dir, st.step, sec));
-      }
-      if (stop && !last) {
-        status = "checkpointed";
-        message = "stopped by a signal at step " + std::to_string(st.step) + "; resume with --resume";
-        exit_code = kExitCheckpointed;
-        term.note(message);
-        break;
-      }
-    }
-  } catch (const Error& e) {
-    // The run's own failure: recorded, then reported to the caller. All ranks reach this together
-    // for errors that depend on the config; others end the job through the caller's abort.
-    status = e.code() == kExitOutOfMemory ? "oom" : "failed";
-    message = e.what();
-    if (e.code() == kExitOutOfMemory && message.find("(model ") == std::string::npos)
-      message = "out of memory for this config (" + describe(resolved, world) + "): " + message;
-    exit_code = e.code();
+    engine_->end_backward();
+    r.loss = host_.sum(r.loss / plan_.grad_accum) / world_;
+    r.norm = engine_->grad_norm();
+    if (!std::isfinite(r.loss) || !std::isfinite(r.norm))
+      throw Error(kExitFailure, "training diverged at step " + std::to_string(step + 1) + ": loss " +
+                                    std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm));
+    engine_->update({float(r.lr), t_.beta1, t_.beta2, t_.eps, t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
+                     step + 1, mix(cfg_.run.seed + uint64_t(step))});
+    be_->synchronize();
+    return r;
   }
-  s.be->synchronize();
-  s.measured.activations = s.model ? s.measured.activations : 0;
-  const size_t peak_bytes = s.be->peak_bytes();
-  if (log) log->finish(status, message, s.measured, peak_bytes);
-  if (lead && status != "ok" && status != "checkpointed") std::cerr << "error: " << message << "\n";
-  (void)base_bytes;
-  return {status, message, exit_code};
+
+  double evaluate() {
+    if (!val_src_ || cfg_.eval.batches == 0) return NAN;
+    val_src_->seek(DataPosition{});  // the same batches every time
+    double sum = 0;
+    for (int i = 0; i < cfg_.eval.batches; ++i) {
+      val_src_->next(tok_.data(), tgt_.data());
+      sum += model_->forward(*engine_, tok_.data(), tgt_.data(), false, 0.0f);
+    }
+    return host_.sum(sum / cfg_.eval.batches) / world_;
+  }
+
+  void checkpoint() {
+    const auto t0 = std::chrono::steady_clock::now();
+    save_checkpoint(dir_, st_, *engine_, *layout_, host_, cfg_.checkpoint.keep_last);
+    term_.note("checkpoint written at step " + std::to_string(st_.step) + ": " +
+               (lead_ ? dir_size_text(dir_, st_.step, seconds_since(t0)) : std::string()));
+  }
+
+  void loop() {
+    const double peak = be_->peak_flops() * world_;
+    double avg_ms = 0;
+    int timed = 0;
+    const size_t set_up_bytes = be_->bytes_in_use();
+    be_->reset_peak();
+    for (int step = int(st_.step); step < t_.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const StepResult r = train_step(step);
+      const double ms = 1000.0 * seconds_since(t0);
+      st_.step = step + 1;
+      st_.data = train_src_->position();
+      const bool last = st_.step == t_.steps;
+      if (timed++ == 0) {
+        // what the libraries took on first use (cuBLASLt/cuDNN workspaces, kernel scratch) is workspace too
+        measured_.workspace = model_->scratch_bytes() + (be_->bytes_in_use() - set_up_bytes);
+        avg_ms = ms;  // the ETA's first guess; the warm-up step is left out of the average after this
+      } else {
+        avg_ms = timed == 2 ? ms : 0.9 * avg_ms + 0.1 * ms;
+      }
+      const double tps = plan_.tokens_per_step / (ms / 1000.0);
+      if (lead_ && (st_.step % cfg_.log.every == 0 || last || st_.step == 1)) {
+        const TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, peak > 0 ? plan_.flops_per_token * tps / peak : NAN};
+        log_->train_row(row);
+        term_.step_line(row, int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
+      }
+      if ((cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last) {
+        const double vl = evaluate();
+        if (lead_ && !std::isnan(vl)) {
+          log_->eval_row(st_.step, vl);
+          term_.note("step " + std::to_string(st_.step) + " | val loss " + std::to_string(vl));
+        }
+      }
+      const bool stop = host_.max(stop_requested() ? 1 : 0) > 0;  // every rank stops at the same step
+      if ((cfg_.checkpoint.every > 0 && st_.step % cfg_.checkpoint.every == 0) || (stop && !last)) checkpoint();
+      if (stop && !last) {
+        status_ = "checkpointed";
+        message_ = "stopped by a signal at step " + std::to_string(st_.step) + "; resume with --resume";
+        exit_code_ = kExitCheckpointed;
+        term_.note(message_);
+        return;
+      }
+    }
+  }
+
+  const Config& cfg_;
+  const TrainingConfig& t_;
+  Config resolved_;  // micro_batch: max replaced by the size found
+  HostComm& host_;
+  const PointInfo point_;
+  const int world_;
+  const bool lead_, resume_;
+  const std::string dir_;
+  Plan plan_;
+  Terminal term_;
+
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<ParamLayout> layout_;
+  std::unique_ptr<ZeroEngine> engine_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<TokenSource> train_src_, val_src_;
+  std::unique_ptr<RunLog> log_;
+  std::vector<int> tok_, tgt_;
+
+  TrainState st_;
+  bool resumed_ = false;
+  MemoryBreakdown measured_;
+  std::string status_ = "ok", message_;
+  int exit_code_ = kExitOk;
+};
+
+}  // namespace
+
+RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool resume) {
+  return Trainer(cfg, host, point, resume).run();
 }
 
 }  // namespace gpt
