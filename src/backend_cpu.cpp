@@ -32,9 +32,22 @@ inline float gelu_grad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+// Runs fn(lo, hi) on a fixed share of [0, n) per OpenMP thread. Matrix products are split this way
+// over their output rows and each share runs single-threaded BLAS: one thread pool instead of
+// OpenMP's and OpenBLAS's competing for the same cores.
+template <class Fn>
+void split_rows(int n, Fn fn) {
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int lo = int(int64_t(n) * t / nt), hi = int(int64_t(n) * (t + 1) / nt);
+    if (hi > lo) fn(lo, hi);
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() = default;
+  CpuBackend() { openblas_set_num_threads(1); }
   ~CpuBackend() override {
     for (auto& [p, n] : sizes_) std::free(p);
   }
@@ -175,7 +188,10 @@ class CpuBackend final : public Backend {
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
                   void* pre_gelu) override {
     float* dst = pre_gelu ? F(pre_gelu) : F(out);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, cF(inp), IC, cF(w), IC, 0.0f, dst, OC);
+    split_rows(N, [&](int lo, int hi) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, OC, IC, 1.0f, cF(inp) + size_t(lo) * IC, IC, cF(w),
+                  IC, 0.0f, dst + size_t(lo) * OC, OC);
+    });
     if (bias) {
       const float* bs = cF(bias);
 #pragma omp parallel for schedule(static)
@@ -188,14 +204,20 @@ class CpuBackend final : public Backend {
                   int OC, const void* pre_gelu) override {
     if (dinp) {
       float* dx = F(dinp);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, cF(dout), OC, cF(w), IC, 0.0f, dx, IC);
+      split_rows(N, [&](int lo, int hi) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1.0f, cF(dout) + size_t(lo) * OC, OC,
+                    cF(w), IC, 0.0f, dx + size_t(lo) * IC, IC);
+      });
       if (pre_gelu) {
         const float* pg = cF(pre_gelu);
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < size_t(N) * IC; ++i) dx[i] *= gelu_grad(pg[i]);
       }
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, cF(dout), OC, cF(inp), IC, 1.0f, F(dw), IC);
+    split_rows(OC, [&](int lo, int hi) {  // dw rows [lo, hi) = dout[:, lo:hi]^T @ inp
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1.0f, cF(dout) + lo, OC, cF(inp), IC, 1.0f,
+                  F(dw) + size_t(lo) * IC, IC);
+    });
     if (dbias) {
       float* gb = F(dbias);
       const float* g = cF(dout);
