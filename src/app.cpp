@@ -74,7 +74,6 @@ int run_sample(int argc, char** argv, HostComm& host) {
   std::mt19937_64 rng(seed);
   std::vector<float> logits(plan.dims.vocab_size);
   std::vector<int> window(T, 0);
-  const size_t prompt_len = ids.size();
   for (int i = 0; i < tokens; ++i) {
     // the last T tokens (positions beyond the end are padding the causal mask ignores)
     const int start = std::max(0, int(ids.size()) - T), n = int(ids.size()) - start;
@@ -94,7 +93,6 @@ int run_sample(int argc, char** argv, HostComm& host) {
   }
   for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
   std::cout << "\n";
-  (void)prompt_len;
   return 0;
 }
 

@@ -193,7 +193,7 @@ struct Row {
 
 const char* kComponents[] = {"params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "total"};
 
-Row summarize_point(const std::string& dir, const SweepPoint& p, const Sweep& sw) {
+Row summarize_point(const std::string& dir, const SweepPoint& p) {
   Row r;
   r.text["index"] = std::to_string(p.index);
   r.text["dir"] = p.dir_name;
@@ -263,7 +263,6 @@ Row summarize_point(const std::string& dir, const SweepPoint& p, const Sweep& sw
     }
     if (which[0] == 'm' && H5Aexists(g, "peak") > 0) r.num["meas_peak"] = double(h5::get_attr_i64(g, "peak"));
   }
-  (void)sw;
   return r;
 }
 
@@ -273,7 +272,7 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
   const std::string root = base.run.out_dir + "/" + base.run.name;
   fs::create_directories(root);
   std::vector<Row> rows;
-  for (auto& p : sw.points) rows.push_back(summarize_point(root + "/" + p.dir_name, p, sw));
+  for (auto& p : sw.points) rows.push_back(summarize_point(root + "/" + p.dir_name, p));
   std::vector<std::string> text_cols = {"index", "dir"};
   for (auto& k : sw.keys) text_cols.push_back(k);
   text_cols.push_back("status");

@@ -143,8 +143,6 @@ const void* ZeroEngine::params(int b) {
   return gather_buffer(b);
 }
 
-void ZeroEngine::release(int b) { (void)b; }
-
 // ---- gradients
 void* ZeroEngine::grad_temp(int b) { return grad_temps_[role_of(layout_, b)]; }
 

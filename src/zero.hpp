@@ -46,7 +46,6 @@ class ZeroEngine final : public ParamStore {
 
   // ParamStore
   const void* params(int b) override;
-  void release(int b) override;
   void prefetch(int b) override;
   void* grads(int b) override;
   void grads_done(int b) override;

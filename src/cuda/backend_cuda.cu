@@ -38,6 +38,9 @@ class CudaBackend final : public Backend {
   CudaBackend(const Config& cfg, int local_rank) {
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
+    // One GPU per local rank: rank i takes GPU i, or the only GPU it sees when the launcher binds one
+    // GPU to each task (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank).
+    if (count == 1) local_rank = 0;
     if (local_rank < 0 || local_rank >= count)
       throw Error(kExitBadInput, "local rank " + std::to_string(local_rank) + " has no GPU: " +
                                      std::to_string(count) + " visible (one GPU per local rank)");
