@@ -173,3 +173,23 @@ def test_sample_generates_tokens_from_a_checkpoint(tmp_path, train_bin):
     assert ids[:3] == [1, 2, 3] and len(ids) == 13 and all(0 <= i < 64 for i in ids)
     p2 = run_train(["sample", "--ckpt", ck, "--prompt-ids", "1,2,3", "--tokens", "10", "--temperature", "0"], check=True)
     assert p2.stdout == p.stdout  # greedy decoding is deterministic
+
+
+def test_sample_script_turns_text_into_text(tmp_path, train_bin, shared_data):
+    import sys
+    y = write_yaml(tmp_path / "g.yaml", f"""
+run: {{name: g, out_dir: {tmp_path / 'runs'}}}
+model: {{preset: tiny, max_seq_len: 64}}
+data: {{synthetic: true, synthetic_vocab: 500}}
+training: {{device: cpu, micro_batch: 2, seq_len: 32, steps: 2}}
+eval: {{batches: 0}}
+log: {{progress: false}}
+checkpoint: {{every: 2}}
+""")
+    run_train(["--yaml", y], check=True)
+    p = subprocess.run([sys.executable, ROOT / "scripts/sample.py", "--ckpt", tmp_path / "runs/g/checkpoints/step_00000002",
+                        "--prompt", "First Citizen:", "--tokens", "8", "--temperature", "0",
+                        "--vocab", shared_data / "gpt2/vocab.json", "--merges", shared_data / "gpt2/merges.txt"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("First Citizen:") and len(p.stdout) > len("First Citizen:")
