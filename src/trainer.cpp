@@ -314,7 +314,15 @@ class Trainer {
   }
 
   void setup() {
-    agreed("allocation", [&] {
+    std::string times;  // where set-up time goes, printed once: start-up matters for sweeps of big models
+    auto timed = [&](const char* phase, auto fn) {
+      const auto t0 = std::chrono::steady_clock::now();
+      agreed(phase, fn);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%s %.1f s", times.empty() ? "" : ", ", phase, seconds_since(t0));
+      times += buf;
+    };
+    timed("allocation", [&] {
       be_ = plan_.device == "cuda" ? make_cuda_backend(cfg_, host_.local_rank()) : make_cpu_backend(cfg_);
       comm_ = make_comm(plan_, host_, *be_);
       layout_ = std::make_unique<ParamLayout>(plan_.dims);
@@ -327,8 +335,8 @@ class Trainer {
       plan_ = make_plan(resolved_, world_);
       term_.note("micro_batch: max -> " + std::to_string(plan_.micro_batch));
     }
-    agreed("allocation", [&] { build_model(plan_.micro_batch); });
-    agreed("data", [&] { open_data(); });
+    timed("activations", [&] { build_model(plan_.micro_batch); });
+    timed("data", [&] { open_data(); });
     st_.seed = cfg_.run.seed;
     st_.config_yaml = config_to_yaml(resolved_);
     if (resume_) {
@@ -341,8 +349,9 @@ class Trainer {
       }
       st_.config_yaml = config_to_yaml(resolved_);
     }
-    if (!resumed_) agreed("initialisation", [&] { init_params(); });
-    agreed("run log", [&] { open_log(); });
+    if (!resumed_) timed("initialisation", [&] { init_params(); });
+    timed("run log", [&] { open_log(); });
+    term_.note("set-up: " + times);
   }
 
   // micro_batch: max. Doubling sizes, then bisection. A size fits when its predicted memory is within
