@@ -232,10 +232,14 @@ void read_range(std::vector<OldFile>& files, int b, size_t bucket_size, const ch
 
 }  // namespace
 
+std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
+  return run_dir + "/checkpoints/" + step_name(step);
+}
+
 void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngine& e, const ParamLayout& L,
                      HostComm& host, int keep_last) {
   const std::string root = run_dir + "/checkpoints";
-  const std::string name = step_name(st.step), tmp = root + "/" + name + ".tmp", final_dir = root + "/" + name;
+  const std::string final_dir = checkpoint_dir(run_dir, st.step), tmp = final_dir + ".tmp";
   std::string err;
   if (host.rank() == 0) {
     std::error_code ec;
@@ -259,7 +263,7 @@ void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngin
       fsync_path(root);
       {
         std::ofstream out(root + "/latest.tmp", std::ios::trunc);
-        out << name << "\n";
+        out << step_name(st.step) << "\n";
         if (!out.flush()) throw Error(kExitFailure, "cannot write '" + root + "/latest.tmp'");
       }
       fsync_path(root + "/latest.tmp");

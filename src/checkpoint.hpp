@@ -29,6 +29,9 @@ struct TrainState {
 void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngine& engine, const ParamLayout& layout,
                      HostComm& host, int keep_last);
 
+// <run dir>/checkpoints/step_NNNNNNNN: where the checkpoint of a step lives.
+std::string checkpoint_dir(const std::string& run_dir, int64_t step);
+
 // Complete checkpoints of a run, newest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
 

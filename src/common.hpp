@@ -33,6 +33,15 @@ class Error : public std::runtime_error {
 // Bad user input: a config key, a data file, a checkpoint.
 inline Error input_error(const std::string& what) { return Error(kExitBadInput, what); }
 
+// SplitMix64: a counter-based mixer. Initialisation, the synthetic corpus and stochastic rounding seeds
+// are pure functions of (seed, index) through it, so they do not depend on threads or ranks.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 [[noreturn]] void throw_check_failure(const char* lib, const char* call, const std::string& detail,
                                       const char* file, int line, ExitCode code = kExitFailure);
 

@@ -18,13 +18,6 @@ constexpr int32_t kShardMagic = 20240520;
 constexpr int32_t kShardVersion = 1;
 constexpr size_t kHeaderBytes = 256 * sizeof(int32_t);
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 struct File {
   FILE* f = nullptr;
   explicit File(const std::string& p) : f(std::fopen(p.c_str(), "rb")) {}
@@ -110,9 +103,9 @@ class SyntheticSource final : public TokenSource {
     std::vector<int> perm(V_);
     for (int u = 0; u < V_; ++u) {
       for (int i = 0; i < V_; ++i) perm[i] = i;
-      uint64_t h = splitmix(seed ^ (0xC0FFEEull + uint64_t(u)));
+      uint64_t h = splitmix64(seed ^ (0xC0FFEEull + uint64_t(u)));
       for (int k = 0; k < K_; ++k) {  // partial Fisher-Yates: K distinct successors
-        h = splitmix(h);
+        h = splitmix64(h);
         const int j = k + int(h % uint64_t(V_ - k));
         std::swap(perm[k], perm[j]);
         succ_[size_t(u) * K_ + k] = perm[k];
@@ -122,12 +115,12 @@ class SyntheticSource final : public TokenSource {
   void next(int* tokens, int* targets) override {
     for (int r = 0; r < B_; ++r) {
       const uint64_t seq = uint64_t(pos_.offset) + uint64_t(rank_) * B_ + r;  // global sequence index
-      uint64_t h = splitmix(seed_ ^ (uint64_t(stream_ + 1) << 56) ^ splitmix(seq));
+      uint64_t h = splitmix64(seed_ ^ (uint64_t(stream_ + 1) << 56) ^ splitmix64(seq));
       int cur = int(h % uint64_t(V_));
       for (int t = 0; t <= T_; ++t) {
         if (t < T_) tokens[r * T_ + t] = cur;
         if (t > 0) targets[r * T_ + t - 1] = cur;
-        h = splitmix(h);
+        h = splitmix64(h);
         cur = succ_[size_t(cur) * K_ + int(h % uint64_t(K_))];
       }
     }

@@ -207,11 +207,12 @@ GPT::~GPT() {
   delete a_;
 }
 
-const void* GPT::tensor_in(const void* base, int b, P id) const {
-  return static_cast<const char*>(base) + layout_.bucket(b).tensor(id).offset * dtype_size(be_.act_dtype());
+GPT::View GPT::params_of(ParamStore& ps, int b) const {
+  return {&layout_.bucket(b), static_cast<char*>(const_cast<void*>(ps.params(b))), dtype_size(be_.act_dtype())};
 }
-const void* GPT::tp(ParamStore& ps, int b, P id) { return tensor_in(ps.params(b), b, id); }
-void* GPT::tg(ParamStore& ps, int b, P id) { return const_cast<void*>(tensor_in(ps.grads(b), b, id)); }
+GPT::View GPT::grads_of(ParamStore& ps, int b) const {
+  return {&layout_.bucket(b), static_cast<char*>(ps.grads(b)), dtype_size(be_.act_dtype())};
+}
 
 void GPT::trunk(ParamStore& ps, const int* tokens) {
   const int B = B_, T = T_, C = d_.n_embd, NH = d_.n_head, HS = d_.head_dim(), L = d_.n_layer;
@@ -221,30 +222,33 @@ void GPT::trunk(ParamStore& ps, const int* tokens) {
 
   const int E = 0;
   ps.prefetch(layout_.layer_bucket(0));
-  be_.encoder_fwd(a.encoded, a.tokens, tp(ps, E, P::wte), tp(ps, E, P::wpe), B, T, C);
+  const View we = params_of(ps, E);
+  be_.encoder_fwd(a.encoded, a.tokens, we(P::wte), we(P::wpe), B, T, C);
   for (int l = 0; l < L; ++l) {
     const int b = layout_.layer_bucket(l);
     if (l + 1 < L) ps.prefetch(b + 1);
     else ps.prefetch(layout_.final_bucket());
+    const View w = params_of(ps, b);
     if (l == 0)
-      be_.layernorm_fwd(a.ln1[0], a.ln1_mean[0], a.ln1_rstd[0], a.encoded, tp(ps, b, P::ln1w), tp(ps, b, P::ln1b), N, C);
-    be_.matmul_fwd(a.qkv[l], a.ln1[l], tp(ps, b, P::qkvw), tp(ps, b, P::qkvb), N, C, 3 * C, nullptr);
+      be_.layernorm_fwd(a.ln1[0], a.ln1_mean[0], a.ln1_rstd[0], a.encoded, w(P::ln1w), w(P::ln1b), N, C);
+    be_.matmul_fwd(a.qkv[l], a.ln1[l], w(P::qkvw), w(P::qkvb), N, C, 3 * C, nullptr);
     be_.attention_fwd(a.atty[l], a.lse[l], a.qkv[l], B, T, NH, HS);
-    be_.matmul_fwd(a.scratch_c, a.atty[l], tp(ps, b, P::attprojw), tp(ps, b, P::attprojb), N, C, C, nullptr);
+    be_.matmul_fwd(a.scratch_c, a.atty[l], w(P::attprojw), w(P::attprojb), N, C, C, nullptr);
     const void* res_in = l == 0 ? a.encoded : a.res3[l - 1];
     be_.residual_layernorm_fwd(a.res2[l], a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], res_in, a.scratch_c,
-                               tp(ps, b, P::ln2w), tp(ps, b, P::ln2b), N, C);
-    be_.matmul_fwd(a.fch_gelu[l], a.ln2[l], tp(ps, b, P::fcw), tp(ps, b, P::fcb), N, C, 4 * C, a.fch[l]);
-    be_.matmul_fwd(a.scratch_c, a.fch_gelu[l], tp(ps, b, P::fcprojw), tp(ps, b, P::fcprojb), N, 4 * C, C, nullptr);
+                               w(P::ln2w), w(P::ln2b), N, C);
+    be_.matmul_fwd(a.fch_gelu[l], a.ln2[l], w(P::fcw), w(P::fcb), N, C, 4 * C, a.fch[l]);
+    be_.matmul_fwd(a.scratch_c, a.fch_gelu[l], w(P::fcprojw), w(P::fcprojb), N, 4 * C, C, nullptr);
     // res3 = res2 + mlp; then the next LayerNorm (layer l+1's ln1, or the final one) on it
     if (l + 1 < L) {
       const int nb = b + 1;
       be_.residual_layernorm_fwd(a.res3[l], a.ln1[l + 1], a.ln1_mean[l + 1], a.ln1_rstd[l + 1], a.res2[l],
-                                 a.scratch_c, tp(ps, nb, P::ln1w), tp(ps, nb, P::ln1b), N, C);
+                                 a.scratch_c, params_of(ps, nb)(P::ln1w), params_of(ps, nb)(P::ln1b), N, C);
     } else {
       const int fb = layout_.final_bucket();
-      be_.residual_layernorm_fwd(a.res3[l], a.lnf, a.lnf_mean, a.lnf_rstd, a.res2[l], a.scratch_c,
-                                 tp(ps, fb, P::lnfw), tp(ps, fb, P::lnfb), N, C);
+      const View wf = params_of(ps, fb);
+      be_.residual_layernorm_fwd(a.res3[l], a.lnf, a.lnf_mean, a.lnf_rstd, a.res2[l], a.scratch_c, wf(P::lnfw),
+                                 wf(P::lnfb), N, C);
       ps.release(fb);
     }
     ps.release(b);
@@ -256,7 +260,7 @@ void GPT::logits_row(ParamStore& ps, const int* tokens, int row, float* out) {
   trunk(ps, tokens);
   const size_t e = dtype_size(be_.act_dtype());
   const void* x = static_cast<const char*>(a_->lnf) + e * size_t(row) * C;
-  be_.matmul_fwd(a_->logits, x, tp(ps, 0, P::wte), nullptr, 1, C, Vp, nullptr);
+  be_.matmul_fwd(a_->logits, x, params_of(ps, 0)(P::wte), nullptr, 1, C, Vp, nullptr);
   float* tmp = static_cast<float*>(be_.alloc(4 * size_t(Vp)));
   be_.act_to_f32(tmp, a_->logits, Vp);
   be_.copy_d2h(out, tmp, 4 * size_t(d_.vocab_size));
@@ -271,8 +275,8 @@ float GPT::forward(ParamStore& ps, const int* tokens, const int* targets, bool t
   trunk(ps, tokens);
   be_.copy_h2d(a.targets, targets, sizeof(int) * N);
   // lm head (tied to wte), chunk by chunk: logits -> losses (and, training, dlogits -> dlnf, dwte)
-  const void* wte = tp(ps, E, P::wte);
-  void* dwte = train ? tg(ps, E, P::wte) : nullptr;
+  const void* wte = params_of(ps, E)(P::wte);
+  void* dwte = train ? grads_of(ps, E)(P::wte) : nullptr;
   const size_t e = dtype_size(be_.act_dtype());
   for (int r0 = 0; r0 < N; r0 += chunk_rows_) {
     const int n = std::min(chunk_rows_, N - r0);
@@ -300,39 +304,42 @@ void GPT::backward(ParamStore& ps) {
 
   be_.zero(a.dres, e * size_t(N) * C);
   ps.prefetch(layout_.layer_bucket(L - 1));
-  be_.layernorm_bwd(a.dres, tg(ps, fb, P::lnfw), tg(ps, fb, P::lnfb), a.dlnf, a.res3[L - 1],
-                    tp(ps, fb, P::lnfw), a.lnf_mean, a.lnf_rstd, N, C);
+  const View gf = grads_of(ps, fb);
+  be_.layernorm_bwd(a.dres, gf(P::lnfw), gf(P::lnfb), a.dlnf, a.res3[L - 1], params_of(ps, fb)(P::lnfw), a.lnf_mean,
+                    a.lnf_rstd, N, C);
   ps.release(fb);
   ps.grads_done(fb);
   for (int l = L - 1; l >= 0; --l) {
     const int b = layout_.layer_bucket(l);
     if (l > 0) ps.prefetch(b - 1);
     else ps.prefetch(E);
+    const View w = params_of(ps, b), g = grads_of(ps, b);
     // dres holds d(loss)/d(res3[l]). MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
     if (recompute_ >= 1) be_.gelu_fwd(a.fch_gelu[l], a.fch[l], size_t(N) * 4 * C);
-    be_.matmul_bwd(a.dbig, tg(ps, b, P::fcprojw), tg(ps, b, P::fcprojb), a.dres, a.fch_gelu[l],
-                   tp(ps, b, P::fcprojw), N, 4 * C, C, a.fch[l]);
+    be_.matmul_bwd(a.dbig, g(P::fcprojw), g(P::fcprojb), a.dres, a.fch_gelu[l],
+                   w(P::fcprojw), N, 4 * C, C, a.fch[l]);
     if (recompute_ >= 2)
-      be_.layernorm_fwd(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.res2[l], tp(ps, b, P::ln2w), tp(ps, b, P::ln2b), N, C);
-    be_.matmul_bwd(a.dtmp, tg(ps, b, P::fcw), tg(ps, b, P::fcb), a.dbig, a.ln2[l], tp(ps, b, P::fcw), N, C, 4 * C,
+      be_.layernorm_fwd(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.res2[l], w(P::ln2w), w(P::ln2b), N, C);
+    be_.matmul_bwd(a.dtmp, g(P::fcw), g(P::fcb), a.dbig, a.ln2[l], w(P::fcw), N, C, 4 * C,
                    nullptr);
-    be_.layernorm_bwd(a.dres, tg(ps, b, P::ln2w), tg(ps, b, P::ln2b), a.dtmp, a.res2[l], tp(ps, b, P::ln2w),
+    be_.layernorm_bwd(a.dres, g(P::ln2w), g(P::ln2b), a.dtmp, a.res2[l], w(P::ln2w),
                       a.ln2_mean[l], a.ln2_rstd[l], N, C);
     // dres holds d/d(res2[l]). Attention: res2 = res_in + attproj(attn(qkv(ln1(res_in))))
-    be_.matmul_bwd(a.datty, tg(ps, b, P::attprojw), tg(ps, b, P::attprojb), a.dres, a.atty[l],
-                   tp(ps, b, P::attprojw), N, C, C, nullptr);
+    be_.matmul_bwd(a.datty, g(P::attprojw), g(P::attprojb), a.dres, a.atty[l],
+                   w(P::attprojw), N, C, C, nullptr);
     be_.attention_bwd(a.dbig, a.datty, a.qkv[l], a.atty[l], a.lse[l], B, T, NH, HS);
     const void* res_in = l == 0 ? a.encoded : a.res3[l - 1];
     if (recompute_ >= 2)
-      be_.layernorm_fwd(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], res_in, tp(ps, b, P::ln1w), tp(ps, b, P::ln1b), N, C);
-    be_.matmul_bwd(a.dtmp, tg(ps, b, P::qkvw), tg(ps, b, P::qkvb), a.dbig, a.ln1[l], tp(ps, b, P::qkvw), N, C,
+      be_.layernorm_fwd(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], res_in, w(P::ln1w), w(P::ln1b), N, C);
+    be_.matmul_bwd(a.dtmp, g(P::qkvw), g(P::qkvb), a.dbig, a.ln1[l], w(P::qkvw), N, C,
                    3 * C, nullptr);
-    be_.layernorm_bwd(a.dres, tg(ps, b, P::ln1w), tg(ps, b, P::ln1b), a.dtmp, res_in, tp(ps, b, P::ln1w),
+    be_.layernorm_bwd(a.dres, g(P::ln1w), g(P::ln1b), a.dtmp, res_in, w(P::ln1w),
                       a.ln1_mean[l], a.ln1_rstd[l], N, C);
     ps.release(b);
     ps.grads_done(b);
   }
-  be_.encoder_bwd(tg(ps, E, P::wte), tg(ps, E, P::wpe), a.dres, a.tokens, B, T, C);
+  const View ge = grads_of(ps, E);
+  be_.encoder_bwd(ge(P::wte), ge(P::wpe), a.dres, a.tokens, B, T, C);
   ps.grads_done(E);
 }
 

@@ -113,9 +113,16 @@ class GPT {
  private:
   struct Acts;
   void trunk(ParamStore& ps, const int* tokens);  // embeddings, layers, final LayerNorm -> lnf
-  const void* tp(ParamStore& ps, int b, P id);   // tensor pointer into a params(b) buffer
-  void* tg(ParamStore& ps, int b, P id);         // tensor pointer into a grads(b) buffer
-  const void* tensor_in(const void* base, int b, P id) const;
+  // The tensors of one bucket inside a buffer the store handed out (parameters or gradients),
+  // asked for once per use of the bucket.
+  struct View {
+    const Bucket* bucket;
+    char* base;
+    size_t esz;
+    void* operator()(P id) const { return base + bucket->tensor(id).offset * esz; }
+  };
+  View params_of(ParamStore& ps, int b) const;
+  View grads_of(ParamStore& ps, int b) const;
 
   ModelDims d_;
   const ParamLayout& layout_;

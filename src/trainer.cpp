@@ -152,13 +152,6 @@ void print_plan(const Config& cfg, const Plan& plan, const MemoryBreakdown& mem)
 // ---------------------------------------------------------------------------------------------------
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // GPT-2 initialisation, a pure function of (seed, logical index): the same on any world size.
 void init_bucket(const ParamLayout& layout, int b, uint64_t seed, float std, std::vector<float>& out) {
   const Bucket& bk = layout.bucket(b);
@@ -178,7 +171,7 @@ void init_bucket(const ParamLayout& layout, int b, uint64_t seed, float std, std
     if (t.id == P::wte) n = size_t(d.vocab_size) * d.n_embd;  // padded rows stay zero
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) {
-      const uint64_t h1 = mix(seed ^ mix(base + t.offset + i)), h2 = mix(h1);
+      const uint64_t h1 = splitmix64(seed ^ splitmix64(base + t.offset + i)), h2 = splitmix64(h1);
       const double u1 = (double(h1 >> 11) + 1.0) * 0x1.0p-53, u2 = double(h2 >> 11) * 0x1.0p-53;
       p[i] = float(s * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
     }
@@ -187,11 +180,9 @@ void init_bucket(const ParamLayout& layout, int b, uint64_t seed, float std, std
 
 // "2.31 GB in 1.2 s (1.9 GB/s)" for the checkpoint of a step.
 std::string dir_size_text(const std::string& run, int64_t step, double sec) {
-  char name[32];
-  std::snprintf(name, sizeof name, "/checkpoints/step_%08lld", (long long)step);
   double bytes = 0;
   std::error_code ec;
-  for (auto& f : std::filesystem::directory_iterator(run + name, ec)) bytes += double(f.file_size(ec));
+  for (auto& f : std::filesystem::directory_iterator(checkpoint_dir(run, step), ec)) bytes += double(f.file_size(ec));
   char buf[96];
   std::snprintf(buf, sizeof buf, "%.3f GB in %.2f s (%.2f GB/s)", bytes / 1e9, sec, sec > 0 ? bytes / 1e9 / sec : 0.0);
   return buf;
@@ -480,7 +471,7 @@ class Trainer {
       throw Error(kExitFailure, "training diverged at step " + std::to_string(step + 1) + ": loss " +
                                     std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm));
     engine_->update({float(r.lr), t_.beta1, t_.beta2, t_.eps, t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
-                     step + 1, mix(cfg_.run.seed + uint64_t(step))});
+                     step + 1, splitmix64(cfg_.run.seed + uint64_t(step))});
     be_->synchronize();
     return r;
   }
