@@ -2,7 +2,12 @@
 """GPT-2 throughput on one GPU: this trainer against the PyTorch baseline (bench/pytorch_gpt2.py), the
 same configs in one invocation. Writes results.json and results.md to --out and prints the table.
 
-    python3 bench/gpu_bench.py --out bench_out [--steps 15] [--configs d12:64,d48:16] [--no-torch]
+    python3 bench/gpu_bench.py --out bench_out [--steps 15] [--configs d12:64,d48:16] [--variants 0,1,0det,0prof]
+                               [--no-torch]
+
+Variants of this trainer: the recompute level, then "det" for training.deterministic (bit-reproducible
+steps) or "prof" for a run with log.op_profile whose per-op table is kept (its step times include the
+profiler's events, so it does not count as a throughput figure).
 
 Both sides: bf16, seq 1024, AdamW, clipping 1.0, random-ish tokens, median step after warm-up steps.
 MFU as in shared BASELINES: FLOPs/token = 6 N + 6 L C T over 989.5 TFLOP/s.
@@ -28,19 +33,28 @@ def run(cmd, log):
     return p.returncode
 
 
-def ours(preset, mb, recompute, steps, warmup, out, train):
-    name = f"{preset}_b{mb}_r{recompute}"
+def ours(preset, mb, variant, steps, warmup, out, train):
+    recompute = int(variant[0])
+    det, prof = "det" in variant, "prof" in variant
+    name = f"{preset}_b{mb}_r{variant}"
     yaml = out / f"{name}.yaml"
     yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
 model: {{preset: {preset}}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
 training: {{device: cuda, precision: bf16, micro_batch: {mb}, seq_len: 1024, steps: {steps}, lr: 6.0e-4,
-           warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute}}}
+           warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute},
+           deterministic: {str(det).lower()}}}
 eval: {{batches: 0}}
-log: {{every: 1, progress: false}}
+log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
 """)
     rc = run([train, "--yaml", yaml], out / f"{name}.log")
-    r = {"impl": "this", "preset": preset, "micro_batch": mb, "recompute": recompute, "status": "ok" if rc == 0 else f"exit {rc}"}
+    r = {"impl": "this" + (" (deterministic)" if det else "") + (" (op profile)" if prof else ""), "preset": preset,
+         "micro_batch": mb, "recompute": recompute, "status": "ok" if rc == 0 else f"exit {rc}"}
+    if prof:
+        text = (out / f"{name}.log").read_text()
+        table = text[text.find("op profile over"):]
+        (out / f"op_profile_{preset}_b{mb}.txt").write_text(table)
+        print(table, flush=True)
     logp = out / "runs" / name / "log.h5"
     if not logp.exists():
         return r
@@ -76,7 +90,7 @@ def main():
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--configs", default="d12:64,d48:16")
-    ap.add_argument("--recompute", default="0,1")
+    ap.add_argument("--variants", default="0,1,0det,0prof")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--train", default=str(ROOT / "train"))
     a = ap.parse_args()
@@ -85,12 +99,14 @@ def main():
     rows = []
     for cfg in a.configs.split(","):
         preset, mb = cfg.split(":")
-        for rc in a.recompute.split(","):
-            rows.append(ours(preset, int(mb), int(rc), a.steps, a.warmup, out, a.train))
+        for v in a.variants.split(","):
+            rows.append(ours(preset, int(mb), v, a.steps, a.warmup, out, a.train))
         if not a.no_torch:
             rows.append(torch_side(preset, int(mb), a.steps, a.warmup, out))
     # ratio to PyTorch at the same preset and micro-batch
     for r in rows:
+        if "profile" in r["impl"]:
+            continue
         t = next((x for x in rows if x["impl"] == "pytorch" and x["preset"] == r["preset"]
                   and x["micro_batch"] == r["micro_batch"] and x.get("tokens_per_s")), None)
         if t and r.get("tokens_per_s"):

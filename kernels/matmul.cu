@@ -10,6 +10,8 @@
 // bf16: bf16 in/out, fp32 accumulate. fp32: TF32 tensor cores, fp32 accumulate.
 #include <cublasLt.h>
 
+#include <algorithm>
+
 #include "cuda/cuda_check.cuh"
 #include "matmul.cuh"
 #include "ops.cuh"
@@ -29,8 +31,8 @@ struct CublasLt::Plan {
   }
 };
 
-CublasLt::CublasLt(DType dtype, void* workspace, size_t workspace_bytes)
-    : dtype_(dtype), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+CublasLt::CublasLt(DType dtype, void* workspace, size_t workspace_bytes, bool autotune)
+    : dtype_(dtype), workspace_(workspace), workspace_bytes_(workspace_bytes), autotune_(autotune) {
   cublasLtHandle_t h = nullptr;
   CUBLAS_CHECK(cublasLtCreate(&h));
   handle_ = h;
@@ -58,6 +60,55 @@ cublasLtEpilogue_t to_lt(Epilogue e) {
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
+// Index of the fastest of the heuristic's candidates, timed on the call's own operands: one warm-up and
+// kReps timed runs each. An accumulating product's output is saved first and restored after, and its
+// aux/GELU outputs are rewritten by the real call that follows, so timing changes no result. Returns 0
+// (the heuristic's first choice) when there is one candidate or no memory for the saved output.
+int fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+            cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, size_t elem_bytes, void* workspace,
+            size_t workspace_bytes, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* res, int found,
+            cudaStream_t s) {
+  if (found <= 1) return 0;
+  constexpr int kReps = 3;
+  const size_t d_bytes = size_t(g.ldd) * g.n * elem_bytes;
+  void* saved = nullptr;
+  if (g.accumulate) {
+    if (cudaMallocAsync(&saved, d_bytes, s) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(saved, g.D, d_bytes, cudaMemcpyDeviceToDevice, s));
+  }
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
+  int best = -1;
+  float best_ms = 0;
+  for (int i = 0; i < found; ++i) {
+    if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > workspace_bytes) continue;
+    bool ok = true;
+    for (int r = 0; r <= kReps && ok; ++r) {
+      if (r == 1) CUDA_CHECK(cudaEventRecord(e0, s));
+      ok = cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, g.D, ld, g.D, ld, &res[i].algo, workspace,
+                          workspace_bytes, s) == CUBLAS_STATUS_SUCCESS;
+    }
+    if (!ok) continue;
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  if (saved) {
+    CUDA_CHECK(cudaMemcpyAsync(g.D, saved, d_bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaFreeAsync(saved, s));
+  }
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  return std::max(best, 0);
+}
+
 }  // namespace
 
 bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
@@ -96,14 +147,18 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, 4));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, 4));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, 4));
-    cublasLtMatmulHeuristicResult_t res{};
+    constexpr int kCandidates = 8;
+    cublasLtMatmulHeuristicResult_t res[kCandidates] = {};
     int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                                             autotune_ ? kCandidates : 1, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
     p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p->ok) p->algo = res.algo;
+    if (p->ok)
+      p->algo = res[fastest(handle_, p->desc, p->la, p->lb, p->ld, f32 ? 4 : 2, workspace_, workspace_bytes_, g, res,
+                            found, s)]
+                    .algo;
     it = plans_.emplace(key, std::move(p)).first;
   }
   Plan& p = *it->second;

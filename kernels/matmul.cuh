@@ -35,9 +35,11 @@ struct GemmArgs {
 
 // Owns the cuBLASLt handle and one cached plan (descriptors + chosen algorithm) per shape and epilogue.
 // The workspace belongs to the caller and must outlive this object.
+// autotune: on a shape's first use, time the heuristic's candidates on the real operands and keep the
+// fastest (the choice can differ between runs); otherwise the heuristic's first choice (reproducible).
 class CublasLt {
  public:
-  CublasLt(DType dtype, void* workspace, size_t workspace_bytes);
+  CublasLt(DType dtype, void* workspace, size_t workspace_bytes, bool autotune);
   ~CublasLt();
   CublasLt(const CublasLt&) = delete;
   CublasLt& operator=(const CublasLt&) = delete;
@@ -51,6 +53,7 @@ class CublasLt {
   cublasLtContext* handle_ = nullptr;
   void* workspace_;
   size_t workspace_bytes_;
+  bool autotune_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -55,6 +55,9 @@ class Backend {
   virtual size_t peak_bytes() const = 0;         // peak device memory (CPU: peak RSS)
   virtual void reset_peak() = 0;
   virtual void* stream() { return nullptr; }     // cudaStream_t of the compute stream, if any
+  // log.op_profile: each op's GPU time per step since the last reset, as a table ("" when off or none)
+  virtual std::string op_profile() const { return ""; }
+  virtual void op_profile_reset() {}
 
   // ---- conversions and elementwise
   virtual void f32_to_act(void* dst, const float* src, size_t n) = 0;   // round to nearest

@@ -53,6 +53,8 @@ struct TrainingConfig {
   float grad_clip = 1.0f;          // global L2 norm; 0 = off
   int zero_stage = 0;              // 0..3
   int recompute = 0;               // 0 none, 1 GELU, 2 GELU and LayerNorm
+  bool deterministic = false;      // true: bit-reproducible GPU steps (deterministic attention backward,
+                                   // cuBLASLt's first-choice algorithms) at some speed; false: fastest
   float memory_limit_gb = 0;       // per-rank budget (GiB) for micro_batch max; 0 = the GPU's memory. On CPU the prediction is checked against it
 };
 
@@ -64,6 +66,7 @@ struct EvalConfig {
 struct LogConfig {
   int every = 1;                   // steps between log rows
   bool progress = true;            // progress bar with ETA on a terminal
+  bool op_profile = false;         // GPU: time every op of every step with events; table at the end
 };
 
 struct CheckpointConfig {

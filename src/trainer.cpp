@@ -511,6 +511,7 @@ class Trainer {
         // what the libraries took on first use (cuBLASLt/cuDNN workspaces, kernel scratch) is workspace too
         measured_.workspace = model_->scratch_bytes() + (be_->bytes_in_use() - set_up_bytes);
         avg_ms = ms;  // the ETA's first guess; the warm-up step is left out of the average after this
+        be_->op_profile_reset();
       } else {
         avg_ms = timed == 2 ? ms : 0.9 * avg_ms + 0.1 * ms;
       }
@@ -537,6 +538,7 @@ class Trainer {
         return;
       }
     }
+    if (lead_ && cfg_.log.op_profile && !be_->op_profile().empty()) term_.note(be_->op_profile());
   }
 
   const Config& cfg_;

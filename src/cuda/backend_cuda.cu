@@ -20,6 +20,7 @@
 #include "backend.hpp"
 #include "config.hpp"
 #include "cuda/cuda_check.cuh"
+#include "cuda/op_profiler.cuh"
 #include "../kernels/attention.cuh"
 #include "../kernels/matmul.cuh"
 #include "../kernels/ops.cuh"
@@ -35,7 +36,7 @@ constexpr size_t kScratchGranule = 8ull << 20;          // scratch grows in thes
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Config& cfg, int local_rank) {
+  CudaBackend(const Config& cfg, int local_rank) : prof_(cfg.log.op_profile) {
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     // One GPU per local rank: rank i takes GPU i, or the only GPU it sees when the launcher binds one
@@ -53,9 +54,13 @@ class CudaBackend final : public Backend {
     stochastic_ = cfg.training.stochastic_rounding;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     lt_ws_ = alloc(kCublasWorkspaceBytes);
-    lt_ = std::make_unique<kern::CublasLt>(dtype_, lt_ws_, kCublasWorkspaceBytes);
+    // deterministic: cuBLASLt's first-choice algorithm for each shape and cuDNN's deterministic
+    // attention backward, so a run and its resumption compute bit-identical steps. Otherwise the
+    // fastest: matmul algorithms timed on first use, attention backward with atomics.
+    const bool det = cfg.training.deterministic;
+    lt_ = std::make_unique<kern::CublasLt>(dtype_, lt_ws_, kCublasWorkspaceBytes, /*autotune=*/!det);
     attn_ = std::make_unique<kern::CudnnAttention>([this](size_t n) { return alloc(n); },
-                                                   [this](void* q) { free(q); }, /*deterministic=*/true);
+                                                   [this](void* q) { free(q); }, det);
     sumsq_ = static_cast<double*>(alloc(sizeof(double)));
   }
 
@@ -109,7 +114,10 @@ class CudaBackend final : public Backend {
     }
     CUDA_CHECK(cudaFree(p));
   }
-  void zero(void* p, size_t bytes) override { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_)); }
+  void zero(void* p, size_t bytes) override {
+    OpProfiler::Scope t(prof_, stream_, "zero");
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  }
   void copy_h2d(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -119,9 +127,15 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void copy_d2d(void* dst, const void* src, size_t bytes) override {
+    OpProfiler::Scope t(prof_, stream_, "copy_d2d");
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
-  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    prof_.harvest();
+  }
+  std::string op_profile() const override { return prof_.table(); }
+  void op_profile_reset() override { prof_.reset(); }
   size_t bytes_in_use() const override { return in_use_; }
   size_t peak_bytes() const override { return peak_; }
   void reset_peak() override { peak_ = in_use_; }
@@ -129,18 +143,21 @@ class CudaBackend final : public Backend {
 
   // ---- conversions and elementwise
   void f32_to_act(void* dst, const float* src, size_t n) override {
+    OpProfiler::Scope t(prof_, stream_, "f32_to_act");
     if (dtype_ == DType::F32)
       copy_d2d(dst, src, n * sizeof(float));
     else
       kern::f32_to_bf16(static_cast<bf16*>(dst), src, n, stream_);
   }
   void act_to_f32(float* dst, const void* src, size_t n) override {
+    OpProfiler::Scope t(prof_, stream_, "act_to_f32");
     if (dtype_ == DType::F32)
       copy_d2d(dst, src, n * sizeof(float));
     else
       kern::bf16_to_f32(dst, static_cast<const bf16*>(src), n, stream_);
   }
   void add_inplace(void* dst, const void* src, size_t n) override {
+    OpProfiler::Scope t(prof_, stream_, "add_inplace");
     by_dtype([&](auto x) {
       using X = decltype(x);
       kern::add_inplace<X>(static_cast<X*>(dst), static_cast<const X*>(src), n, stream_);
@@ -149,6 +166,7 @@ class CudaBackend final : public Backend {
 
   // ---- model ops
   void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) override {
+    OpProfiler::Scope t(prof_, stream_, "encoder_fwd");
     by_dtype([&](auto x) {
       using X = decltype(x);
       kern::encoder_fwd<X>(static_cast<X*>(out), tokens, static_cast<const X*>(wte), static_cast<const X*>(wpe), B,
@@ -156,6 +174,7 @@ class CudaBackend final : public Backend {
     });
   }
   void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T, int C) override {
+    OpProfiler::Scope t(prof_, stream_, "encoder_bwd");
     void* scratch = scratch_for(kern::encoder_bwd_scratch_bytes(B * T));
     by_dtype([&](auto x) {
       using X = decltype(x);
@@ -167,6 +186,7 @@ class CudaBackend final : public Backend {
   }
   void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
                      int C) override {
+    OpProfiler::Scope t(prof_, stream_, "layernorm_fwd");
     by_dtype([&](auto x) {
       using X = decltype(x);
       kern::LayerNormFwdArgs<X> a;
@@ -177,6 +197,7 @@ class CudaBackend final : public Backend {
   }
   void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a_, const void* b_,
                               const void* w, const void* bias, int N, int C) override {
+    OpProfiler::Scope t(prof_, stream_, "residual_layernorm_fwd");
     by_dtype([&](auto x) {
       using X = decltype(x);
       kern::LayerNormFwdArgs<X> a;
@@ -188,6 +209,7 @@ class CudaBackend final : public Backend {
   }
   void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
                      const float* mean, const float* rstd, int N, int C) override {
+    OpProfiler::Scope t(prof_, stream_, "layernorm_bwd");
     float* scratch = static_cast<float*>(scratch_for(kern::layernorm_bwd_scratch_bytes(N, C, num_sms())));
     by_dtype([&](auto x) {
       using X = decltype(x);
@@ -200,12 +222,15 @@ class CudaBackend final : public Backend {
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
                   void* pre_gelu) override {
+    OpProfiler::Scope t(prof_, stream_, prof_.enabled() ? matmul_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
     kern::MatmulFwdArgs a;
     a.out = out, a.inp = inp, a.w = w, a.bias = bias, a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu;
     by_dtype([&](auto x) { kern::matmul_fwd<decltype(x)>(*lt_, a, stream_); });
   }
   void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
                   int OC, const void* pre_gelu) override {
+    OpProfiler::Scope t(prof_, stream_,
+                        prof_.enabled() ? matmul_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     kern::MatmulBwdArgs a;
     a.dinp = dinp, a.dw = dw, a.dbias = dbias, a.dout = dout, a.inp = inp, a.w = w;
     a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu, a.num_sms = num_sms();
@@ -213,6 +238,7 @@ class CudaBackend final : public Backend {
     by_dtype([&](auto x) { kern::matmul_bwd<decltype(x)>(*lt_, a, stream_); });
   }
   void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {
+    OpProfiler::Scope t(prof_, stream_, "attention_fwd");
     const kern::AttentionShape sh{B, T, NH, HS};
     if (dtype_ == DType::BF16) {
       attn_->fwd(static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), sh, stream_);
@@ -227,6 +253,7 @@ class CudaBackend final : public Backend {
   }
   void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B, int T,
                      int NH, int HS) override {
+    OpProfiler::Scope t(prof_, stream_, "attention_bwd");
     const kern::AttentionShape sh{B, T, NH, HS};
     if (dtype_ == DType::BF16) {
       attn_->bwd(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv),
@@ -243,12 +270,14 @@ class CudaBackend final : public Backend {
     kern::bf16_to_f32(static_cast<float*>(dqkv), dq, n_qkv, stream_);
   }
   void gelu_fwd(void* out, const void* inp, size_t n) override {
+    OpProfiler::Scope t(prof_, stream_, "gelu_fwd");
     by_dtype([&](auto x) {
       using X = decltype(x);
       kern::gelu_fwd<X>(static_cast<X*>(out), static_cast<const X*>(inp), n, stream_);
     });
   }
   void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) override {
+    OpProfiler::Scope t(prof_, stream_, "classifier");
     by_dtype([&](auto x) {
       using X = decltype(x);
       kern::ClassifierArgs<X> a;
@@ -259,15 +288,19 @@ class CudaBackend final : public Backend {
   }
   double sum_squares(const void* x, size_t n) override {
     void* scratch = scratch_for(kern::sum_squares_scratch_bytes());
-    by_dtype([&](auto t) {
-      using X = decltype(t);
-      kern::sum_squares<X>(sumsq_, static_cast<const X*>(x), n, scratch, stream_);
-    });
+    {
+      OpProfiler::Scope t(prof_, stream_, "sum_squares");
+      by_dtype([&](auto tag) {
+        using X = decltype(tag);
+        kern::sum_squares<X>(sumsq_, static_cast<const X*>(x), n, scratch, stream_);
+      });
+    }
     double h = 0;
     copy_d2h(&h, sumsq_, sizeof(double));
     return h;
   }
   void adamw(const AdamWArgs& w) override {
+    OpProfiler::Scope t(prof_, stream_, "adamw");
     by_dtype([&](auto x) {
       using X = decltype(x);
       kern::AdamWLaunch<X> a;
@@ -291,6 +324,9 @@ class CudaBackend final : public Backend {
       fn(float{});
   }
   int num_sms() const { return prop_.multiProcessorCount; }
+  static std::string matmul_name(const char* op, int IC, int OC, const char* extra) {
+    return std::string(op) + " " + std::to_string(IC) + "x" + std::to_string(OC) + extra;
+  }
   // One scratch buffer shared by the ops (one stream: no two ops use it at once). It only grows, in
   // kScratchGranule steps, so after the first step of a run nothing is allocated.
   void* scratch_for(size_t bytes) {
@@ -316,6 +352,7 @@ class CudaBackend final : public Backend {
   std::mutex mu_;
   std::unordered_map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
+  OpProfiler prof_;
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
 """GPU end to end (skipped with a message on machines without a CUDA device): the loss curve of 50
-steps on tinyshakespeare follows the CPU path, and a bf16 GPT-2 124M run resumes bit for bit."""
+steps on tinyshakespeare follows the CPU path, and a bf16 GPT-2 124M run resumes (bit for bit with training.deterministic)."""
 import os
 import shutil
 import signal
@@ -54,23 +54,34 @@ log: {{every: 1, progress: false}}
     assert np.max(np.abs(curves["cudafp32"] - ref)) < 0.05
 
 
-def test_gpt2_124m_bf16_resume_is_bit_exact(tmp_path):
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_gpt2_124m_bf16_resume(tmp_path, deterministic):
+    """deterministic: true resumes bit for bit; the fast mode (non-deterministic attention backward,
+    timed matmul algorithms) resumes onto the same curve within bf16 run-to-run noise."""
     yaml = f"""
 run: {{name: r, out_dir: {tmp_path}}}
 model: {{preset: d12}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
-training: {{device: cuda, micro_batch: 8, seq_len: 1024, steps: 12, lr: 6.0e-4, warmup_steps: 2, schedule: constant}}
+training: {{device: cuda, micro_batch: 8, seq_len: 1024, steps: 12, lr: 6.0e-4, warmup_steps: 2, schedule: constant,
+           deterministic: {str(deterministic).lower()}}}
 eval: {{batches: 0}}
-log: {{every: 1, progress: false}}
+log: {{every: 1, progress: false, op_profile: true}}
 checkpoint: {{every: 6, keep_last: 2}}
 """
     y = write_yaml(tmp_path / "r.yaml", yaml)
-    run_train(["--yaml", y, "--set", "run.name=full"], check=True)
+    p = run_train(["--yaml", y, "--set", "run.name=full"], check=True)
     full = read_log(tmp_path / "full/log.h5")["loss"]
+    # the op profile covers the 11 steps after the warm-up and names the model's ops
+    assert "op profile over 11 steps" in p.stdout + p.stderr
+    for op in ("attention_bwd", "matmul_fwd 768x3072 +gelu", "classifier", "adamw", "(idle between ops)"):
+        assert op in p.stdout + p.stderr, op
     # the same run stopped after its step-6 checkpoint, then resumed
     run_train(["--yaml", y, "--set", "run.name=part", "--set", "training.steps=6"], check=True)
     run_train(["--yaml", y, "--set", "run.name=part", "--resume"], check=True)
     part = read_log(tmp_path / "part/log.h5")
     assert list(part["step"]) == list(range(1, 13))
     print("full", full, "\nresumed", part["loss"])
-    assert np.array_equal(part["loss"], full), "resumed losses differ from the uninterrupted run"
+    if deterministic:
+        assert np.array_equal(part["loss"], full), "resumed losses differ from the uninterrupted run"
+    else:
+        assert np.max(np.abs(part["loss"] - full)) < 0.02, "resumed losses left the uninterrupted run's curve"
