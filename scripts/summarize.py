@@ -52,7 +52,10 @@ def build_table(summary):
     """(headers, rows of strings, left-aligned flags) for a read_summary() result."""
     spec = [("index", "index", str)]
     spec += [(k, k, lambda v: MISSING if h5log.is_missing(v) else str(v)) for k in summary["varied"]]
-    spec += FIXED
+    spec += FIXED[:1] + [("GPUs", "world_size", _num("{:d}"))]
+    if "training.micro_batch" not in summary["varied"]:  # e.g. micro_batch: max, found per point
+        spec += [("micro-batch", "micro_batch", _num("{:d}"))]
+    spec += FIXED[1:]
     headers = [s[0] for s in spec]
     left = [s[0] in LEFT or s[1] in summary["varied"] for s in spec]
     rows = []

@@ -430,7 +430,7 @@ def test_summarize_markdown(finished_sweep):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert header == ["index", *VARIED, "status", "tokens/s", "tokens/s/GPU", "MFU %", "median ms",
+    assert header == ["index", *VARIED, "status", "GPUs", "tokens/s", "tokens/s/GPU", "MFU %", "median ms",
                       "pred GiB", "meas GiB", "train loss", "val loss"]
     assert set(lines[1].replace("|", "").split()) <= {"---:", ":---"}
     rows = {}
@@ -446,7 +446,7 @@ def test_summarize_markdown(finished_sweep):
     assert predicted(POINTS[0])["total"] == 5_100_000_000
     assert rows[0]["pred GiB"] == "4.75"
     assert rows[0]["val loss"] == "6.5000"
-    assert rows[1]["tokens/s"] == "102,400" and rows[1]["tokens/s/GPU"] == "51,200"
+    assert rows[1]["tokens/s"] == "102,400" and rows[1]["tokens/s/GPU"] == "51,200" and rows[1]["GPUs"] == "2"
     assert rows[2]["status"] == "oom" and rows[2]["tokens/s"] == "-" and rows[2]["meas GiB"] == "-"
     assert rows[3]["status"] == "failed" and rows[3]["train loss"] == "-"
     assert rows[1]["training.zero_stage"] == "1"
@@ -461,7 +461,7 @@ def test_summarize_terminal_running_sweep(running_sweep):
     header_i = next(i for i, line in enumerate(lines) if line.startswith("index"))
     table = lines[header_i:header_i + 2 + 6]
     widths = [len(x) for x in table[1].split("  ")]
-    assert len(widths) == 1 + len(VARIED) + 9
+    assert len(widths) == 1 + len(VARIED) + 10  # + GPUs
     for line in table[2:]:
         assert line.split()[0] in {"0", "1", "2", "3", "4", "5"}
     body = "\n".join(table)
