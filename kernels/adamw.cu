@@ -56,9 +56,9 @@ inline unsigned grid_for(size_t nv) { return unsigned(std::min<size_t>(ceil_div(
 template <class X>
 void adamw(const AdamWLaunch<X>& a, cudaStream_t s) {
   if (a.n == 0) return;
-  constexpr int V = 4;  // 16-byte fp32 accesses, 8-byte bf16
+  constexpr int V = 8;  // 16-byte bf16 accesses, two 16-byte fp32 ones
   const bool vec = is_aligned(a.grad, V * sizeof(X)) && is_aligned(a.param, V * sizeof(X)) &&
-                   is_aligned(a.m, 16) && is_aligned(a.v, 16) && is_aligned(a.master, 16);
+                   is_aligned(a.m, 4 * V) && is_aligned(a.v, 4 * V) && is_aligned(a.master, 4 * V);
   const size_t bulk = vec ? a.n / V * V : 0;
   if (bulk) adamw_kernel<X, V><<<grid_for(bulk / V), kThreads, 0, s>>>(a, bulk / V, 0);
   if (a.n > bulk) {

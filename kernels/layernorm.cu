@@ -1,9 +1,7 @@
 // LayerNorm (eps 1e-5). Forward: one warp per row, three passes over the row (mean, centred variance,
 // normalise); the second and third hit L1. The residual variant computes residual = a + b in pass one,
 // rounds it to X, stores it and normalises the stored value (what the backward pass will see).
-// Backward, deterministic: each warp owns a private fp32 dw/db slice in shared memory; a block sums its
-// warps in a fixed order into its own row of a scratch buffer, and a second kernel sums the blocks'
-// rows in a fixed order into dw/db.
+// Backward, deterministic: see layernorm_bwd_kernel.
 #include "cuda/cuda_check.cuh"
 #include "ops.cuh"
 
@@ -12,8 +10,6 @@ namespace gpt::kern {
 namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kFwdWarps = 8;
-constexpr int kBwdMaxWarps = 8;          // per block
-constexpr size_t kBwdSmemPerSm = 220 * 1024;  // of the 228 KB an SM has, leaving room for the runtime
 
 template <class X, int V, bool RESID>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
@@ -63,91 +59,169 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
   }
 }
 
-// grid: G blocks of nw warps (chosen so the warps' shared memory fills the SM); rows are dealt out
-// warp by warp across the grid.
-// Dynamic shared memory: per warp, dw then db, each padded to Cp = ceil(C / (32 V)) * 32 V floats.
-// Element c = (j * 32 + lane) * V + k lives at ((j * V + k) * 32 + lane): a warp's 32 lanes touch 32
-// consecutive words, free of bank conflicts.
-__host__ __device__ inline int padded_c(int C, int V) { return (C + 32 * V - 1) / (32 * V) * (32 * V); }
-
-template <class X, int V>
-__global__ void __launch_bounds__(kBwdMaxWarps * 32) layernorm_bwd_kernel(LayerNormBwdArgs<X> a) {
-  extern __shared__ float smem[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-  const int C = a.C, Cp = padded_c(C, V);
-  float* sdw = smem + size_t(warp) * 2 * Cp;
-  float* sdb = sdw + Cp;
-  for (int i = lane; i < 2 * Cp; i += 32) sdw[i] = 0.0f;  // own slice only: no barrier needed yet
-  __syncwarp();
-
-  for (int row = blockIdx.x * nw + warp; row < a.N; row += gridDim.x * nw) {
-    const size_t off = size_t(row) * C;
-    const float mean = a.mean[row], rstd = a.rstd[row];
-    float s_dn = 0.0f, s_dnx = 0.0f;
-    for (int c = lane * V; c < C; c += 32 * V) {
-      const Vec<X, V> g = ldv<X, V>(a.dout + off + c), x = ldv<X, V>(a.inp + off + c), w = ldv<X, V>(a.w + c);
+// Backward: a block works on R rows at a time, one group of `tpr` threads (whole warps) per row; each
+// thread owns K vectors of V columns of its group's rows. A thread keeps its columns' w and its dw/db
+// partial sums in registers across the rows it visits, so a row is read once (dout, inp, dinp) and
+// dinp written once. Each row's two sums go through its group's warps in a fixed order (double-
+// buffered by iteration parity: one barrier per iteration). At the end the R groups' dw/db are summed
+// in shared memory in a fixed order into the block's row of scratch, and a second kernel sums the
+// blocks' rows in a fixed order. Deterministic.
+template <class X, int V, int K>
+__global__ void __launch_bounds__(1024) layernorm_bwd_kernel(LayerNormBwdArgs<X> a, int tpr) {
+  extern __shared__ float sm[];  // R x 2C floats, used at the end
+  __shared__ float red[2][2][32];
+  const int R = blockDim.x / tpr, r = threadIdx.x / tpr, t = threadIdx.x % tpr;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wpr = tpr / 32;
+  const int C = a.C, nvec = C / V;
+  float w[K][V], dw[K][V] = {}, db[K][V] = {};
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float dn = to_f(g.v[k]) * to_f(w.v[k]);
-        s_dn += dn;
-        s_dnx += dn * (to_f(x.v[k]) - mean) * rstd;
+  for (int k = 0; k < K; ++k) {
+    const int i = t + k * tpr;
+    if (i < nvec) {
+      const Vec<X, V> wv = ldv<X, V>(a.w + size_t(i) * V);
+#pragma unroll
+      for (int j = 0; j < V; ++j) w[k][j] = to_f(wv.v[j]);
+    }
+  }
+  int parity = 0;
+  for (int base = blockIdx.x * R; base < a.N; base += gridDim.x * R, parity ^= 1) {
+    const int row = base + r;
+    const bool live = row < a.N;  // every thread still takes part in the barrier
+    const size_t off = size_t(live ? row : 0) * C;
+    const float mean = live ? a.mean[row] : 0.0f, rstd = live ? a.rstd[row] : 0.0f;
+    Vec<X, V> g[K], x[K], di[K];
+    float s_dn = 0.0f, s_dnx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = t + k * tpr;
+      if (live && i < nvec) {
+        g[k] = ldv<X, V>(a.dout + off + size_t(i) * V);
+        x[k] = ldv<X, V>(a.inp + off + size_t(i) * V);
+        di[k] = ldv<X, V>(a.dinp + off + size_t(i) * V);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float dn = to_f(g[k].v[j]) * w[k][j];
+          s_dn += dn;
+          s_dnx += dn * (to_f(x[k].v[j]) - mean) * rstd;
+        }
       }
     }
-    s_dn = warp_sum(s_dn) / C;
-    s_dnx = warp_sum(s_dnx) / C;
-    for (int c = lane * V, j = 0; c < C; c += 32 * V, ++j) {
-      const Vec<X, V> g = ldv<X, V>(a.dout + off + c), x = ldv<X, V>(a.inp + off + c), w = ldv<X, V>(a.w + c);
-      Vec<X, V> di = ldv<X, V>(a.dinp + off + c);
+    s_dn = warp_sum(s_dn);
+    s_dnx = warp_sum(s_dnx);
+    if (lane == 0) red[parity][0][warp] = s_dn, red[parity][1][warp] = s_dnx;
+    __syncthreads();
+    if (!live) continue;
+    s_dn = 0.0f, s_dnx = 0.0f;
+    for (int q = r * wpr; q < (r + 1) * wpr; ++q) s_dn += red[parity][0][q], s_dnx += red[parity][1][q];
+    s_dn /= C;
+    s_dnx /= C;
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float gk = to_f(g.v[k]);
-        const float xhat = (to_f(x.v[k]) - mean) * rstd;
-        const float dn = gk * to_f(w.v[k]);
-        di.v[k] = from_f<X>(to_f(di.v[k]) + (dn - s_dn - xhat * s_dnx) * rstd);
-        const int sidx = (j * V + k) * 32 + lane;
-        sdw[sidx] += gk * xhat;
-        sdb[sidx] += gk;
+    for (int k = 0; k < K; ++k) {
+      const int i = t + k * tpr;
+      if (i < nvec) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float gk = to_f(g[k].v[j]);
+          const float xhat = (to_f(x[k].v[j]) - mean) * rstd;
+          di[k].v[j] = from_f<X>(to_f(di[k].v[j]) + (gk * w[k][j] - s_dn - xhat * s_dnx) * rstd);
+          dw[k][j] += gk * xhat;
+          db[k][j] += gk;
+        }
+        stv<X, V>(a.dinp + off + size_t(i) * V, di[k]);
       }
-      stv<X, V>(a.dinp + off + c, di);
+    }
+  }
+  // the R groups' partial sums -> this block's scratch row
+  float* mine = sm + size_t(r) * 2 * C;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = t + k * tpr;
+    if (i < nvec) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) mine[size_t(i) * V + j] = dw[k][j], mine[C + size_t(i) * V + j] = db[k][j];
     }
   }
   __syncthreads();
   float* part = a.scratch + size_t(blockIdx.x) * 2 * C;
-  for (int i = threadIdx.x; i < 2 * Cp; i += blockDim.x) {
-    const int which = i / Cp, sidx = i % Cp;  // 0: dw, 1: db
-    const int ln = sidx % 32, t = sidx / 32, j = t / V, k = t % V;
-    const int c = (j * 32 + ln) * V + k;
-    if (c >= C) continue;
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
     float acc = 0.0f;
-    for (int w = 0; w < nw; ++w) acc += smem[size_t(w) * 2 * Cp + i];
-    part[which * C + c] = acc;
+    for (int q = 0; q < R; ++q) acc += sm[size_t(q) * 2 * C + c];
+    part[c] = acc;
   }
 }
 
+// dw, db (C each) += the sum of the blocks' partial rows: 32 columns per block, 32 rows of threads
+// striding over the partial rows (loads unrolled, so several are in flight), combined in a fixed order.
 template <class X>
-__global__ void layernorm_bwd_reduce_kernel(X* __restrict__ dw, X* __restrict__ db, const float* __restrict__ part,
-                                            int blocks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= 2 * C) return;
+__global__ void __launch_bounds__(1024) layernorm_bwd_reduce_kernel(X* __restrict__ dw, X* __restrict__ db,
+                                                                    const float* __restrict__ part, int blocks,
+                                                                    int C) {
+  __shared__ float sh[32][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float acc = 0.0f;
-  for (int b = 0; b < blocks; ++b) acc += part[size_t(b) * 2 * C + c];
+  if (c < 2 * C) {
+#pragma unroll 8
+    for (int b = threadIdx.y; b < blocks; b += 32) acc += part[size_t(b) * 2 * C + c];
+  }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= 2 * C) return;
+  float sum = 0.0f;
+  for (int y = 0; y < 32; ++y) sum += sh[y][threadIdx.x];
   X* dst = c < C ? dw + c : db + (c - C);
-  *dst = from_f<X>(to_f(*dst) + acc);
+  *dst = from_f<X>(to_f(*dst) + sum);
 }
 
 struct BwdGrid {
-  int warps, blocks;
+  int tpr, rows, blocks, k;  // threads per row, rows per block, blocks, vectors per thread
+  size_t smem;               // dynamic shared memory bytes
 };
-// Warps per SM as the per-warp shared memory allows (at most 32), split into blocks of 4..8 warps
-// wasting the fewest: C = 768 bf16 gives 4 blocks of 8, C = 1600 gives 3 blocks of 5.
-BwdGrid bwd_grid(int N, int C, int num_sms) {
-  const size_t per_warp = 2 * size_t(padded_c(C, 8)) * sizeof(float);  // the widest padding
-  const int fit = int(std::min<size_t>(32, std::max<size_t>(1, kBwdSmemPerSm / per_warp)));
-  int best = std::min(fit, 4), best_used = best * (fit / best);
-  for (int w = 5; w <= kBwdMaxWarps; ++w)
-    if (w <= fit && w * (fit / w) >= best_used) best = w, best_used = w * (fit / w);
-  const long blocks = std::min<long>(long(num_sms) * (fit / best), ceil_div(N, best));
-  return {best, int(std::max<long>(1, blocks))};
+constexpr int kMaxVecsPerThread = 8;
+constexpr int kBwdThreads = 512;  // aim: rows x threads-per-row close to this
+BwdGrid bwd_grid(int N, int C, int V, int num_sms) {
+  const int nvec = C / V;
+  int k = 1;
+  while (k < kMaxVecsPerThread && ceil_div(nvec, k) > 1024) k *= 2;
+  const int tpr = int(std::min<long>(1024, ceil_div(ceil_div(nvec, k), 32) * 32));
+  int rows = std::max(1, kBwdThreads / tpr);
+  while (rows > 1 && size_t(rows) * 2 * C * sizeof(float) > 96 * 1024) --rows;  // shared memory per block
+  const int threads = rows * tpr;
+  // an upper bound on resident blocks (scratch is sized for it); the launch asks the occupancy calculator
+  const long per_sm = std::max(1, std::min(32, 2048 / threads));
+  const long blocks = std::max<long>(1, std::min<long>(ceil_div(N, rows), per_sm * num_sms));
+  return {tpr, rows, int(blocks), k, size_t(rows) * 2 * C * sizeof(float)};
+}
+// the vector width the launcher will use for these arguments
+template <class X>
+int bwd_vec(const LayerNormBwdArgs<X>& a) {
+  constexpr int V = kVec16<X>;
+  return a.C % V == 0 && is_aligned(a.dinp, 16) && is_aligned(a.dout, 16) && is_aligned(a.inp, 16) &&
+                 is_aligned(a.w, 16)
+             ? V
+             : 1;
+}
+// returns the number of blocks launched (rows of scratch written)
+template <class X, int V, int K>
+int launch_bwd_k(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) {
+  auto kernel = layernorm_bwd_kernel<X, V, K>;
+  if (g.smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem)));
+  // as many blocks as are resident at once (registers usually decide): each loops over its rows, so a
+  // second, partial wave would leave SMs idle at the end
+  int resident = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, g.rows * g.tpr, g.smem));
+  const int blocks = int(std::min<long>(g.blocks, long(std::max(1, resident)) * a.num_sms));
+  kernel<<<blocks, g.rows * g.tpr, g.smem, s>>>(a, g.tpr);
+  return blocks;
+}
+template <class X, int V>
+int launch_bwd(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) {
+  switch (g.k) {
+    case 1: return launch_bwd_k<X, V, 1>(a, g, s);
+    case 2: return launch_bwd_k<X, V, 2>(a, g, s);
+    case 4: return launch_bwd_k<X, V, 4>(a, g, s);
+    default: return launch_bwd_k<X, V, 8>(a, g, s);
+  }
 }
 }  // namespace
 
@@ -177,26 +251,23 @@ void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
 }
 
 size_t layernorm_bwd_scratch_bytes(int N, int C, int num_sms) {
-  return size_t(bwd_grid(N, C, num_sms).blocks) * 2 * C * sizeof(float);
+  // the block count depends on the vector width chosen at launch: reserve for the larger
+  const int blocks = std::max(bwd_grid(N, C, 1, num_sms).blocks, bwd_grid(N, C, kVec16<bf16>, num_sms).blocks);
+  return size_t(blocks) * 2 * C * sizeof(float);
 }
 
 template <class X>
 void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
-  const bool vec = a.C % V == 0 && is_aligned(a.dinp, 16) && is_aligned(a.dout, 16) && is_aligned(a.inp, 16) &&
-                   is_aligned(a.w, 16);
-  const BwdGrid grid = bwd_grid(a.N, a.C, a.num_sms);
-  const int blocks = grid.blocks;
-  const size_t smem = size_t(grid.warps) * 2 * padded_c(a.C, vec ? V : 1) * sizeof(float);
-  if (vec) {
-    CUDA_CHECK(cudaFuncSetAttribute(layernorm_bwd_kernel<X, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    layernorm_bwd_kernel<X, V><<<blocks, grid.warps * 32, smem, s>>>(a);
-  } else {
-    CUDA_CHECK(cudaFuncSetAttribute(layernorm_bwd_kernel<X, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    layernorm_bwd_kernel<X, 1><<<blocks, grid.warps * 32, smem, s>>>(a);
-  }
+  const int v = bwd_vec(a);
+  const BwdGrid grid = bwd_grid(a.N, a.C, v, a.num_sms);
+  if (ceil_div(a.C / v, grid.k) > 1024 || grid.smem > 200 * 1024)
+    throw Error(kExitBadInput, "layernorm backward: C = " + std::to_string(a.C) + " is wider than supported (" +
+                                   std::to_string(1024 * kMaxVecsPerThread * v) + ")");
+  const int blocks = v == V ? launch_bwd<X, V>(a, grid, s) : launch_bwd<X, 1>(a, grid, s);
   CUDA_CHECK_LAUNCH();
-  layernorm_bwd_reduce_kernel<X><<<unsigned(ceil_div(2 * a.C, 256)), 256, 0, s>>>(a.dw, a.db, a.scratch, blocks, a.C);
+  layernorm_bwd_reduce_kernel<X><<<unsigned(ceil_div(2 * a.C, 32)), dim3(32, 32), 0, s>>>(a.dw, a.db, a.scratch,
+                                                                                         blocks, a.C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -482,6 +482,7 @@ void run_checks(const char* prec) {
   guarded([&] { test_layernorm(c, 97, 257); });
   guarded([&] { test_layernorm(c, 300, 768); });
   guarded([&] { test_layernorm(c, 64, 1600); });
+  guarded([&] { test_layernorm(c, 16, 2052); });  // bf16: unaligned width, several vectors per thread
   guarded([&] { test_matmul(c, 97, 264, 136, true, false); });
   guarded([&] { test_matmul(c, 97, 264, 136, true, true); });  // fused GELU epilogues
   guarded([&] { test_matmul(c, 97, 257, 131, true, true); });  // odd sizes: GELU/DGELU fall back to kernels
