@@ -19,6 +19,8 @@ if [[ $parts == *tests* ]]; then
   done
   grep -E "FAIL" "$OUT"/test_*.log | head -20
   timeout 400 python3 -m pytest -q -rs tests/integration/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log" | tail -n 5
+  # ZeRO equivalence on 2 GPUs (skips itself, with a message, on fewer)
+  timeout 300 python3 -m pytest -q -rs tests/integration/test_gpu_zero.py 2>&1 | tee "$OUT/pytest_gpu_zero.log" | tail -n 5
 fi
 if [[ $parts == *bench* ]]; then
   timeout 420 python3 bench/gpu_bench.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tail -n 12

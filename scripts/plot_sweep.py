@@ -29,6 +29,8 @@ def point_label(row, varied, with_status=True):
     """'key=value' lines of the varied keys (last part of a dotted key), else the point folder;
     then the status when the point did not finish cleanly."""
     parts = [f"{k.split('.')[-1]}={row[k]}" for k in varied if not h5log.is_missing(row.get(k))]
+    if "training.micro_batch" not in varied and not h5log.is_missing(row.get("micro_batch")):
+        parts.append(f"micro_batch={int(row['micro_batch'])}")  # e.g. found by micro_batch: max
     if not parts:
         parts = [str(row.get("dir") or f"p{row.get('index', 0):03d}")]
     if with_status and row.get("status") not in ("ok", None):

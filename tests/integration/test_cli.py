@@ -1,5 +1,6 @@
 """The command line end to end on the CPU: bad input, dry runs, training runs and their logs."""
 import math
+import re
 import os
 import signal
 import subprocess
@@ -193,3 +194,19 @@ checkpoint: {{every: 2}}
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("First Citizen:") and len(p.stdout) > len("First Citizen:")
+
+
+def test_speed_and_profiling_switches_are_config_keys(tmp_path, train_bin):
+    y = tiny_yaml(tmp_path)
+    p = run_train(["--yaml", y, "--dry-run", "--set", "training.deterministic=true", "--set", "log.op_profile=true"])
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"training\.deterministic\s+true", p.stdout) and re.search(r"log\.op_profile\s+true", p.stdout)
+    p = run_train(["--yaml", y, "--dry-run", "--set", "training.deterministic=sometimes"])
+    assert p.returncode == 1 and "training.deterministic" in p.stderr
+
+
+@pytest.mark.parametrize("name", ["zero", "zero_max", "scaling", "accum_clip", "long_run"])
+def test_experiment_configs_are_valid(name, train_bin):
+    # the GPU experiments checked on the CPU: every point's config must parse and validate
+    p = run_train(["--yaml", ROOT / f"experiments/{name}.yaml", "--dry-run", "--set", "training.device=cpu"])
+    assert p.returncode == 0, p.stderr

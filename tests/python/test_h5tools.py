@@ -526,3 +526,42 @@ def test_plot_runs(finished_sweep, running_sweep, tmp_path):
     r = run_script("plot_runs.py", finished_sweep / "p000", tmp_path / "missing_run", "-o", tmp_path / "x.png")
     assert r.returncode == 1 and "missing_run" in r.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+# ---- plot_scaling ---------------------------------------------------------------------------------
+
+def test_plot_scaling_efficiency_table_and_plots(tmp_path):
+    """The same two points on 1 and 2 GPUs: efficiency = tokens/s per GPU against 1 GPU's."""
+    one, two = tmp_path / "s1", tmp_path / "s2"
+    one.mkdir()
+    two.mkdir()
+    base = [POINTS[0], dict(POINTS[0], index=1, zero=1)]  # 100 ms median steps on 1 GPU
+    write_summary(one, base)
+    # on 2 GPUs: 104 ms and 125 ms per step for the same per-GPU work, and a point that failed
+    write_summary(two, [dict(base[0], world=2, step_ms=[900.0] + [104.0] * 5),
+                        dict(base[1], world=2, step_ms=[900.0] + [125.0] * 5),
+                        dict(POINTS[3], index=2)])
+    out = tmp_path / "plots"
+    r = run_script("plot_scaling.py", one, two, "-o", out, "--markdown")
+    assert r.returncode == 0, r.stderr
+    rows = {}
+    for line in r.stdout.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[(cells[0], cells[1])] = cells
+    assert rows[("zero_stage=0 micro_batch=8", "1")][4] == "-"
+    assert rows[("zero_stage=0 micro_batch=8", "2")][4] == f"{100 * 100 / 104:.1f}%"
+    assert rows[("zero_stage=1 micro_batch=8", "2")][4] == "80.0%"
+    assert rows[("zero_stage=0 micro_batch=8", "2")][3] == f"{8 * SEQ / 0.104:,.0f}"
+    assert not any(k[0].startswith("zero_stage=3") for k in rows), "a failed point has no throughput to compare"
+    for name in ("scaling.png", "scaling_memory.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_plot_scaling_rejects_two_results_for_one_gpu_count(tmp_path):
+    s = tmp_path / "s"
+    s.mkdir()
+    write_summary(s, [POINTS[0]])
+    r = run_script("plot_scaling.py", s, s)
+    assert r.returncode != 0
+    assert "second result" in r.stderr and "1 GPU" in r.stderr
