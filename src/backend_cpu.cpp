@@ -15,6 +15,7 @@
 
 #include "backend.hpp"
 #include "config.hpp"
+#include "op_tally.hpp"
 
 namespace gpt {
 namespace {
@@ -47,7 +48,7 @@ void split_rows(int n, Fn fn) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() { openblas_set_num_threads(1); }
+  explicit CpuBackend(bool op_profile) : tally_(op_profile) { openblas_set_num_threads(1); }
   ~CpuBackend() override {
     for (auto& [p, n] : sizes_) std::free(p);
   }
@@ -77,11 +78,17 @@ class CpuBackend final : public Backend {
     sizes_.erase(it);
     std::free(p);
   }
-  void zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  void zero(void* p, size_t bytes) override {
+    WallScope t(tally_, "zero");
+    std::memset(p, 0, bytes);
+  }
   void copy_h2d(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
   void copy_d2h(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
   void copy_d2d(void* d, const void* s, size_t n) override { std::memmove(d, s, n); }
-  void synchronize() override {}
+  void synchronize() override { tally_.end_window(); }  // ops are synchronous: only the step's end to mark
+  std::string op_profile() const override { return tally_.table(); }
+  void op_profile_reset() override { tally_.reset(); }
+  void op_profile_pause(bool paused) override { tally_.pause(paused); }
   size_t bytes_in_use() const override { return in_use_; }
   size_t peak_bytes() const override {
     struct rusage ru;
@@ -93,6 +100,7 @@ class CpuBackend final : public Backend {
   void f32_to_act(void* dst, const float* src, size_t n) override { std::memmove(dst, src, n * 4); }
   void act_to_f32(float* dst, const void* src, size_t n) override { std::memmove(dst, src, n * 4); }
   void add_inplace(void* dst, const void* src, size_t n) override {
+    WallScope t(tally_, "add_inplace");
     float* d = F(dst);
     const float* s = cF(src);
 #pragma omp parallel for schedule(static)
@@ -100,6 +108,7 @@ class CpuBackend final : public Backend {
   }
 
   void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) override {
+    WallScope t(tally_, "encoder_fwd");
     float* o = F(out);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; ++bt) {
@@ -110,6 +119,7 @@ class CpuBackend final : public Backend {
     }
   }
   void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T, int C) override {
+    WallScope t(tally_, "encoder_bwd");
     float *gw = F(dwte), *gp = F(dwpe);
     const float* d = cF(dout);
     // each thread owns a slice of channels: no two threads touch one address, order is fixed
@@ -124,6 +134,7 @@ class CpuBackend final : public Backend {
   }
   void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
                      int C) override {
+    WallScope t(tally_, "layernorm_fwd");
     const float *x = cF(inp), *wt = cF(w), *bs = cF(b);
     float* o = F(out);
 #pragma omp parallel for schedule(static)
@@ -143,6 +154,7 @@ class CpuBackend final : public Backend {
   }
   void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
                               const void* w, const void* bias, int N, int C) override {
+    WallScope t(tally_, "residual_layernorm_fwd");
     float* r = F(residual);
     const float *x = cF(a), *y = cF(b);
 #pragma omp parallel for schedule(static)
@@ -151,6 +163,7 @@ class CpuBackend final : public Backend {
   }
   void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
                      const float* mean, const float* rstd, int N, int C) override {
+    WallScope t(tally_, "layernorm_bwd");
     const float *g = cF(dout), *x = cF(inp), *wt = cF(w);
     float* dx = F(dinp);
 #pragma omp parallel for schedule(static)
@@ -187,6 +200,7 @@ class CpuBackend final : public Backend {
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
                   void* pre_gelu) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
     float* dst = pre_gelu ? F(pre_gelu) : F(out);
     split_rows(N, [&](int lo, int hi) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, OC, IC, 1.0f, cF(inp) + size_t(lo) * IC, IC, cF(w),
@@ -202,6 +216,7 @@ class CpuBackend final : public Backend {
   }
   void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
                   int OC, const void* pre_gelu) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     if (dinp) {
       float* dx = F(dinp);
       split_rows(N, [&](int lo, int hi) {
@@ -230,6 +245,7 @@ class CpuBackend final : public Backend {
     }
   }
   void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {
+    WallScope t(tally_, "attention_fwd");
     const float* q = cF(qkv);
     float* o = F(out);
     const size_t C = size_t(NH) * HS, C3 = 3 * C;
@@ -266,6 +282,7 @@ class CpuBackend final : public Backend {
   }
   void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B, int T,
                      int NH, int HS) override {
+    WallScope t(tally_, "attention_bwd");
     const float *q = cF(qkv), *g = cF(dout), *o = cF(out);
     float* dq = F(dqkv);
     const size_t C = size_t(NH) * HS, C3 = 3 * C;
@@ -303,12 +320,14 @@ class CpuBackend final : public Backend {
         }
   }
   void gelu_fwd(void* out, const void* inp, size_t n) override {
+    WallScope t(tally_, "gelu_fwd");
     float* o = F(out);
     const float* x = cF(inp);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) o[i] = gelu(x[i]);
   }
   void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) override {
+    WallScope t(tally_, "classifier");
     float* z = F(logits);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
@@ -333,6 +352,7 @@ class CpuBackend final : public Backend {
     }
   }
   double sum_squares(const void* x, size_t n) override {
+    WallScope t(tally_, "sum_squares");
     const float* v = cF(x);
     const int parts = 64;  // fixed partition: the sum does not depend on the thread count
     double partial[parts];
@@ -348,6 +368,7 @@ class CpuBackend final : public Backend {
     return s;
   }
   void adamw(const AdamWArgs& a) override {
+    WallScope t(tally_, "adamw");
     float* p = a.master ? a.master : F(a.param);
     const float* g = cF(a.grad);
     const float bc1 = 1.0f - std::pow(a.beta1, float(a.step)), bc2 = 1.0f - std::pow(a.beta2, float(a.step));
@@ -369,11 +390,14 @@ class CpuBackend final : public Backend {
   static const float* cF(const void* p) { return static_cast<const float*>(p); }
   std::mutex mu_;
   std::unordered_map<void*, size_t> sizes_;
+  OpTally tally_;
   size_t in_use_ = 0, peak_in_use_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Config&) { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(const Config& cfg) {
+  return std::make_unique<CpuBackend>(cfg.log.op_profile);
+}
 
 }  // namespace gpt

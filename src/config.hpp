@@ -66,7 +66,7 @@ struct EvalConfig {
 struct LogConfig {
   int every = 1;                   // steps between log rows
   bool progress = true;            // progress bar with ETA on a terminal
-  bool op_profile = false;         // GPU: time every op of every step with events; table at the end
+  bool op_profile = false;         // time every op of every training step; table at the end
 };
 
 struct CheckpointConfig {

@@ -479,11 +479,13 @@ class Trainer {
   double evaluate() {
     if (!val_src_ || cfg_.eval.batches == 0) return NAN;
     val_src_->seek(DataPosition{});  // the same batches every time
+    be_->op_profile_pause(true);     // the op profile describes training steps
     double sum = 0;
     for (int i = 0; i < cfg_.eval.batches; ++i) {
       val_src_->next(tok_.data(), tgt_.data());
       sum += model_->forward(*engine_, tok_.data(), tgt_.data(), false, 0.0f);
     }
+    be_->op_profile_pause(false);
     return host_.sum(sum / cfg_.eval.batches) / world_;
   }
 

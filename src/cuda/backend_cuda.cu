@@ -136,6 +136,7 @@ class CudaBackend final : public Backend {
   }
   std::string op_profile() const override { return prof_.table(); }
   void op_profile_reset() override { prof_.reset(); }
+  void op_profile_pause(bool paused) override { prof_.pause(paused); }
   size_t bytes_in_use() const override { return in_use_; }
   size_t peak_bytes() const override { return peak_; }
   void reset_peak() override { peak_ = in_use_; }
@@ -222,7 +223,7 @@ class CudaBackend final : public Backend {
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
                   void* pre_gelu) override {
-    OpProfiler::Scope t(prof_, stream_, prof_.enabled() ? matmul_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
+    OpProfiler::Scope t(prof_, stream_, prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
     kern::MatmulFwdArgs a;
     a.out = out, a.inp = inp, a.w = w, a.bias = bias, a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu;
     by_dtype([&](auto x) { kern::matmul_fwd<decltype(x)>(*lt_, a, stream_); });
@@ -230,7 +231,7 @@ class CudaBackend final : public Backend {
   void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
                   int OC, const void* pre_gelu) override {
     OpProfiler::Scope t(prof_, stream_,
-                        prof_.enabled() ? matmul_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
+                        prof_.enabled() ? matmul_op_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     kern::MatmulBwdArgs a;
     a.dinp = dinp, a.dw = dw, a.dbias = dbias, a.dout = dout, a.inp = inp, a.w = w;
     a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu, a.num_sms = num_sms();
@@ -324,9 +325,6 @@ class CudaBackend final : public Backend {
       fn(float{});
   }
   int num_sms() const { return prop_.multiProcessorCount; }
-  static std::string matmul_name(const char* op, int IC, int OC, const char* extra) {
-    return std::string(op) + " " + std::to_string(IC) + "x" + std::to_string(OC) + extra;
-  }
   // One scratch buffer shared by the ops (one stream: no two ops use it at once). It only grows, in
   // kScratchGranule steps, so after the first step of a run nothing is allocated.
   void* scratch_for(size_t bytes) {

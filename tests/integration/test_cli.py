@@ -210,3 +210,26 @@ def test_experiment_configs_are_valid(name, train_bin):
     # the GPU experiments checked on the CPU: every point's config must parse and validate
     p = run_train(["--yaml", ROOT / f"experiments/{name}.yaml", "--dry-run", "--set", "training.device=cpu"])
     assert p.returncode == 0, p.stderr
+
+
+def test_op_profile_accounts_for_the_training_step(tmp_path, train_bin):
+    """log.op_profile on the CPU: each op of a training step once per layer, evaluation left out, and the
+    ops plus the idle time add up to the step's window."""
+    y = tiny_yaml(tmp_path, steps=8, accum=2)
+    p = run_train(["--yaml", y, "--set", "log.op_profile=true", "--set", "eval.every=3"])
+    assert p.returncode == 0, p.stderr
+    text = p.stdout[p.stdout.index("op profile over"):]
+    head = re.match(r"op profile over (\d+) steps: ([\d.]+) ms per step", text)
+    assert head and int(head.group(1)) == 7, text[:200]  # the warm-up step is left out
+    window = float(head.group(2))
+    rows = {}
+    for m in re.finditer(r"^  (\S.*?)\s{2,}([\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)%$", text, re.M):
+        rows[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+    idle = float(re.search(r"\(idle between ops\)\s+(-?[\d.]+)", text).group(1))
+    # 2 layers x 2 micro-steps; the lm head (vocabulary padded to 128) is one chunk per micro-step
+    assert rows["matmul_fwd 32x96"][0] == 4.0 and rows["matmul_bwd 32x96"][0] == 4.0
+    assert rows["matmul_fwd 32x128 +gelu"][0] == 4.0 and rows["attention_bwd"][0] == 4.0
+    assert rows["classifier"][0] == 2.0 and rows["sum_squares"][0] == 1.0
+    busy = sum(ms for _, ms in rows.values())
+    assert abs(busy + idle - window) < 0.01 + 0.001 * window
+    assert idle > -0.01 * window, "ops counted outside the step's window"
