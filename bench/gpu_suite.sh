@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go: kernel and whole-step tests, the GPU end-to-end tests, the
-# throughput benchmark against PyTorch and the checkpoint throughput of GPT-2 1558M.
-#   OUT=gpu_out bash bench/gpu_suite.sh [tests|bench|ckpt]...     (default: all three)
+# throughput benchmark against PyTorch and the checkpoint throughput of GPT-2 1558M; optionally the ZeRO
+# sweeps on 1, 2, 4 and 8 GPUs (as many as there are) with their scaling table.
+#   OUT=gpu_out bash bench/gpu_suite.sh [tests|bench|ckpt|scaling]...     (default: tests bench ckpt)
 # Expects ./train and build/tests/gpu/test_* built (make), python3 with h5py, pytest and torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,4 +42,19 @@ YAML
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
   timeout 240 ./train --yaml "$OUT/ckpt.yaml" --set training.steps=3 --resume 2>&1 | grep -E "resumed|error" | tee -a "$OUT/ckpt.txt"
   rm -rf /tmp/ckpt_bench
+fi
+if [[ $parts == *scaling* ]]; then
+  # the same sweeps at each GPU count this host has, then efficiency against 1 GPU
+  gpus=$(nvidia-smi -L | wc -l)
+  MPI="mpirun --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+  for w in 1 2 4 8; do
+    (( w <= gpus )) || break
+    timeout 900 $MPI -np $w ./train --yaml experiments/zero.yaml --set run.out_dir="$OUT/runs" \
+      --set run.name=zero_${w}gpu > "$OUT/zero_${w}gpu.log" 2>&1
+    timeout 900 $MPI -np $w ./train --yaml experiments/zero_max.yaml --set run.out_dir="$OUT/runs" \
+      --set run.name=zmax_${w}gpu > "$OUT/zmax_${w}gpu.log" 2>&1
+    tail -n 1 "$OUT/zero_${w}gpu.log" "$OUT/zmax_${w}gpu.log"
+  done
+  python3 scripts/plot_scaling.py "$OUT"/runs/zero_*gpu -o "$OUT" --markdown | tee "$OUT/scaling.md"
+  for d in "$OUT"/runs/zmax_*gpu; do python3 scripts/summarize.py "$d" --markdown; done | tee "$OUT/zero_max.md"
 fi

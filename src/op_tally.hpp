@@ -96,10 +96,15 @@ inline std::string matmul_op_name(const char* op, int in, int out, const char* e
 // outermost op).
 class WallScope {
  public:
-  WallScope(OpTally& tally, std::string name) : tally_(tally), on_(tally.active()), name_(std::move(name)) {
+  // a literal name is copied only when the profile is on
+  WallScope(OpTally& tally, const char* name) : tally_(tally), on_(tally.active()) {
     if (!on_) return;
+    name_ = name;
     outer_ = tally_.enter();
     t0_ = now_ms();
+  }
+  WallScope(OpTally& tally, std::string&& name) : WallScope(tally, "") {
+    if (on_) name_ = std::move(name);
   }
   ~WallScope() {
     if (!on_) return;

@@ -26,10 +26,14 @@ class OpProfiler {
   // Times what is queued on `stream` between construction and destruction under `name`.
   class Scope {
    public:
-    Scope(OpProfiler& p, cudaStream_t stream, std::string name) : p_(p), stream_(stream), on_(p.tally_.active()) {
+    // a literal name is copied only when the profile is on
+    Scope(OpProfiler& p, cudaStream_t stream, const char* name) : p_(p), stream_(stream), on_(p.tally_.active()) {
       if (!on_) return;
-      name_ = std::move(name);
+      name_ = name;
       start_ = p_.record(stream_);
+    }
+    Scope(OpProfiler& p, cudaStream_t stream, std::string&& name) : Scope(p, stream, "") {
+      if (on_) name_ = std::move(name);
     }
     ~Scope() {
       if (on_) p_.pending_.push_back({std::move(name_), start_, p_.record(stream_)});
