@@ -178,6 +178,7 @@ struct BwdGrid {
 };
 constexpr int kMaxVecsPerThread = 8;
 constexpr int kBwdThreads = 512;  // aim: rows x threads-per-row close to this
+constexpr size_t kSmemPerSm = 200 * 1024;  // of an H100/H200 SM's 228 KB, leaving room for the runtime
 BwdGrid bwd_grid(int N, int C, int V, int num_sms) {
   const int nvec = C / V;
   int k = 1;
@@ -186,10 +187,13 @@ BwdGrid bwd_grid(int N, int C, int V, int num_sms) {
   int rows = std::max(1, kBwdThreads / tpr);
   while (rows > 1 && size_t(rows) * 2 * C * sizeof(float) > 96 * 1024) --rows;  // shared memory per block
   const int threads = rows * tpr;
-  // an upper bound on resident blocks (scratch is sized for it); the launch asks the occupancy calculator
-  const long per_sm = std::max(1, std::min(32, 2048 / threads));
+  const size_t smem = size_t(rows) * 2 * C * sizeof(float);
+  // As many blocks as are surely resident at once (each loops over its rows, so a second, partial wave
+  // would leave SMs idle at the end): __launch_bounds__(1024) caps the kernel at 64 registers a thread,
+  // so an SM's 64K registers hold 1024 of its threads; and the blocks' shared memory must fit.
+  const long per_sm = std::max<long>(1, std::min<long>(1024 / threads, long(kSmemPerSm / smem)));
   const long blocks = std::max<long>(1, std::min<long>(ceil_div(N, rows), per_sm * num_sms));
-  return {tpr, rows, int(blocks), k, size_t(rows) * 2 * C * sizeof(float)};
+  return {tpr, rows, int(blocks), k, smem};
 }
 // the vector width the launcher will use for these arguments
 template <class X>
@@ -200,27 +204,20 @@ int bwd_vec(const LayerNormBwdArgs<X>& a) {
              ? V
              : 1;
 }
-// returns the number of blocks launched (rows of scratch written)
 template <class X, int V, int K>
-int launch_bwd_k(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) {
+void launch_bwd_k(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) {
   auto kernel = layernorm_bwd_kernel<X, V, K>;
   if (g.smem > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem)));
-  // as many blocks as are resident at once (registers usually decide): each loops over its rows, so a
-  // second, partial wave would leave SMs idle at the end
-  int resident = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, g.rows * g.tpr, g.smem));
-  const int blocks = int(std::min<long>(g.blocks, long(std::max(1, resident)) * a.num_sms));
-  kernel<<<blocks, g.rows * g.tpr, g.smem, s>>>(a, g.tpr);
-  return blocks;
+  kernel<<<g.blocks, g.rows * g.tpr, g.smem, s>>>(a, g.tpr);
 }
 template <class X, int V>
-int launch_bwd(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) {
+void launch_bwd(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) {
   switch (g.k) {
-    case 1: return launch_bwd_k<X, V, 1>(a, g, s);
-    case 2: return launch_bwd_k<X, V, 2>(a, g, s);
-    case 4: return launch_bwd_k<X, V, 4>(a, g, s);
-    default: return launch_bwd_k<X, V, 8>(a, g, s);
+    case 1: launch_bwd_k<X, V, 1>(a, g, s); break;
+    case 2: launch_bwd_k<X, V, 2>(a, g, s); break;
+    case 4: launch_bwd_k<X, V, 4>(a, g, s); break;
+    default: launch_bwd_k<X, V, 8>(a, g, s); break;
   }
 }
 }  // namespace
@@ -264,10 +261,13 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   if (ceil_div(a.C / v, grid.k) > 1024 || grid.smem > 200 * 1024)
     throw Error(kExitBadInput, "layernorm backward: C = " + std::to_string(a.C) + " is wider than supported (" +
                                    std::to_string(1024 * kMaxVecsPerThread * v) + ")");
-  const int blocks = v == V ? launch_bwd<X, V>(a, grid, s) : launch_bwd<X, 1>(a, grid, s);
+  if (v == V)
+    launch_bwd<X, V>(a, grid, s);
+  else
+    launch_bwd<X, 1>(a, grid, s);
   CUDA_CHECK_LAUNCH();
   layernorm_bwd_reduce_kernel<X><<<unsigned(ceil_div(2 * a.C, 32)), dim3(32, 32), 0, s>>>(a.dw, a.db, a.scratch,
-                                                                                         blocks, a.C);
+                                                                                         grid.blocks, a.C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import h5log  # noqa: E402
+from summarize import format_markdown, format_terminal  # noqa: E402
 
 
 def collect(sweep_dirs):
@@ -59,12 +60,8 @@ def format_table(rows, markdown):
     head = ["point", "GPUs", "tokens/s", "tokens/s/GPU", "efficiency", "pred GiB/GPU", "meas GiB/GPU"]
     cells = [[p, str(g), f"{t:,.0f}", f"{tg:,.0f}", "-" if e is None else f"{100 * e:.1f}%", f"{pg:.2f}", f"{mg:.2f}"]
              for p, g, t, tg, e, pg, mg in rows]
-    if markdown:
-        lines = ["| " + " | ".join(head) + " |", "| " + " | ".join([":---"] + ["---:"] * (len(head) - 1)) + " |"]
-        return "\n".join(lines + ["| " + " | ".join(c) + " |" for c in cells])
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(head)]
-    fmt = lambda c: "  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(c, widths)))
-    return "\n".join([fmt(head), "  ".join("-" * w for w in widths)] + [fmt(c) for c in cells])
+    left = [True] + [False] * (len(head) - 1)
+    return (format_markdown if markdown else format_terminal)(head, cells, left)
 
 
 def plot(points, out_dir):

@@ -58,7 +58,7 @@ class Backend {
   // log.op_profile: each op's GPU time per step since the last reset, as a table ("" when off or none)
   virtual std::string op_profile() const { return ""; }
   virtual void op_profile_reset() {}
-  virtual void op_profile_pause(bool paused) {}  // ops queued while paused (evaluation) are not timed
+  virtual void op_profile_pause(bool paused) {}  // ops queued while paused are not timed
 
   // ---- conversions and elementwise
   virtual void f32_to_act(void* dst, const float* src, size_t n) = 0;   // round to nearest

@@ -18,7 +18,7 @@ class OpTally {
  public:
   explicit OpTally(bool enabled) : enabled_(enabled) {}
   bool enabled() const { return enabled_; }
-  // while paused (evaluation), ops are not timed
+  // while paused (outside training steps), ops are not timed
   void pause(bool paused) { paused_ = paused; }
   bool active() const { return enabled_ && !paused_; }
 

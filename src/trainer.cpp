@@ -316,6 +316,7 @@ class Trainer {
     timed("allocation", [&] {
       be_ = plan_.device == "cuda" ? make_cuda_backend(cfg_, host_.local_rank()) : make_cpu_backend(cfg_);
       comm_ = make_comm(plan_, host_, *be_);
+      be_->op_profile_pause(true);  // set-up is not profiled; train_step turns the profile on
       layout_ = std::make_unique<ParamLayout>(plan_.dims);
       // state first (parameters, gradients, optimizer), then activations for the micro-batch
       engine_ = std::make_unique<ZeroEngine>(*layout_, *be_, *comm_, host_, t_.zero_stage, t_.master_weights);
@@ -457,6 +458,7 @@ class Trainer {
     const int N = plan_.micro_batch * plan_.seq_len;
     const float dloss = 1.0f / (float(N) * plan_.grad_accum * world_);  // mean over every token of the step
     StepResult r{0, 0, lr_at(t_, step)};
+    be_->op_profile_pause(false);  // the op profile covers training steps only, not evaluation or checkpoints
     engine_->begin_step();
     for (int micro = 0; micro < plan_.grad_accum; ++micro) {
       train_src_->next(tok_.data(), tgt_.data());
@@ -473,19 +475,18 @@ class Trainer {
     engine_->update({float(r.lr), t_.beta1, t_.beta2, t_.eps, t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
                      step + 1, splitmix64(cfg_.run.seed + uint64_t(step))});
     be_->synchronize();
+    be_->op_profile_pause(true);
     return r;
   }
 
   double evaluate() {
     if (!val_src_ || cfg_.eval.batches == 0) return NAN;
     val_src_->seek(DataPosition{});  // the same batches every time
-    be_->op_profile_pause(true);     // the op profile describes training steps
     double sum = 0;
     for (int i = 0; i < cfg_.eval.batches; ++i) {
       val_src_->next(tok_.data(), tgt_.data());
       sum += model_->forward(*engine_, tok_.data(), tgt_.data(), false, 0.0f);
     }
-    be_->op_profile_pause(false);
     return host_.sum(sum / cfg_.eval.batches) / world_;
   }
 
