@@ -123,10 +123,11 @@ run_train() {
         # preemption with PreemptMode=REQUEUE requeues the job by itself.
         if [[ "$STOP_SIGNAL" == TERM || "$STOP_SIGNAL" == INT ]]; then
             log "checkpointed after SIG$STOP_SIGNAL: not requeued (resubmit to resume)"
-        elif scontrol requeue "$SLURM_JOB_ID"; then
-            log "checkpointed; job requeued, it will resume from the checkpoint"
         else
-            log "checkpointed, but the job could not be requeued: resubmit it to resume"
+            # Said first: a successful requeue cancels this job at once, often before this shell runs on.
+            log "checkpointed; job requeued, it will resume from the checkpoint"
+            scontrol requeue "$SLURM_JOB_ID" ||
+                log "scontrol requeue failed: the job was not requeued; resubmit it to resume"
         fi
         return 0
     fi
