@@ -48,9 +48,10 @@ endif
 
 TEST_SRC := $(wildcard tests/cpu/test_*.cpp) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.cpp))
 TEST_BIN := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_SRC))
+BENCH_BIN := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/gemm_algos)
 
 .PHONY: all test clean quickstart
-all: $(BIN) $(TEST_BIN)
+all: $(BIN) $(TEST_BIN) $(BENCH_BIN)
 
 $(BIN): $(BUILD)/main.o $(CORE_OBJ) $(CU_OBJ)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
@@ -65,6 +66,10 @@ $(BUILD)/cu/%.o: %.cu $(wildcard src/*.hpp kernels/*.cuh src/cuda/*.cuh)
 $(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+
+$(BUILD)/bench/gemm_algos: bench/gemm_algos.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt
 
 $(BUILD):
 	mkdir -p $(BUILD)

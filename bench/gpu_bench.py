@@ -56,7 +56,7 @@ log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
         (out / f"op_profile_{preset}_b{mb}.txt").write_text(table)
         print(table, flush=True)
     logp = out / "runs" / name / "log.h5"
-    if not logp.exists():
+    if rc != 0 or not logp.exists():  # a failed run: its status says so, its log may hold no step
         return r
     with h5py.File(logp, "r") as f:
         ms = list(f["train/step_ms"][:])

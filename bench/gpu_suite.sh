@@ -3,7 +3,8 @@
 # throughput benchmark against PyTorch and the checkpoint throughput of GPT-2 1558M; optionally the ZeRO
 # sweeps on 1, 2, 4 and 8 GPUs (as many as there are) with their scaling table.
 #   OUT=gpu_out bash bench/gpu_suite.sh [tests|bench|ckpt|scaling]...     (default: tests bench ckpt)
-# Expects ./train and build/tests/gpu/test_* built (make), python3 with h5py, pytest and torch.
+# Expects ./train, build/tests/gpu/test_* and build/bench/gemm_algos built (make), python3 with h5py,
+# pytest and torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
@@ -25,6 +26,8 @@ if [[ $parts == *tests* ]]; then
 fi
 if [[ $parts == *bench* ]]; then
   timeout 420 python3 bench/gpu_bench.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tail -n 12
+  # cuBLASLt's algorithms for every product of the step, against the trainer's choice
+  timeout 200 build/bench/gemm_algos --json "$OUT/gemm_algos.json" 2>&1 | tee "$OUT/gemm_algos.txt" | tail -n 4
 fi
 if [[ $parts == *ckpt* ]]; then
   # 1558M checkpoint: write at step 2, then a resumed run reads it; the trainer prints size, time, GB/s

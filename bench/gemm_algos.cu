@@ -1,0 +1,286 @@
+// Which cuBLASLt algorithm is fastest for each matmul of a GPT-2 training step, and how far the
+// trainer's choice is from it.
+//
+//   build/bench/gemm_algos [--json FILE]
+//
+// For GPT-2 124M (B=64) and 1558M (B=16), T=1024, each layer's product (qkv, attproj, fc + GELU,
+// fcproj; forward, dinp and dweight, with the trainer's epilogues) is timed with every algorithm the
+// heuristic offers (up to 32) and, where an algorithm allows it, with split-K 2, 3 and 4. Each timing
+// is the median of 7 runs, each after a 192 MB write that evicts the 50 MB L2, as in a real step where
+// the operands arrive from HBM. Reported per product: the heuristic's first choice; the trainer's
+// choice (the fastest of the first 8 candidates timed back to back with a warm L2, what
+// training.deterministic: false does on first use), timed cold; and the fastest found, with its
+// configuration. The JSON has every candidate. One alternative is timed beside the step's products:
+// fcproj's dinp with fc's bias gradient fused into the epilogue (DGELU_BGRAD, "dinp+bgrad"), to compare
+// with the DGELU product plus the trainer's separate column-sum kernel.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define CK(x)                                                                           \
+  do {                                                                                  \
+    const cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+#define CB(x)                                                                          \
+  do {                                                                                 \
+    const cublasStatus_t s_ = (x);                                                     \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+      std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(s_)); \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+constexpr size_t kWorkspace = 32ull << 20;  // as the trainer
+constexpr size_t kFlushBytes = 192ull << 20;
+constexpr int kReps = 7;
+
+struct Gemm {
+  std::string name;
+  bool ta, tb;
+  int m, n, k;
+  bool accumulate;
+  cublasLtEpilogue_t epi;
+};
+
+// The products of one layer, as the trainer issues them (see kernels/matmul.cu for the mapping from
+// row-major to cuBLASLt's column-major).
+std::vector<Gemm> layer_gemms(int N, int C) {
+  std::vector<Gemm> g;
+  struct Lin {
+    const char* name;
+    int IC, OC;
+    bool gelu_out, gelu_in;
+  };
+  const Lin lins[] = {{"qkv", C, 3 * C, false, false},
+                      {"attproj", C, C, false, false},
+                      {"fc", C, 4 * C, true, false},
+                      {"fcproj", 4 * C, C, false, true}};
+  for (const Lin& l : lins) {
+    const std::string s = std::string(l.name);
+    g.push_back({s + " fwd", true, false, l.OC, N, l.IC, false,
+                 l.gelu_out ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS});
+    g.push_back({s + " dinp", false, false, l.IC, N, l.OC, false,
+                 l.gelu_in ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT});
+    g.push_back({s + " dweight", false, true, l.IC, l.OC, N, true, CUBLASLT_EPILOGUE_DEFAULT});
+    // the GELU gradient with fc's bias gradient fused, instead of a separate reduction
+    if (l.gelu_in) g.push_back({s + " dinp+bgrad", false, false, l.IC, N, l.OC, false, CUBLASLT_EPILOGUE_DGELU_BGRAD});
+  }
+  return g;
+}
+
+struct Candidate {
+  cublasLtMatmulAlgo_t algo;
+  int heuristic_rank;  // position in the heuristic's list
+  int splitk;          // 1: as offered
+  float hot_ms = 0, cold_ms = 0;
+  bool ok = false;
+};
+
+int algo_attr(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  int v = 0;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &written);
+  return v;
+}
+std::string describe(const Candidate& c) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "rank %d id %d tile %d stages %d cluster %d splitk %d", c.heuristic_rank,
+                algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_ID), algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), c.splitk);
+  return buf;
+}
+
+struct Bench {
+  cublasLtHandle_t lt;
+  cudaStream_t s;
+  void *A, *B, *D, *aux, *bias, *ws, *flush;
+  cudaEvent_t e0, e1;
+
+  float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+  // ms of one product with `algo`; cold: evict L2 before each run
+  bool time(const Gemm& g, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+            cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t& algo, bool cold, float& ms) {
+    const float alpha = 1, beta = g.accumulate ? 1 : 0;
+    std::vector<float> t;
+    for (int r = 0; r <= kReps; ++r) {
+      if (cold) CK(cudaMemsetAsync(flush, r, kFlushBytes, s));
+      CK(cudaEventRecord(e0, s));
+      if (cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo, ws, kWorkspace, s) !=
+          CUBLAS_STATUS_SUCCESS)
+        return false;
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float x = 0;
+      CK(cudaEventElapsedTime(&x, e0, e1));
+      if (r > 0) t.push_back(x);  // run 0 warms up
+    }
+    ms = median(t);
+    return true;
+  }
+};
+
+// uniform values in [-1, 1): with zeros the tensor cores draw less power and clock higher than in training
+__global__ void fill_kernel(__nv_bfloat16* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    unsigned x = unsigned(i) * 2654435761u ^ seed;
+    x ^= x >> 15, x *= 2246822519u, x ^= x >> 13;
+    p[i] = __float2bfloat16(float(x & 0xffff) / 32768.0f - 1.0f);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* json_path = argc > 2 && std::string(argv[1]) == "--json" ? argv[2] : nullptr;
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  Bench b{};
+  CB(cublasLtCreate(&b.lt));
+  CK(cudaStreamCreate(&b.s));
+  CK(cudaEventCreate(&b.e0));
+  CK(cudaEventCreate(&b.e1));
+  const size_t big = size_t(65536) * 3072;  // largest operand, elements
+  unsigned seed = 1;
+  for (void** p : {&b.A, &b.B, &b.D, &b.aux, &b.bias}) {
+    const size_t n = p == &b.bias ? 4 * 6400 * 2 : big;  // room for an fp32 bias gradient too
+    CK(cudaMalloc(p, n * 2));
+    fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(*p), n, seed++);
+    CK(cudaGetLastError());
+  }
+  CK(cudaMalloc(&b.ws, kWorkspace));
+  CK(cudaMalloc(&b.flush, kFlushBytes));
+
+  FILE* js = json_path ? std::fopen(json_path, "w") : nullptr;
+  if (js) std::fprintf(js, "{\"gpu\": \"%s\", \"products\": [\n", prop.name);
+  bool first_product = true;
+  std::printf("GPU: %s. Times: ms, cold L2, median of %d.\n", prop.name, kReps);
+  std::printf("%-22s %-18s %8s %8s %8s %7s %7s  %s\n", "model", "product", "heur#0", "trainer", "best", "gain",
+              "TFLOP/s", "best configuration");
+  struct Model {
+    const char* name;
+    int N, C, L;
+  };
+  for (const Model& mo : {Model{"124M B=64", 65536, 768, 12}, Model{"1558M B=16", 16384, 1600, 48}}) {
+    double h0_step = 0, tr_step = 0, best_step = 0;
+    for (const Gemm& g : layer_gemms(mo.N, mo.C)) {
+      cublasLtMatmulDesc_t desc;
+      CB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+      CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi, sizeof g.epi));
+      if (g.epi == CUBLASLT_EPILOGUE_BIAS || g.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b.bias, sizeof(void*)));
+      if (g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD)  // the bias gradient, bf16 (fp32 is not supported)
+        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b.bias, sizeof(void*)));
+      if (g.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || g.epi == CUBLASLT_EPILOGUE_DGELU ||
+          g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        const int64_t ld = g.m;
+        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &b.aux, sizeof(void*)));
+      }
+      cublasLtMatrixLayout_t la, lb, ld;
+      CB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.ta ? g.k : g.m));
+      CB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.tb ? g.n : g.k));
+      CB(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, g.m, g.n, g.m));
+      cublasLtMatmulPreference_t pref;
+      CB(cublasLtMatmulPreferenceCreate(&pref));
+      CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
+                                              sizeof kWorkspace));
+      cublasLtMatmulHeuristicResult_t res[32] = {};
+      int found = 0;
+      const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(b.lt, desc, la, lb, ld, ld, pref, 32, res, &found);
+      if (hs != CUBLAS_STATUS_SUCCESS) found = 0;  // not supported: reported below as "no algorithm"
+      cublasLtMatmulPreferenceDestroy(pref);
+
+      std::vector<Candidate> cands;
+      for (int i = 0; i < found; ++i) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        cands.push_back({res[i].algo, i, 1});
+        int splitk_cap = 0;
+        size_t w = 0;
+        cublasLtMatmulAlgoCapGetAttribute(&res[i].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk_cap,
+                                          sizeof splitk_cap, &w);
+        if (!splitk_cap || algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1) continue;
+        for (int sk : {2, 3, 4}) {
+          Candidate c{res[i].algo, i, sk};
+          cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk);
+          cublasLtMatmulHeuristicResult_t chk{};
+          if (cublasLtMatmulAlgoCheck(b.lt, desc, la, lb, ld, ld, &c.algo, &chk) == CUBLAS_STATUS_SUCCESS &&
+              chk.workspaceSize <= kWorkspace)
+            cands.push_back(c);
+        }
+      }
+      for (Candidate& c : cands) {
+        c.ok = b.time(g, desc, la, lb, ld, c.algo, false, c.hot_ms) && b.time(g, desc, la, lb, ld, c.algo, true, c.cold_ms);
+      }
+      // the heuristic's first choice; the trainer's (fastest hot of the first 8 as offered); the best cold
+      const Candidate *h0 = nullptr, *tr = nullptr, *best = nullptr;
+      for (const Candidate& c : cands) {
+        if (!c.ok) continue;
+        if (c.heuristic_rank == 0 && c.splitk == 1) h0 = &c;
+        if (c.splitk == 1 && c.heuristic_rank < 8 && (!tr || c.hot_ms < tr->hot_ms)) tr = &c;
+        if (!best || c.cold_ms < best->cold_ms) best = &c;
+      }
+      if (!h0 || !tr || !best) {
+        std::printf("%-22s %-18s no algorithm\n", mo.name, g.name.c_str());
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatmulDescDestroy(desc);
+        continue;
+      }
+      const double flops = 2.0 * g.m * g.n * g.k;
+      std::printf("%-22s %-18s %8.3f %8.3f %8.3f %6.1f%% %7.0f  %s\n", mo.name, g.name.c_str(), h0->cold_ms,
+                  tr->cold_ms, best->cold_ms, 100.0 * (tr->cold_ms - best->cold_ms) / tr->cold_ms,
+                  flops / best->cold_ms / 1e9, describe(*best).c_str());
+      if (g.name.find("+bgrad") == std::string::npos)  // an alternative, not one more product of the step
+        h0_step += h0->cold_ms * mo.L, tr_step += tr->cold_ms * mo.L, best_step += best->cold_ms * mo.L;
+      if (js) {
+        std::fprintf(js, "%s{\"model\": \"%s\", \"product\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"candidates\": [",
+                     first_product ? "" : ",\n", mo.name, g.name.c_str(), g.m, g.n, g.k);
+        first_product = false;
+        bool first = true;
+        for (const Candidate& c : cands) {
+          if (!c.ok) continue;
+          std::fprintf(js, "%s{\"config\": \"%s\", \"hot_ms\": %.4f, \"cold_ms\": %.4f}", first ? "" : ", ",
+                       describe(c).c_str(), c.hot_ms, c.cold_ms);
+          first = false;
+        }
+        std::fprintf(js, "]}");
+      }
+      cublasLtMatrixLayoutDestroy(la);
+      cublasLtMatrixLayoutDestroy(lb);
+      cublasLtMatrixLayoutDestroy(ld);
+      cublasLtMatmulDescDestroy(desc);
+    }
+    std::printf("%-22s %-18s %8.1f %8.1f %8.1f %6.1f%%   (ms per step: the layers' products x %d)\n", mo.name, "all layers",
+                h0_step, tr_step, best_step, 100.0 * (tr_step - best_step) / tr_step, mo.L);
+  }
+  if (js) {
+    std::fprintf(js, "\n]}\n");
+    std::fclose(js);
+  }
+  return 0;
+}
