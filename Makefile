@@ -67,9 +67,9 @@ $(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 
-$(BUILD)/bench/gemm_algos: bench/gemm_algos.cu
+$(BUILD)/bench/gemm_algos: $(BUILD)/cu/bench/gemm_algos.o $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD):
 	mkdir -p $(BUILD)

@@ -1,7 +1,7 @@
 // Which cuBLASLt algorithm is fastest for each matmul of a GPT-2 training step, and how far the
 // trainer's choice is from it.
 //
-//   build/bench/gemm_algos [--json FILE]
+//   build/bench/gemm_algos [--json FILE]     (FILE is written whole or not at all)
 //
 // For GPT-2 124M (B=64) and 1558M (B=16), T=1024, each layer's product (qkv, attproj, fc + GELU,
 // fcproj; forward, dinp and dweight, with the trainer's epilogues) is timed with every algorithm the
@@ -19,28 +19,14 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_check.cuh"
+
 namespace {
 
-#define CK(x)                                                                           \
-  do {                                                                                  \
-    const cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
-#define CB(x)                                                                          \
-  do {                                                                                 \
-    const cublasStatus_t s_ = (x);                                                     \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-      std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(s_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+using gpt::Error;
 
 constexpr size_t kWorkspace = 32ull << 20;  // as the trainer
 constexpr size_t kFlushBytes = 192ull << 20;
@@ -119,15 +105,15 @@ struct Bench {
     const float alpha = 1, beta = g.accumulate ? 1 : 0;
     std::vector<float> t;
     for (int r = 0; r <= kReps; ++r) {
-      if (cold) CK(cudaMemsetAsync(flush, r, kFlushBytes, s));
-      CK(cudaEventRecord(e0, s));
+      if (cold) CUDA_CHECK(cudaMemsetAsync(flush, r, kFlushBytes, s));
+      CUDA_CHECK(cudaEventRecord(e0, s));
       if (cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo, ws, kWorkspace, s) !=
           CUBLAS_STATUS_SUCCESS)
         return false;
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
+      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaEventSynchronize(e1));
       float x = 0;
-      CK(cudaEventElapsedTime(&x, e0, e1));
+      CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
       if (r > 0) t.push_back(x);  // run 0 warms up
     }
     ms = median(t);
@@ -144,35 +130,36 @@ __global__ void fill_kernel(__nv_bfloat16* p, size_t n, unsigned seed) {
   }
 }
 
-}  // namespace
+// printf into a string
+template <class... A>
+void appendf(std::string& out, const char* fmt, A... args) {
+  const int n = std::snprintf(nullptr, 0, fmt, args...);
+  std::string buf(size_t(n) + 1, '\0');
+  std::snprintf(buf.data(), buf.size(), fmt, args...);
+  out.append(buf.data(), size_t(n));
+}
 
-int main(int argc, char** argv) {
-  const char* json_path = argc > 2 && std::string(argv[1]) == "--json" ? argv[2] : nullptr;
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
-  }
+// Prints the table; every candidate goes into `js` (JSON) when it is given.
+void survey(std::string* js) {
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   Bench b{};
-  CB(cublasLtCreate(&b.lt));
-  CK(cudaStreamCreate(&b.s));
-  CK(cudaEventCreate(&b.e0));
-  CK(cudaEventCreate(&b.e1));
+  CUBLAS_CHECK(cublasLtCreate(&b.lt));
+  CUDA_CHECK(cudaStreamCreate(&b.s));
+  CUDA_CHECK(cudaEventCreate(&b.e0));
+  CUDA_CHECK(cudaEventCreate(&b.e1));
   const size_t big = size_t(65536) * 3072;  // largest operand, elements
   unsigned seed = 1;
   for (void** p : {&b.A, &b.B, &b.D, &b.aux, &b.bias}) {
     const size_t n = p == &b.bias ? 4 * 6400 * 2 : big;  // room for an fp32 bias gradient too
-    CK(cudaMalloc(p, n * 2));
+    CUDA_CHECK(cudaMalloc(p, n * 2));
     fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(*p), n, seed++);
-    CK(cudaGetLastError());
+    CUDA_CHECK_LAUNCH();
   }
-  CK(cudaMalloc(&b.ws, kWorkspace));
-  CK(cudaMalloc(&b.flush, kFlushBytes));
+  CUDA_CHECK(cudaMalloc(&b.ws, kWorkspace));
+  CUDA_CHECK(cudaMalloc(&b.flush, kFlushBytes));
 
-  FILE* js = json_path ? std::fopen(json_path, "w") : nullptr;
-  if (js) std::fprintf(js, "{\"gpu\": \"%s\", \"products\": [\n", prop.name);
+  if (js) appendf(*js, "{\"gpu\": \"%s\", \"products\": [\n", prop.name);
   bool first_product = true;
   std::printf("GPU: %s. Times: ms, cold L2, median of %d.\n", prop.name, kReps);
   std::printf("%-22s %-18s %8s %8s %8s %7s %7s  %s\n", "model", "product", "heur#0", "trainer", "best", "gain",
@@ -185,28 +172,28 @@ int main(int argc, char** argv) {
     double h0_step = 0, tr_step = 0, best_step = 0;
     for (const Gemm& g : layer_gemms(mo.N, mo.C)) {
       cublasLtMatmulDesc_t desc;
-      CB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-      CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-      CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-      CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi, sizeof g.epi));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi, sizeof g.epi));
       if (g.epi == CUBLASLT_EPILOGUE_BIAS || g.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b.bias, sizeof(void*)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b.bias, sizeof(void*)));
       if (g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD)  // the bias gradient, bf16 (fp32 is not supported)
-        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b.bias, sizeof(void*)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b.bias, sizeof(void*)));
       if (g.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || g.epi == CUBLASLT_EPILOGUE_DGELU ||
           g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
         const int64_t ld = g.m;
-        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-        CB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &b.aux, sizeof(void*)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &b.aux, sizeof(void*)));
       }
       cublasLtMatrixLayout_t la, lb, ld;
-      CB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.ta ? g.k : g.m));
-      CB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.tb ? g.n : g.k));
-      CB(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, g.m, g.n, g.m));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.ta ? g.k : g.m));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.tb ? g.n : g.k));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, g.m, g.n, g.m));
       cublasLtMatmulPreference_t pref;
-      CB(cublasLtMatmulPreferenceCreate(&pref));
-      CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
+      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
                                               sizeof kWorkspace));
       cublasLtMatmulHeuristicResult_t res[32] = {};
       int found = 0;
@@ -258,17 +245,17 @@ int main(int argc, char** argv) {
       if (g.name.find("+bgrad") == std::string::npos)  // an alternative, not one more product of the step
         h0_step += h0->cold_ms * mo.L, tr_step += tr->cold_ms * mo.L, best_step += best->cold_ms * mo.L;
       if (js) {
-        std::fprintf(js, "%s{\"model\": \"%s\", \"product\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"candidates\": [",
+        appendf(*js, "%s{\"model\": \"%s\", \"product\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"candidates\": [",
                      first_product ? "" : ",\n", mo.name, g.name.c_str(), g.m, g.n, g.k);
         first_product = false;
         bool first = true;
         for (const Candidate& c : cands) {
           if (!c.ok) continue;
-          std::fprintf(js, "%s{\"config\": \"%s\", \"hot_ms\": %.4f, \"cold_ms\": %.4f}", first ? "" : ", ",
+          appendf(*js, "%s{\"config\": \"%s\", \"hot_ms\": %.4f, \"cold_ms\": %.4f}", first ? "" : ", ",
                        describe(c).c_str(), c.hot_ms, c.cold_ms);
           first = false;
         }
-        std::fprintf(js, "]}");
+        appendf(*js, "]}");
       }
       cublasLtMatrixLayoutDestroy(la);
       cublasLtMatrixLayoutDestroy(lb);
@@ -278,9 +265,46 @@ int main(int argc, char** argv) {
     std::printf("%-22s %-18s %8.1f %8.1f %8.1f %6.1f%%   (ms per step: the layers' products x %d)\n", mo.name, "all layers",
                 h0_step, tr_step, best_step, 100.0 * (tr_step - best_step) / tr_step, mo.L);
   }
-  if (js) {
-    std::fprintf(js, "\n]}\n");
-    std::fclose(js);
+  if (js) appendf(*js, "\n]}\n");
+}
+
+// text -> path, through path.tmp and a rename: the file is whole or absent
+void write_whole(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw gpt::input_error("cannot write '" + tmp + "'");
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw gpt::input_error("cannot write '" + path + "'");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--json FILE]\n", argv[0]);
+      return gpt::kExitBadInput;
+    }
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  try {
+    std::string js;
+    survey(json_path.empty() ? nullptr : &js);
+    if (!json_path.empty()) write_whole(json_path, js);
+  } catch (const gpt::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.code();
   }
   return 0;
 }

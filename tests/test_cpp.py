@@ -46,3 +46,27 @@ def test_gpu_suite_reports_skip_without_gpu():
     if has_gpu():
         pytest.skip("GPU present: the GPU programs above ran")
     pytest.skip("SKIP: no CUDA device on this machine; GPU kernel and whole-step tests were not run")
+
+
+GEMM_ALGOS = ROOT / "build/bench/gemm_algos"
+
+
+def test_gemm_algos_rejects_unknown_arguments():
+    if not GEMM_ALGOS.exists():
+        pytest.skip("SKIP: build/bench/gemm_algos not built (CPU-only build)")
+    for args in (["--bogus"], ["--json"]):
+        p = subprocess.run([str(GEMM_ALGOS), *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1, (args, p.stdout, p.stderr)
+        assert "usage:" in p.stderr
+
+
+def test_gemm_algos_without_gpu_skips_and_writes_nothing(tmp_path):
+    if not GEMM_ALGOS.exists():
+        pytest.skip("SKIP: build/bench/gemm_algos not built (CPU-only build)")
+    if has_gpu():
+        pytest.skip("GPU present: the survey runs in bench/gpu_suite.sh")
+    out = tmp_path / "algos.json"
+    p = subprocess.run([str(GEMM_ALGOS), "--json", str(out)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "SKIP: no CUDA device" in p.stdout
+    assert not out.exists() and not (tmp_path / "algos.json.tmp").exists()
