@@ -175,23 +175,38 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
 }
 
 // ---- bias gradient: dbias (OC) += sum_n dout (N, OC)
-// Measured on an H200 at GPT-2 124M (N = 65536, OC = 2304): this adds 0.094 ms to the 0.642 ms of the
-// backward matmuls; cuBLASLt's BGRADB epilogue on the dW product (into fp32 scratch, then an add)
-// measured the same, so the separate, deterministic reduction stays.
+// Two launches: partial column sums over S row splits into fp32 scratch, then their sum in a fixed
+// order (deterministic). cuBLASLt's BGRADB epilogue on the dW product (into fp32 scratch, then an add)
+// measured no faster at GPT-2 124M. Both kernels are latency-bound unless many loads are in flight:
+// the partial kernel issues kUnroll independent row loads before summing them, and the reduction
+// spreads each column's S partials over 32 threads instead of looping over them in one.
 namespace {
-constexpr int kRowsY = 8;  // block = 32 x kRowsY threads
+constexpr int kRowsY = 8;    // partial kernel: block = 32 x kRowsY threads
+constexpr int kUnroll = 4;   // rows loaded before they are summed
+constexpr int kBlocksPerSm = 6;
 
-// grid (column tiles of 32*V, S row splits). Each thread sums V columns over its rows; the kRowsY
-// partials are combined in a fixed order and the block writes part[split][col].
+// grid (column tiles of 32*V, S row splits). Thread (x, y) of split s sums V columns over rows
+// s*kRowsY + y, stepping by S*kRowsY; the kRowsY partials are combined in a fixed order and the block
+// writes part[s][col].
 template <class X, int V>
 __global__ void __launch_bounds__(32 * kRowsY) bias_grad_partial_kernel(float* __restrict__ part,
                                                                         const X* __restrict__ dout, int N, int OC) {
   __shared__ float sh[kRowsY][32 * V + 1];
   const int c = (blockIdx.x * 32 + threadIdx.x) * V;
-  const int S = gridDim.y;
+  const int step = gridDim.y * kRowsY;
   float acc[V] = {};
   if (c < OC) {
-    for (int r = blockIdx.y * kRowsY + threadIdx.y; r < N; r += S * kRowsY) {
+    int r = blockIdx.y * kRowsY + threadIdx.y;
+    for (; r + (kUnroll - 1) * step < N; r += kUnroll * step) {
+      Vec<X, V> g[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) g[u] = ldv<X, V>(dout + size_t(r + u * step) * OC + c);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] += to_f(g[u].v[k]);
+    }
+    for (; r < N; r += step) {
       const Vec<X, V> g = ldv<X, V>(dout + size_t(r) * OC + c);
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] += to_f(g.v[k]);
@@ -209,18 +224,30 @@ __global__ void __launch_bounds__(32 * kRowsY) bias_grad_partial_kernel(float* _
     part[size_t(blockIdx.y) * OC + col] = s;
   }
 }
+// dbias += the S partial rows: 32 columns per block, 32 rows of threads striding over the partials
+// (loads unrolled), combined in a fixed order.
 template <class X>
-__global__ void bias_grad_reduce_kernel(X* __restrict__ dbias, const float* __restrict__ part, int S, int OC) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= OC) return;
+__global__ void __launch_bounds__(1024) bias_grad_reduce_kernel(X* __restrict__ dbias, const float* __restrict__ part,
+                                                                int S, int OC) {
+  __shared__ float sh[32][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float acc = 0.0f;
-  for (int s = 0; s < S; ++s) acc += part[size_t(s) * OC + c];
-  dbias[c] = from_f<X>(to_f(dbias[c]) + acc);
+  if (c < OC) {
+#pragma unroll 8
+    for (int s = threadIdx.y; s < S; s += 32) acc += part[size_t(s) * OC + c];
+  }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= OC) return;
+  float sum = 0.0f;
+  for (int y = 0; y < 32; ++y) sum += sh[y][threadIdx.x];
+  dbias[c] = from_f<X>(to_f(dbias[c]) + sum);
 }
+// row splits: enough blocks for kBlocksPerSm on every SM, each thread with at least one unrolled batch
 int bias_splits(int N, int OC, int V, int num_sms) {
   const long tiles = ceil_div(OC, 32L * V);
-  const long want = std::max<long>(1, 4L * num_sms / tiles);
-  return int(std::max<long>(1, std::min<long>({want, ceil_div(N, 4L * kRowsY), 1024L})));
+  const long want = std::max<long>(1, long(kBlocksPerSm) * num_sms / tiles);
+  return int(std::max<long>(1, std::min<long>({want, ceil_div(N, long(kUnroll) * kRowsY), 1024L})));
 }
 }  // namespace
 
@@ -242,7 +269,7 @@ void bias_grad(X* dbias, const X* dout, int N, int OC, float* scratch, int num_s
   else
     bias_grad_partial_kernel<X, 1><<<grid, block, 0, s>>>(scratch, dout, N, OC);
   CUDA_CHECK_LAUNCH();
-  bias_grad_reduce_kernel<X><<<unsigned(ceil_div(OC, 256)), 256, 0, s>>>(dbias, scratch, S, OC);
+  bias_grad_reduce_kernel<X><<<unsigned(ceil_div(OC, 32)), dim3(32, 32), 0, s>>>(dbias, scratch, S, OC);
   CUDA_CHECK_LAUNCH();
 }
 template void bias_grad<float>(float*, const float*, int, int, float*, int, cudaStream_t);
