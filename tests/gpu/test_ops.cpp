@@ -488,6 +488,7 @@ void run_checks(const char* prec) {
   guarded([&] { test_matmul(c, 97, 257, 131, true, true); });  // odd sizes: GELU/DGELU fall back to kernels
   guarded([&] { test_matmul(c, 256, 768, 3072, true, true); });
   guarded([&] { test_matmul(c, 128, 768, 512, false, false); });
+  guarded([&] { test_matmul(c, 4133, 64, 1600, true, false); });  // many rows: the bias gradient's unrolled loop
   guarded([&] { test_attention(c, 2, 97, 3, 64); });
   guarded([&] { test_attention(c, 2, 256, 4, 64); });
   guarded([&] { test_attention(c, 1, 128, 2, 32); });
@@ -495,6 +496,7 @@ void run_checks(const char* prec) {
   guarded([&] { test_classifier(c, 97, 1000, 1024); });
   guarded([&] { test_classifier(c, 33, 257, 259); });  // scalar path
   guarded([&] { test_classifier(c, 16, 50257, 50304); });
+  guarded([&] { test_classifier(c, 41, 777, 792); });  // a vector of real and padded columns, one of padding only
   guarded([&] { test_sum_squares(c, 1000003); });
   guarded([&] { test_sum_squares(c, 7); });
   guarded([&] { test_adamw(c, 1000003, true); });
@@ -580,8 +582,12 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
       4 * n * c * 3 * c, 0, 0);
   add("matmul_bwd attproj", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, C, nullptr); }), 4 * n * c * c, 0,
       L);
+  add("matmul_bwd attproj (no dbias)", tm.ms([&] { g.matmul_bwd(z, dw, nullptr, y, x, w, N, C, C, nullptr); }),
+      4 * n * c * c, 0, 0);
   add("matmul_bwd fc", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 4 * C, nullptr); }),
       4 * n * c * 4 * c, 0, L);
+  add("matmul_bwd fc (no dbias)", tm.ms([&] { g.matmul_bwd(z, dw, nullptr, y, x, w, N, C, 4 * C, nullptr); }),
+      4 * n * c * 4 * c, 0, 0);
   add("matmul_bwd fcproj+dgelu", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, 4 * C, C, pg); }),
       4 * n * c * 4 * c, 0, L);
   const double attn_f = 4.0 * B * NH * double(T) * T * HS / 2;  // causal: half of QK^T and PV
