@@ -54,7 +54,7 @@ GEMM_ALGOS = ROOT / "build/bench/gemm_algos"
 def test_gemm_algos_rejects_unknown_arguments():
     if not GEMM_ALGOS.exists():
         pytest.skip("SKIP: build/bench/gemm_algos not built (CPU-only build)")
-    for args in (["--bogus"], ["--json"]):
+    for args in (["--bogus"], ["--json"], ["--sustain"], ["--sustain", "0"], ["--sustain", "5x"]):
         p = subprocess.run([str(GEMM_ALGOS), *args], capture_output=True, text=True, timeout=60)
         assert p.returncode == 1, (args, p.stdout, p.stderr)
         assert "usage:" in p.stderr
