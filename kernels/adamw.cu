@@ -50,14 +50,12 @@ __global__ void adamw_kernel(AdamWLaunch<X> a, size_t nv, size_t base) {
     if (a.param) stv<X, V>(a.param + e, p);
   }
 }
-// A grid-stride loop over as many blocks as are resident at once: a grid larger than that runs as a
-// full wave and a partial one (at 50 registers a thread, 5 of the former 8 blocks per SM fit).
-template <class X, int V>
-unsigned grid_for(size_t nv, int num_sms) {
-  int per_sm = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw_kernel<X, V>, kThreads, 0));
-  const long resident = long(std::max(1, per_sm)) * std::max(1, num_sms);
-  return unsigned(std::max<long>(1, std::min<long>(ceil_div(long(nv), kThreads), resident)));
+// One vector per thread, as many blocks as that takes: measured on an H200 over 1558M parameters in 50
+// buckets, 11.1 ms, against 12.6 ms for a grid-stride loop over the blocks resident at once and 12.2 ms
+// over 8 blocks per SM (short blocks keep every SM loading to the end). The loop stays for grids
+// beyond the hardware's limit.
+inline unsigned grid_for(size_t nv) {
+  return unsigned(std::max<long>(1, std::min<long>(ceil_div(long(nv), kThreads), 1L << 30)));
 }
 }  // namespace
 
@@ -68,7 +66,7 @@ void adamw(const AdamWLaunch<X>& a, cudaStream_t s) {
   const bool vec = is_aligned(a.grad, V * sizeof(X)) && is_aligned(a.param, V * sizeof(X)) &&
                    is_aligned(a.m, 4 * V) && is_aligned(a.v, 4 * V) && is_aligned(a.master, 4 * V);
   const size_t bulk = vec ? a.n / V * V : 0;
-  if (bulk) adamw_kernel<X, V><<<grid_for<X, V>(bulk / V, a.num_sms), kThreads, 0, s>>>(a, bulk / V, 0);
+  if (bulk) adamw_kernel<X, V><<<grid_for(bulk / V), kThreads, 0, s>>>(a, bulk / V, 0);
   if (a.n > bulk) {
     AdamWLaunch<X> t = a;
     t.param = a.param ? a.param + bulk : nullptr;
@@ -76,7 +74,7 @@ void adamw(const AdamWLaunch<X>& a, cudaStream_t s) {
     t.grad += bulk;
     t.m += bulk;
     t.v += bulk;
-    adamw_kernel<X, 1><<<grid_for<X, 1>(a.n - bulk, a.num_sms), kThreads, 0, s>>>(t, a.n - bulk, bulk);
+    adamw_kernel<X, 1><<<grid_for(a.n - bulk), kThreads, 0, s>>>(t, a.n - bulk, bulk);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -99,7 +99,6 @@ struct AdamWLaunch {
   uint64_t seed = 0;
   uint64_t index_offset = 0;  // logical index of element 0: rounding is the same however the tensor is split
   bool stochastic = true;     // bf16 params: stochastic rounding (seed ^ index) instead of nearest
-  int num_sms = 1;            // the grid is sized to the blocks resident at once
 };
 template <class X>
 void adamw(const AdamWLaunch<X>& a, cudaStream_t s);

@@ -312,7 +312,6 @@ class CudaBackend final : public Backend {
       a.bc1 = 1.0f - std::pow(w.beta1, float(w.step));
       a.bc2 = 1.0f - std::pow(w.beta2, float(w.step));
       a.seed = w.seed, a.index_offset = w.index_offset, a.stochastic = stochastic_;
-      a.num_sms = num_sms();
       kern::adamw<X>(a, stream_);
     });
   }
