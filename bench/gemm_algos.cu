@@ -288,7 +288,8 @@ void survey(std::string* js, int sustain_ms) {
         for (const Candidate* c : run)
           if (c->sustained_ms < sb->sustained_ms) sb = c;
         std::printf("%-22s %-18s %17s %8.3f %8.3f %6.1f%% %7.0f  %s\n", mo.name, (g.name + " sust").c_str(), "",
-                    tr->sustained_ms, sb->sustained_ms, 100.0 * (tr->sustained_ms - sb->sustained_ms) / tr->sustained_ms,
+                    tr->sustained_ms, sb->sustained_ms,
+                    100.0 * (tr->sustained_ms - sb->sustained_ms) / tr->sustained_ms,
                     flops / sb->sustained_ms / 1e9, describe(*sb).c_str());
         tr_sus_step += tr->sustained_ms * mo.L, best_sus_step += sb->sustained_ms * mo.L;
       }

@@ -63,17 +63,18 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
 // thread owns K vectors of V columns of its group's rows, so a row is read once (dout, inp, dinp) and
 // dinp written once. Each row's two sums go through its group's warps in a fixed order (double-
 // buffered by iteration parity: one barrier per iteration). The dw/db partial sums of a thread's
-// columns live in its group's slice of shared memory (vector i at i * P, P = V rounded up to odd, so
-// a warp's accesses hit 32 banks), not in registers: at about 30 registers a thread, twice as many rows per SM are in flight as
+// columns live in its group's slice of shared memory (vector i at i * P, P = V rounded up to odd, so a
+// warp's accesses hit 32 banks), not in registers, and dout and inp are read again after the barrier
+// (from L1) rather than held across it: at 40 registers a thread more rows per SM are in flight than
 // with the sums in registers (which capped the kernel at 896 threads an SM), so one block's reduction
-// and barrier overlap other blocks' loads. dout and inp are read again after the barrier (from L1)
-// rather than held in registers across it. Measured on an H200, bf16: 0.133 against 0.146 ms at
-// N = 65536, C = 768; 0.091 against 0.095-0.101 ms at N = 16384, C = 1600. At the end the R groups' slices are summed in a fixed order
-// into the block's row of scratch, and a second kernel sums the blocks' rows in a fixed order.
-// Deterministic.
+// and barrier overlap other blocks' loads. Measured on an H200, bf16: 0.133 against 0.146 ms at
+// N = 65536, C = 768; 0.091 against 0.095-0.101 ms at N = 16384, C = 1600. At the end the R groups'
+// slices are summed in a fixed order into the block's row of scratch, and a second kernel sums the
+// blocks' rows in a fixed order. Deterministic.
 constexpr int kBwdRegsK1 = 40;  // registers a thread of the one-vector-per-thread kernel may use
 template <class X, int V, int K>
-__global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64) layernorm_bwd_kernel(LayerNormBwdArgs<X> a, int tpr) {
+__global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
+    layernorm_bwd_kernel(LayerNormBwdArgs<X> a, int tpr) {
   extern __shared__ float sm[];  // R groups x 2 x (P x K x tpr) floats: dw then db, vector i at i * P
   constexpr int P = V % 2 ? V : V + 1;
   __shared__ float red[2][2][32];
