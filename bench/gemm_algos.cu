@@ -246,8 +246,8 @@ void survey(std::string* js, int sustain_ms) {
         c.ok = b.time(g, desc, la, lb, ld, c.algo, false, c.hot_ms) && b.time(g, desc, la, lb, ld, c.algo, true, c.cold_ms);
       }
       // the heuristic's first choice; the trainer's (fastest hot of the first 8 as offered); the best cold
-      const Candidate *h0 = nullptr, *tr = nullptr, *best = nullptr;
-      for (const Candidate& c : cands) {
+      Candidate *h0 = nullptr, *tr = nullptr, *best = nullptr;
+      for (Candidate& c : cands) {
         if (!c.ok) continue;
         if (c.heuristic_rank == 0 && c.splitk == 1) h0 = &c;
         if (c.splitk == 1 && c.heuristic_rank < 8 && (!tr || c.hot_ms < tr->hot_ms)) tr = &c;
@@ -270,7 +270,7 @@ void survey(std::string* js, int sustain_ms) {
         h0_step += h0->cold_ms * mo.L, tr_step += tr->cold_ms * mo.L, best_step += best->cold_ms * mo.L;
       if (sustain_ms > 0 && in_step) {
         // the trainer's choice and the 4 fastest cold, each run for sustain_ms per round, in turn
-        std::vector<Candidate*> run{const_cast<Candidate*>(tr)};
+        std::vector<Candidate*> run{tr};
         std::vector<Candidate*> by_cold;
         for (Candidate& c : cands)
           if (c.ok) by_cold.push_back(&c);

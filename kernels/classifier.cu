@@ -40,6 +40,41 @@ __device__ __forceinline__ void online_merge(float& m, float& s, float m2, float
   m = mx;
 }
 
+// Folds one vector of scaled logits into (m, s), skipping columns from `V_real` on (padding).
+template <class X, int V>
+__device__ __forceinline__ void fold_partial_vector(float& m, float& s, const Vec<X, V>& xv, int c, int V_real) {
+  float gm = -FLT_MAX;
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+    if (c + k < V_real) gm = fmaxf(gm, to_f(xv.v[k]));
+  const float mx = fmaxf(m, gm * kLog2e);
+  s *= ex2(m - mx);
+  m = mx;
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+    if (c + k < V_real) s += ex2(fmaf(to_f(xv.v[k]), kLog2e, -m));
+}
+// The block's (m, s) combined across each warp, then across warps in a fixed order: the row's
+// log-sum-exp in base 2 of the scaled logits, for every thread. sh_m, sh_s: 32 floats each.
+__device__ __forceinline__ float block_lse2(float m, float s, float* sh_m, float* sh_s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    online_merge(m, s, m2, s2);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  if (lane == 0) sh_m[warp] = m, sh_s[warp] = s;
+  __syncthreads();
+  m = lane < nw ? sh_m[lane] : -FLT_MAX;
+  s = lane < nw ? sh_s[lane] : 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    online_merge(m, s, m2, s2);
+  }
+  return m + log2f(s);
+}
+
 template <class X, int V>
 __global__ void __launch_bounds__(kThreads) classifier_kernel(ClassifierArgs<X> a) {
   __shared__ float sh_m[32], sh_s[32];
@@ -71,39 +106,9 @@ __global__ void __launch_bounds__(kThreads) classifier_kernel(ClassifierArgs<X> 
 #pragma unroll
       for (int k = 0; k < V; ++k) s += ex2(fmaf(to_f(xv[u].v[k]), kLog2e, -m));
   }
-  for (; c < a.V; c += stride) {  // the rest, the last vector possibly holding padded columns
-    const Vec<X, V> xv = ldv<X, V>(x + c);
-    float gm = -FLT_MAX;
-#pragma unroll
-    for (int k = 0; k < V; ++k)
-      if (c + k < a.V) gm = fmaxf(gm, to_f(xv.v[k]));
-    const float mx = fmaxf(m, gm * kLog2e);
-    s *= ex2(m - mx);
-    m = mx;
-#pragma unroll
-    for (int k = 0; k < V; ++k)
-      if (c + k < a.V) s += ex2(fmaf(to_f(xv.v[k]), kLog2e, -m));
-  }
-  // combine across the warp, then across warps (fixed order)
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    online_merge(m, s, m2, s2);
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-  if (lane == 0) {
-    sh_m[warp] = m;
-    sh_s[warp] = s;
-  }
-  __syncthreads();
-  m = lane < nw ? sh_m[lane] : -FLT_MAX;
-  s = lane < nw ? sh_s[lane] : 0.0f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    online_merge(m, s, m2, s2);
-  }
-  const float lse2 = m + log2f(s);  // log-sum-exp in base 2 of the scaled logits
+  for (; c < a.V; c += stride)  // the rest, the last vector possibly holding padded columns
+    fold_partial_vector<X, V>(m, s, ldv<X, V>(x + c), c, a.V);
+  const float lse2 = block_lse2(m, s, sh_m, sh_s);
   if (threadIdx.x == 0) a.losses[row] = lse2 / kLog2e - sh_target;
   if (a.dloss == 0.0f) return;
 
@@ -183,35 +188,8 @@ __global__ void __launch_bounds__(kRowThreads) classifier_row_smem_kernel(Classi
 #pragma unroll
     for (int k = 0; k < V; ++k) s += ex2(fmaf(to_f(x0.v[k]), kLog2e, -m)) + ex2(fmaf(to_f(x1.v[k]), kLog2e, -m));
   }
-  for (; c < a.V; c += stride) {
-    const Vec<bf16, V> xv = ldv<bf16, V>(row + c);
-    float gm = -FLT_MAX;
-#pragma unroll
-    for (int k = 0; k < V; ++k)
-      if (c + k < a.V) gm = fmaxf(gm, to_f(xv.v[k]));
-    const float mx = fmaxf(m, gm * kLog2e);
-    s *= ex2(m - mx);
-    m = mx;
-#pragma unroll
-    for (int k = 0; k < V; ++k)
-      if (c + k < a.V) s += ex2(fmaf(to_f(xv.v[k]), kLog2e, -m));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    online_merge(m, s, m2, s2);
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-  if (lane == 0) sh_m[warp] = m, sh_s[warp] = s;
-  __syncthreads();
-  m = lane < nw ? sh_m[lane] : -FLT_MAX;
-  s = lane < nw ? sh_s[lane] : 0.0f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    online_merge(m, s, m2, s2);
-  }
-  const float lse2 = m + log2f(s);
+  for (; c < a.V; c += stride) fold_partial_vector<bf16, V>(m, s, ldv<bf16, V>(row + c), c, a.V);
+  const float lse2 = block_lse2(m, s, sh_m, sh_s);
   if (threadIdx.x == 0) a.losses[blockIdx.x] = lse2 / kLog2e - target_logit;
   if (a.dloss == 0.0f) return;  // nothing was written: no copy back (the barrier's copy has landed)
 

@@ -70,6 +70,30 @@ __device__ __forceinline__ float block_sum(float x, float* shared) {
   return warp_sum(x);
 }
 
+// dst (cols) += the sum of S partial rows part (S, cols), fp32: 32 columns per block (blockDim 32 x 32),
+// 32 rows of threads striding over the partial rows (loads unrolled, so several are in flight), combined
+// in a fixed order (deterministic). Columns from `split` on go to dst2[c - split] instead (a reduction
+// feeding two outputs, e.g. LayerNorm's dw and db). Launch: partial_rows_grid(cols), dim3(32, 32).
+template <class X>
+__global__ void __launch_bounds__(1024) add_partial_rows_kernel(X* __restrict__ dst, X* __restrict__ dst2,
+                                                                int split, const float* __restrict__ part,
+                                                                int S, int cols) {
+  __shared__ float sh[32][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (c < cols) {
+#pragma unroll 8
+    for (int r = threadIdx.y; r < S; r += 32) acc += part[size_t(r) * cols + c];
+  }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  float sum = 0.0f;
+  for (int y = 0; y < 32; ++y) sum += sh[y][threadIdx.x];
+  X* d = c < split ? dst + c : dst2 + (c - split);
+  *d = from_f<X>(to_f(*d) + sum);
+}
+
 // splitmix64 finaliser: a counter-based random number per (seed, index).
 __device__ __forceinline__ uint32_t hash_u32(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -93,4 +117,5 @@ namespace gpt {
 // Host-side helpers for launchers.
 inline bool is_aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
+inline unsigned partial_rows_grid(int cols) { return unsigned(ceil_div(cols, 32)); }
 }  // namespace gpt

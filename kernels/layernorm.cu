@@ -150,28 +150,6 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
   }
 }
 
-// dw, db (C each) += the sum of the blocks' partial rows: 32 columns per block, 32 rows of threads
-// striding over the partial rows (loads unrolled, so several are in flight), combined in a fixed order.
-template <class X>
-__global__ void __launch_bounds__(1024) layernorm_bwd_reduce_kernel(X* __restrict__ dw, X* __restrict__ db,
-                                                                    const float* __restrict__ part, int blocks,
-                                                                    int C) {
-  __shared__ float sh[32][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  float acc = 0.0f;
-  if (c < 2 * C) {
-#pragma unroll 8
-    for (int b = threadIdx.y; b < blocks; b += 32) acc += part[size_t(b) * 2 * C + c];
-  }
-  sh[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= 2 * C) return;
-  float sum = 0.0f;
-  for (int y = 0; y < 32; ++y) sum += sh[y][threadIdx.x];
-  X* dst = c < C ? dw + c : db + (c - C);
-  *dst = from_f<X>(to_f(*dst) + sum);
-}
-
 struct BwdGrid {
   int tpr, rows, blocks, k;  // threads per row, rows per block, blocks, vectors per thread
   size_t smem;               // dynamic shared memory bytes
@@ -268,8 +246,9 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   else
     launch_bwd<X, 1>(a, grid, s);
   CUDA_CHECK_LAUNCH();
-  layernorm_bwd_reduce_kernel<X><<<unsigned(ceil_div(2 * a.C, 32)), dim3(32, 32), 0, s>>>(a.dw, a.db, a.scratch,
-                                                                                         grid.blocks, a.C);
+  // dw, db += the sum of the blocks' partial rows (dw's C columns, then db's)
+  add_partial_rows_kernel<X><<<partial_rows_grid(2 * a.C), dim3(32, 32), 0, s>>>(a.dw, a.db, a.C, a.scratch,
+                                                                                grid.blocks, 2 * a.C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -179,7 +179,8 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
 // order (deterministic). cuBLASLt's BGRADB epilogue on the dW product (into fp32 scratch, then an add)
 // measured no faster at GPT-2 124M. Both kernels are latency-bound unless many loads are in flight:
 // the partial kernel issues kUnroll independent row loads before summing them, and the reduction
-// spreads each column's S partials over 32 threads instead of looping over them in one.
+// (add_partial_rows_kernel, common.cuh) spreads each column's S partials over 32 threads instead of
+// looping over them in one.
 namespace {
 constexpr int kRowsY = 8;    // partial kernel: block = 32 x kRowsY threads
 constexpr int kUnroll = 4;   // rows loaded before they are summed
@@ -224,25 +225,6 @@ __global__ void __launch_bounds__(32 * kRowsY) bias_grad_partial_kernel(float* _
     part[size_t(blockIdx.y) * OC + col] = s;
   }
 }
-// dbias += the S partial rows: 32 columns per block, 32 rows of threads striding over the partials
-// (loads unrolled), combined in a fixed order.
-template <class X>
-__global__ void __launch_bounds__(1024) bias_grad_reduce_kernel(X* __restrict__ dbias, const float* __restrict__ part,
-                                                                int S, int OC) {
-  __shared__ float sh[32][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  float acc = 0.0f;
-  if (c < OC) {
-#pragma unroll 8
-    for (int s = threadIdx.y; s < S; s += 32) acc += part[size_t(s) * OC + c];
-  }
-  sh[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= OC) return;
-  float sum = 0.0f;
-  for (int y = 0; y < 32; ++y) sum += sh[y][threadIdx.x];
-  dbias[c] = from_f<X>(to_f(dbias[c]) + sum);
-}
 // row splits: enough blocks for kBlocksPerSm on every SM, each thread with at least one unrolled batch
 int bias_splits(int N, int OC, int V, int num_sms) {
   const long tiles = ceil_div(OC, 32L * V);
@@ -269,7 +251,7 @@ void bias_grad(X* dbias, const X* dout, int N, int OC, float* scratch, int num_s
   else
     bias_grad_partial_kernel<X, 1><<<grid, block, 0, s>>>(scratch, dout, N, OC);
   CUDA_CHECK_LAUNCH();
-  bias_grad_reduce_kernel<X><<<unsigned(ceil_div(OC, 32)), dim3(32, 32), 0, s>>>(dbias, scratch, S, OC);
+  add_partial_rows_kernel<X><<<partial_rows_grid(OC), dim3(32, 32), 0, s>>>(dbias, nullptr, OC, scratch, S, OC);
   CUDA_CHECK_LAUNCH();
 }
 template void bias_grad<float>(float*, const float*, int, int, float*, int, cudaStream_t);
