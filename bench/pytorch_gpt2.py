@@ -5,7 +5,9 @@
     python3 bench/pytorch_gpt2.py --device cpu --preset tiny --micro-batch 2 --seq-len 64 --steps 4 --warmup 1
 
 Model: GPT-2 (learned positions, pre-LayerNorm, GELU with tanh, embedding tied to the output
-layer, vocabulary padded to 50304 rows whose logits are left out of the loss), fp32 parameters,
+layer, vocabulary padded to 50304 rows whose logits are left out of the loss: --loss slice takes the
+first 50257 columns of the logits, --loss mask adds -inf to the padded ones; the same function),
+fp32 parameters,
 bf16 autocast, F.scaled_dot_product_attention(is_causal=True), torch.compile, fused AdamW
 (lr 6e-4, weight decay 0.1 on 2-D weights, betas 0.9/0.95), global grad-norm clipping at 1.0.
 
@@ -66,6 +68,7 @@ class GPTConfig:
     padded_vocab_size: int = PADDED_VOCAB_SIZE
     max_seq_len: int = MAX_SEQ_LEN
     init_std: float = 0.02
+    loss: str = "slice"  # how the padded logits are left out: "slice" or "mask"
 
 
 class Attention(nn.Module):
@@ -115,6 +118,9 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.n_embd)        # (maxT, C)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
+        pad = torch.zeros(cfg.padded_vocab_size)
+        pad[cfg.vocab_size:] = float("-inf")
+        self.register_buffer("vocab_mask", pad, persistent=False)  # (Vp,): 0, then -inf on the padding
         self.reset_parameters()
 
     @torch.no_grad()
@@ -144,8 +150,12 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         x = self.ln_f(x)
-        logits = F.linear(x, self.wte.weight)[..., :self.cfg.vocab_size]  # (B, T, V), padding left out
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        logits = F.linear(x, self.wte.weight)  # (B, T, Vp)
+        if self.cfg.loss == "mask":  # padded columns at -inf: probability 0, gradient 0
+            logits = logits.float() + self.vocab_mask
+        else:
+            logits = logits[..., :self.cfg.vocab_size].float()  # (B, T, V)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def make_optimizer(model, lr, weight_decay, betas, fused):
@@ -237,6 +247,8 @@ def parse_args(argv):
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--loss", choices=["slice", "mask"], default="slice",
+                    help="how the padded vocabulary is left out of the loss (the same function either way)")
     ap.add_argument("--seed", type=int, default=1337)
     args = ap.parse_args(argv)
     for name in ("micro_batch", "seq_len", "grad_accum", "steps"):
@@ -263,7 +275,7 @@ def run(args):
     torch.set_float32_matmul_precision("high")
 
     n_layer, n_head, n_embd = PRESETS[args.preset]
-    cfg = GPTConfig(n_layer, n_head, n_embd)
+    cfg = GPTConfig(n_layer, n_head, n_embd, loss=args.loss)
     B, T, accum = args.micro_batch, args.seq_len, args.grad_accum
     result = {
         "preset": args.preset, **asdict(cfg), "micro_batch": B, "seq_len": T, "grad_accum": accum,

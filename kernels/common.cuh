@@ -70,20 +70,21 @@ __device__ __forceinline__ float block_sum(float x, float* shared) {
   return warp_sum(x);
 }
 
-// dst (cols) += the sum of S partial rows part (S, cols), fp32: 32 columns per block (blockDim 32 x 32),
-// 32 rows of threads striding over the partial rows (loads unrolled, so several are in flight), combined
-// in a fixed order (deterministic). Columns from `split` on go to dst2[c - split] instead (a reduction
-// feeding two outputs, e.g. LayerNorm's dw and db). Launch: partial_rows_grid(cols), dim3(32, 32).
-template <class X>
+// dst (cols) += the sum of S partial rows part (S, cols; rows ld floats apart), fp32: 32 columns per
+// block (blockDim 32 x 32), 32 rows of threads striding over the partial rows (loads unrolled, so several
+// are in flight), combined in a fixed order (deterministic). Columns from `split` on go to dst2[c - split]
+// instead (a reduction feeding two outputs, e.g. LayerNorm's dw and db). ACC false: dst = the sum
+// (overwritten). Launch: partial_rows_grid(cols), dim3(32, 32).
+template <class X, bool ACC = true>
 __global__ void __launch_bounds__(1024) add_partial_rows_kernel(X* __restrict__ dst, X* __restrict__ dst2,
                                                                 int split, const float* __restrict__ part,
-                                                                int S, int cols) {
+                                                                int S, int cols, int ld) {
   __shared__ float sh[32][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   float acc = 0.0f;
   if (c < cols) {
 #pragma unroll 8
-    for (int r = threadIdx.y; r < S; r += 32) acc += part[size_t(r) * cols + c];
+    for (int r = threadIdx.y; r < S; r += 32) acc += part[size_t(r) * ld + c];
   }
   sh[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(1024) add_partial_rows_kernel(X* __restrict__ 
   float sum = 0.0f;
   for (int y = 0; y < 32; ++y) sum += sh[y][threadIdx.x];
   X* d = c < split ? dst + c : dst2 + (c - split);
-  *d = from_f<X>(to_f(*d) + sum);
+  *d = from_f<X>(ACC ? to_f(*d) + sum : sum);
 }
 
 // splitmix64 finaliser: a counter-based random number per (seed, index).

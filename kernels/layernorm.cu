@@ -1,7 +1,6 @@
 // LayerNorm (eps 1e-5). Forward: one warp per row, three passes over the row (mean, centred variance,
-// normalise); the second and third hit L1. The residual variant computes residual = a + b in pass one,
-// rounds it to X, stores it and normalises the stored value (what the backward pass will see).
-// Backward, deterministic: see layernorm_bwd_kernel.
+// normalise); the second and third hit L1. (The residual add before it is the epilogue of the product
+// that feeds it, matmul.cu.) Backward, deterministic: see layernorm_bwd_kernel.
 #include "cuda/cuda_check.cuh"
 #include "ops.cuh"
 
@@ -11,27 +10,18 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kFwdWarps = 8;
 
-template <class X, int V, bool RESID>
+template <class X, int V>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;
   if (row >= a.N) return;
   const int C = a.C;
   const size_t off = size_t(row) * C;
-  // in residual mode x is this lane's own earlier stores: plain loads, never the read-only path
-  const X* x = RESID ? a.residual + off : a.inp + off;
+  const X* x = a.inp + off;
 
   float sum = 0.0f;
   for (int c = lane * V; c < C; c += 32 * V) {
-    Vec<X, V> xv;
-    if constexpr (RESID) {
-      const Vec<X, V> av = ldv<X, V>(a.a + off + c), bv = ldv<X, V>(a.b + off + c);
-#pragma unroll
-      for (int k = 0; k < V; ++k) xv.v[k] = from_f<X>(to_f(av.v[k]) + to_f(bv.v[k]));
-      stv<X, V>(a.residual + off + c, xv);
-    } else {
-      xv = ldv<X, V>(x + c);
-    }
+    const Vec<X, V> xv = ldv<X, V>(x + c);
 #pragma unroll
     for (int k = 0; k < V; ++k) sum += to_f(xv.v[k]);
   }
@@ -68,25 +58,35 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
 // (from L1) rather than held across it: at 40 registers a thread more rows per SM are in flight than
 // with the sums in registers (which capped the kernel at 896 threads an SM), so one block's reduction
 // and barrier overlap other blocks' loads. Measured on an H200, bf16: 0.133 against 0.146 ms at
-// N = 65536, C = 768; 0.091 against 0.095-0.101 ms at N = 16384, C = 1600. At the end the R groups'
-// slices are summed in a fixed order into the block's row of scratch, and a second kernel sums the
-// blocks' rows in a fixed order. Deterministic.
+// N = 65536, C = 768; 0.091 against 0.095-0.101 ms at N = 16384, C = 1600. With dinp_colsum a third
+// partial sum, of the updated dinp (in fp32, before rounding), rides along: the bias gradient of the
+// residual branch's output projection, which then needs no pass of its own over dinp. At the end the R
+// groups' slices are summed in a fixed order into the block's row of scratch, and a second kernel sums
+// the blocks' rows in a fixed order. Deterministic.
 constexpr int kBwdRegsK1 = 40;  // registers a thread of the one-vector-per-thread kernel may use
 template <class X, int V, int K>
 __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
     layernorm_bwd_kernel(LayerNormBwdArgs<X> a, int tpr) {
-  extern __shared__ float sm[];  // R groups x 2 x (P x K x tpr) floats: dw then db, vector i at i * P
+  // R groups x NS x (P x K x tpr) floats: dw, db (and dinp's column sums), vector i at i * P
+  extern __shared__ float sm[];
   constexpr int P = V % 2 ? V : V + 1;
   __shared__ float red[2][2][32];
+  const bool colsum = a.dinp_colsum != nullptr;
+  const int NS = colsum ? 3 : 2;
   const int R = blockDim.x / tpr, r = threadIdx.x / tpr, t = threadIdx.x % tpr;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wpr = tpr / 32;
   const int C = a.C, nvec = C / V, slice = P * K * tpr;
-  float* acc_w = sm + size_t(r) * 2 * slice;
+  float* acc_w = sm + size_t(r) * NS * slice;
   float* acc_b = acc_w + slice;
+  float* acc_r = acc_b + slice;  // only with colsum
 #pragma unroll
   for (int k = 0; k < K; ++k)
 #pragma unroll
-    for (int j = 0; j < V; ++j) acc_w[(t + k * tpr) * P + j] = 0.0f, acc_b[(t + k * tpr) * P + j] = 0.0f;
+    for (int j = 0; j < V; ++j) {
+      const int at = (t + k * tpr) * P + j;
+      acc_w[at] = 0.0f, acc_b[at] = 0.0f;
+      if (colsum) acc_r[at] = 0.0f;
+    }
   int parity = 0;
   for (int base = blockIdx.x * R; base < a.N; base += gridDim.x * R, parity ^= 1) {
     const int row = base + r;
@@ -130,9 +130,11 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
         for (int j = 0; j < V; ++j) {
           const float gk = to_f(g.v[j]);
           const float xhat = (to_f(x.v[j]) - mean) * rstd;
-          di[k].v[j] = from_f<X>(to_f(di[k].v[j]) + (gk * to_f(wv.v[j]) - s_dn - xhat * s_dnx) * rstd);
+          const float d = to_f(di[k].v[j]) + (gk * to_f(wv.v[j]) - s_dn - xhat * s_dnx) * rstd;
+          di[k].v[j] = from_f<X>(d);
           acc_w[i * P + j] += gk * xhat;
           acc_b[i * P + j] += gk;
+          if (colsum) acc_r[i * P + j] += d;
         }
         stv<X, V>(a.dinp + off + size_t(i) * V, di[k]);
       }
@@ -140,12 +142,12 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
   }
   // the R groups' partial sums -> this block's row of scratch, column c = i * V + j
   __syncthreads();
-  float* part = a.scratch + size_t(blockIdx.x) * 2 * C;
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-    const int which = c >= C, col = c - which * C;
+  float* part = a.scratch + size_t(blockIdx.x) * NS * C;
+  for (int c = threadIdx.x; c < NS * C; c += blockDim.x) {
+    const int which = c / C, col = c - which * C;
     const int at = which * slice + (col / V) * P + col % V;
     float acc = 0.0f;
-    for (int q = 0; q < R; ++q) acc += sm[size_t(q) * 2 * slice + at];
+    for (int q = 0; q < R; ++q) acc += sm[size_t(q) * NS * slice + at];
     part[c] = acc;
   }
 }
@@ -157,12 +159,13 @@ struct BwdGrid {
 constexpr int kMaxVecsPerThread = 8;
 constexpr int kBwdThreads = 512;  // aim: rows x threads-per-row close to this
 constexpr size_t kSmemPerSm = 200 * 1024;  // of an H100/H200 SM's 228 KB, leaving room for the runtime
-BwdGrid bwd_grid(int N, int C, int V, int num_sms) {
+// sums: 2 (dw, db) or 3 (and dinp's column sums)
+BwdGrid bwd_grid(int N, int C, int V, int sums, int num_sms) {
   const int nvec = C / V;
   int k = 1;
   while (k < kMaxVecsPerThread && ceil_div(nvec, k) > 1024) k *= 2;
   const int tpr = int(std::min<long>(1024, ceil_div(ceil_div(nvec, k), 32) * 32));
-  const size_t group_bytes = size_t(2) * (V % 2 ? V : V + 1) * k * tpr * sizeof(float);  // a row group's dw/db
+  const size_t group_bytes = size_t(sums) * (V % 2 ? V : V + 1) * k * tpr * sizeof(float);  // a row group's sums
   int rows = std::max(1, kBwdThreads / tpr);
   while (rows > 1 && size_t(rows) * group_bytes > 96 * 1024) --rows;  // shared memory per block
   const int threads = rows * tpr;
@@ -205,39 +208,31 @@ void launch_bwd(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) 
 template <class X>
 void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
-  const bool resid = a.residual != nullptr;
-  bool vec = a.C % V == 0 && is_aligned(a.out, 16) && is_aligned(a.w, 16) && is_aligned(a.bias, 16);
-  if (resid)
-    vec = vec && is_aligned(a.residual, 16) && is_aligned(a.a, 16) && is_aligned(a.b, 16);
-  else
-    vec = vec && is_aligned(a.inp, 16);
+  const bool vec = a.C % V == 0 && is_aligned(a.out, 16) && is_aligned(a.w, 16) && is_aligned(a.bias, 16) &&
+                   is_aligned(a.inp, 16);
   const unsigned grid = unsigned(ceil_div(a.N, kFwdWarps));
   const unsigned block = kFwdWarps * 32;
-  if (resid) {
-    if (vec)
-      layernorm_fwd_kernel<X, V, true><<<grid, block, 0, s>>>(a);
-    else
-      layernorm_fwd_kernel<X, 1, true><<<grid, block, 0, s>>>(a);
-  } else {
-    if (vec)
-      layernorm_fwd_kernel<X, V, false><<<grid, block, 0, s>>>(a);
-    else
-      layernorm_fwd_kernel<X, 1, false><<<grid, block, 0, s>>>(a);
-  }
+  if (vec)
+    layernorm_fwd_kernel<X, V><<<grid, block, 0, s>>>(a);
+  else
+    layernorm_fwd_kernel<X, 1><<<grid, block, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
 size_t layernorm_bwd_scratch_bytes(int N, int C, int num_sms) {
-  // the block count depends on the vector width chosen at launch: reserve for the larger
-  const int blocks = std::max(bwd_grid(N, C, 1, num_sms).blocks, bwd_grid(N, C, kVec16<bf16>, num_sms).blocks);
-  return size_t(blocks) * 2 * C * sizeof(float);
+  // the block count depends on the vector width and the sums chosen at launch: reserve for the most
+  int blocks = 0;
+  for (int v : {1, kVec16<bf16>})
+    for (int sums : {2, 3}) blocks = std::max(blocks, bwd_grid(N, C, v, sums, num_sms).blocks);
+  return size_t(blocks) * 3 * C * sizeof(float);
 }
 
 template <class X>
 void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
   const int v = bwd_vec(a);
-  const BwdGrid grid = bwd_grid(a.N, a.C, v, a.num_sms);
+  const int sums = a.dinp_colsum ? 3 : 2;
+  const BwdGrid grid = bwd_grid(a.N, a.C, v, sums, a.num_sms);
   if (ceil_div(a.C / v, grid.k) > 1024 || grid.smem > 200 * 1024)
     throw Error(kExitBadInput, "layernorm backward: C = " + std::to_string(a.C) + " is wider than supported (" +
                                    std::to_string(1024 * kMaxVecsPerThread * v) + ")");
@@ -246,10 +241,16 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   else
     launch_bwd<X, 1>(a, grid, s);
   CUDA_CHECK_LAUNCH();
-  // dw, db += the sum of the blocks' partial rows (dw's C columns, then db's)
+  // dw, db += the sum of the blocks' partial rows (dw's C columns, then db's); then dinp's column sums
+  const int ld = sums * a.C;
   add_partial_rows_kernel<X><<<partial_rows_grid(2 * a.C), dim3(32, 32), 0, s>>>(a.dw, a.db, a.C, a.scratch,
-                                                                                grid.blocks, 2 * a.C);
+                                                                                grid.blocks, 2 * a.C, ld);
   CUDA_CHECK_LAUNCH();
+  if (a.dinp_colsum) {
+    add_partial_rows_kernel<float, false><<<partial_rows_grid(a.C), dim3(32, 32), 0, s>>>(
+        a.dinp_colsum, nullptr, a.C, a.scratch + 2 * a.C, grid.blocks, a.C, ld);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 template void layernorm_fwd<float>(const LayerNormFwdArgs<float>&, cudaStream_t);

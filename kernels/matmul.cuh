@@ -16,7 +16,8 @@ namespace gpt::kern {
 
 enum class Epilogue : int { None, Bias, GeluAux, GeluAuxBias, DGelu };
 
-// D (m x n, column-major, ldd) = op(A) op(B) (+ D when accumulate) with an optional epilogue.
+// D (m x n, column-major, ldd) = op(A) op(B) (+ D when accumulate, + C when C is set: C has D's layout
+// and is a distinct buffer) with an optional epilogue.
 struct GemmArgs {
   bool transa = false, transb = false;
   int m = 0, n = 0, k = 0;
@@ -27,6 +28,7 @@ struct GemmArgs {
   void* D = nullptr;
   int ldd = 0;
   bool accumulate = false;
+  const void* C = nullptr;
   Epilogue epi = Epilogue::None;
   const void* bias = nullptr;  // (m), Bias / GeluAuxBias
   void* aux = nullptr;         // GELU input: written by GeluAux*, read by DGelu; (m x n), ld aux_ld
@@ -64,6 +66,7 @@ struct MatmulFwdArgs {
   const void* bias = nullptr;  // (OC) or null
   int N = 0, IC = 0, OC = 0;
   void* pre_gelu = nullptr;    // (N, OC) or null: out = gelu(pre_gelu)
+  const void* residual = nullptr;  // (N, OC) or null: out += residual (not with pre_gelu)
 };
 struct MatmulBwdArgs {
   void* dinp = nullptr;          // (N, IC) overwritten, or null
@@ -74,7 +77,9 @@ struct MatmulBwdArgs {
   const void* w = nullptr;       // (OC, IC)
   int N = 0, IC = 0, OC = 0;
   const void* pre_gelu = nullptr;  // (N, IC) or null: dinp *= gelu'(pre_gelu)
+  const float* dout_colsum = nullptr;  // (OC) or null: the column sums of dout, already computed
   float* scratch = nullptr;      // bias_grad_scratch_bytes(N, OC, num_sms) bytes when dbias is set
+                                 // and dout_colsum is not
   int num_sms = 0;
 };
 template <class X>

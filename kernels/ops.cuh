@@ -45,10 +45,7 @@ struct LayerNormFwdArgs {
   X* out = nullptr;           // (N, C)
   float* mean = nullptr;      // (N), may be null
   float* rstd = nullptr;      // (N), may be null
-  const X* inp = nullptr;     // (N, C); unused when residual is set
-  X* residual = nullptr;      // (N, C): if set, residual = a + b is written and normalised
-  const X* a = nullptr;
-  const X* b = nullptr;
+  const X* inp = nullptr;     // (N, C)
   const X* w = nullptr;       // (C)
   const X* bias = nullptr;    // (C)
   int N = 0, C = 0;
@@ -66,6 +63,7 @@ struct LayerNormBwdArgs {
   const float* mean = nullptr;  // (N)
   const float* rstd = nullptr;  // (N)
   int N = 0, C = 0;
+  float* dinp_colsum = nullptr;  // (C) or null: overwritten with the column sums of dinp after the update
   float* scratch = nullptr;   // layernorm_bwd_scratch_bytes(N, C, num_sms) bytes
   int num_sms = 0;
 };

@@ -46,6 +46,16 @@ void split_rows(int n, Fn fn) {
   }
 }
 
+// out (C) = the column sums of x (N, C), each in double over the rows in order.
+void column_sums(float* out, const float* x, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; ++c) {
+    double s = 0;
+    for (int i = 0; i < N; ++i) s += x[size_t(i) * C + c];
+    out[c] = float(s);
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(bool op_profile) : tally_(op_profile) { openblas_set_num_threads(1); }
@@ -152,17 +162,8 @@ class CpuBackend final : public Backend {
       rstd[i] = s;
     }
   }
-  void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
-                              const void* w, const void* bias, int N, int C) override {
-    WallScope t(tally_, "residual_layernorm_fwd");
-    float* r = F(residual);
-    const float *x = cF(a), *y = cF(b);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < size_t(N) * C; ++i) r[i] = x[i] + y[i];
-    layernorm_fwd(out, mean, rstd, residual, w, bias, N, C);
-  }
   void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
-                     const float* mean, const float* rstd, int N, int C) override {
+                     const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
     WallScope t(tally_, "layernorm_bwd");
     const float *g = cF(dout), *x = cF(inp), *wt = cF(w);
     float* dx = F(dinp);
@@ -197,10 +198,11 @@ class CpuBackend final : public Backend {
       gw[c] += float(sw);
       gb[c] += float(sb);
     }
+    if (dinp_colsum) column_sums(dinp_colsum, dx, N, C);
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
-                  void* pre_gelu) override {
-    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
+                  void* pre_gelu, const void* residual) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, fwd_suffix(pre_gelu, residual)) : "");
     float* dst = pre_gelu ? F(pre_gelu) : F(out);
     split_rows(N, [&](int lo, int hi) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, OC, IC, 1.0f, cF(inp) + size_t(lo) * IC, IC, cF(w),
@@ -212,10 +214,16 @@ class CpuBackend final : public Backend {
       for (int i = 0; i < N; ++i)
         for (int o = 0; o < OC; ++o) dst[size_t(i) * OC + o] += bs[o];
     }
-    if (pre_gelu) gelu_fwd(out, pre_gelu, size_t(N) * OC);
+    if (pre_gelu) {
+      gelu_fwd(out, pre_gelu, size_t(N) * OC);
+    } else if (residual) {
+      const float* r = cF(residual);
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < size_t(N) * OC; ++i) dst[i] += r[i];
+    }
   }
   void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
-                  int OC, const void* pre_gelu) override {
+                  int OC, const void* pre_gelu, const float* dout_colsum) override {
     WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     if (dinp) {
       float* dx = F(dinp);
@@ -234,14 +242,14 @@ class CpuBackend final : public Backend {
                   F(dw) + size_t(lo) * IC, IC);
     });
     if (dbias) {
-      float* gb = F(dbias);
-      const float* g = cF(dout);
-#pragma omp parallel for schedule(static)
-      for (int o = 0; o < OC; ++o) {
-        double s = 0;
-        for (int i = 0; i < N; ++i) s += g[size_t(i) * OC + o];
-        gb[o] += float(s);
+      std::vector<float> sums;
+      if (!dout_colsum) {
+        sums.resize(OC);
+        column_sums(sums.data(), cF(dout), N, OC);
       }
+      const float* s = dout_colsum ? dout_colsum : sums.data();
+      float* gb = F(dbias);
+      for (int o = 0; o < OC; ++o) gb[o] += s[o];
     }
   }
   void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {

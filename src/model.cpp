@@ -123,9 +123,9 @@ struct GPT::Acts {
   void* logits;                        // (chunk, Vp)
   float* losses;                       // (B,T)
   int *tokens, *targets;               // (B,T)
-  void* scratch_c;                     // (B,T,C): attproj / fcproj outputs before the residual add
   // backward
   void *dres, *dlnf, *dtmp, *datty;    // (B,T,C)
+  float* dres_colsum;                  // (C): column sums of dres, the next projection's bias gradient
   void* dbig;                          // (B,T,4C): dfch or dqkv
   std::vector<void*> owned;
 };
@@ -143,7 +143,7 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
              + L * f * (4 * BT + NH * BT)                 // ln means/rstds, lse
              + e * BT * C + f * 2 * BT;                   // lnf + stats
   r.scratch = e * chunk * Vp + f * BT + 4 * 2 * BT       // logits, losses, tokens, targets
-              + e * BT * C * 5 + e * BT * 4 * C;          // scratch_c, dres, dlnf, dtmp, datty, dbig
+              + e * BT * C * 4 + e * BT * 4 * C + f * C;  // dres, dlnf, dtmp, datty, dbig, dres_colsum
   return r;
 }
 
@@ -187,12 +187,12 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   a_->losses = F(BT);
   a_->tokens = static_cast<int*>(A(4 * BT));
   a_->targets = static_cast<int*>(A(4 * BT));
-  a_->scratch_c = A(e * BT * C);
   a_->dres = A(e * BT * C);
   a_->dlnf = A(e * BT * C);
   a_->dtmp = A(e * BT * C);
   a_->datty = A(e * BT * C);
   a_->dbig = A(e * BT * 4 * C);
+  a_->dres_colsum = F(C);
   scratch_bytes_ = be.bytes_in_use() - before - stored_bytes_;
   } catch (...) {  // out of memory part-way: give back what was taken
     for (void* p : a_->owned) be_.free(p);
@@ -231,24 +231,23 @@ void GPT::trunk(ParamStore& ps, const int* tokens) {
     const View w = params_of(ps, b);
     if (l == 0)
       be_.layernorm_fwd(a.ln1[0], a.ln1_mean[0], a.ln1_rstd[0], a.encoded, w(P::ln1w), w(P::ln1b), N, C);
-    be_.matmul_fwd(a.qkv[l], a.ln1[l], w(P::qkvw), w(P::qkvb), N, C, 3 * C, nullptr);
+    be_.matmul_fwd(a.qkv[l], a.ln1[l], w(P::qkvw), w(P::qkvb), N, C, 3 * C, nullptr, nullptr);
     be_.attention_fwd(a.atty[l], a.lse[l], a.qkv[l], B, T, NH, HS);
-    be_.matmul_fwd(a.scratch_c, a.atty[l], w(P::attprojw), w(P::attprojb), N, C, C, nullptr);
+    // res2 = res_in + attproj(atty), the residual added in the product's epilogue
     const void* res_in = l == 0 ? a.encoded : a.res3[l - 1];
-    be_.residual_layernorm_fwd(a.res2[l], a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], res_in, a.scratch_c,
-                               w(P::ln2w), w(P::ln2b), N, C);
-    be_.matmul_fwd(a.fch_gelu[l], a.ln2[l], w(P::fcw), w(P::fcb), N, C, 4 * C, a.fch[l]);
-    be_.matmul_fwd(a.scratch_c, a.fch_gelu[l], w(P::fcprojw), w(P::fcprojb), N, 4 * C, C, nullptr);
+    be_.matmul_fwd(a.res2[l], a.atty[l], w(P::attprojw), w(P::attprojb), N, C, C, nullptr, res_in);
+    be_.layernorm_fwd(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.res2[l], w(P::ln2w), w(P::ln2b), N, C);
+    be_.matmul_fwd(a.fch_gelu[l], a.ln2[l], w(P::fcw), w(P::fcb), N, C, 4 * C, a.fch[l], nullptr);
     // res3 = res2 + mlp; then the next LayerNorm (layer l+1's ln1, or the final one) on it
+    be_.matmul_fwd(a.res3[l], a.fch_gelu[l], w(P::fcprojw), w(P::fcprojb), N, 4 * C, C, nullptr, a.res2[l]);
     if (l + 1 < L) {
-      const int nb = b + 1;
-      be_.residual_layernorm_fwd(a.res3[l], a.ln1[l + 1], a.ln1_mean[l + 1], a.ln1_rstd[l + 1], a.res2[l],
-                                 a.scratch_c, params_of(ps, nb)(P::ln1w), params_of(ps, nb)(P::ln1b), N, C);
+      const View wn = params_of(ps, b + 1);
+      be_.layernorm_fwd(a.ln1[l + 1], a.ln1_mean[l + 1], a.ln1_rstd[l + 1], a.res3[l], wn(P::ln1w), wn(P::ln1b), N,
+                        C);
     } else {
       const int fb = layout_.final_bucket();
       const View wf = params_of(ps, fb);
-      be_.residual_layernorm_fwd(a.res3[l], a.lnf, a.lnf_mean, a.lnf_rstd, a.res2[l], a.scratch_c, wf(P::lnfw),
-                                 wf(P::lnfb), N, C);
+      be_.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, a.res3[l], wf(P::lnfw), wf(P::lnfb), N, C);
       ps.release(fb);
     }
     ps.release(b);
@@ -260,7 +259,7 @@ void GPT::logits_row(ParamStore& ps, const int* tokens, int row, float* out) {
   trunk(ps, tokens);
   const size_t e = dtype_size(be_.act_dtype());
   const void* x = static_cast<const char*>(a_->lnf) + e * size_t(row) * C;
-  be_.matmul_fwd(a_->logits, x, params_of(ps, 0)(P::wte), nullptr, 1, C, Vp, nullptr);
+  be_.matmul_fwd(a_->logits, x, params_of(ps, 0)(P::wte), nullptr, 1, C, Vp, nullptr, nullptr);
   float* tmp = static_cast<float*>(be_.alloc(4 * size_t(Vp)));
   be_.act_to_f32(tmp, a_->logits, Vp);
   be_.copy_d2h(out, tmp, 4 * size_t(d_.vocab_size));
@@ -281,11 +280,11 @@ float GPT::forward(ParamStore& ps, const int* tokens, const int* targets, bool t
   for (int r0 = 0; r0 < N; r0 += chunk_rows_) {
     const int n = std::min(chunk_rows_, N - r0);
     const void* x = static_cast<const char*>(a.lnf) + e * size_t(r0) * C;
-    be_.matmul_fwd(a.logits, x, wte, nullptr, n, C, Vp, nullptr);
+    be_.matmul_fwd(a.logits, x, wte, nullptr, n, C, Vp, nullptr, nullptr);
     be_.classifier(a.logits, a.losses + r0, a.targets + r0, n, V, Vp, train ? dloss : 0.0f);
     if (train) {
       void* dx = static_cast<char*>(a.dlnf) + e * size_t(r0) * C;
-      be_.matmul_bwd(dx, dwte, nullptr, a.logits, x, wte, n, C, Vp, nullptr);
+      be_.matmul_bwd(dx, dwte, nullptr, a.logits, x, wte, n, C, Vp, nullptr, nullptr);
     }
   }
   ps.release(E);
@@ -304,9 +303,11 @@ void GPT::backward(ParamStore& ps) {
 
   be_.zero(a.dres, e * size_t(N) * C);
   ps.prefetch(layout_.layer_bucket(L - 1));
+  // Each LayerNorm backward adds its branch into dres and sums dres's columns: the bias gradient of the
+  // projection whose output was the residual stream there (layer l's fcproj, then its attproj).
   const View gf = grads_of(ps, fb);
   be_.layernorm_bwd(a.dres, gf(P::lnfw), gf(P::lnfb), a.dlnf, a.res3[L - 1], params_of(ps, fb)(P::lnfw), a.lnf_mean,
-                    a.lnf_rstd, N, C);
+                    a.lnf_rstd, N, C, a.dres_colsum);
   ps.release(fb);
   ps.grads_done(fb);
   for (int l = L - 1; l >= 0; --l) {
@@ -316,25 +317,23 @@ void GPT::backward(ParamStore& ps) {
     const View w = params_of(ps, b), g = grads_of(ps, b);
     // dres holds d(loss)/d(res3[l]). MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
     if (recompute_ >= 1) be_.gelu_fwd(a.fch_gelu[l], a.fch[l], size_t(N) * 4 * C);
-    be_.matmul_bwd(a.dbig, g(P::fcprojw), g(P::fcprojb), a.dres, a.fch_gelu[l],
-                   w(P::fcprojw), N, 4 * C, C, a.fch[l]);
+    be_.matmul_bwd(a.dbig, g(P::fcprojw), g(P::fcprojb), a.dres, a.fch_gelu[l], w(P::fcprojw), N, 4 * C, C, a.fch[l],
+                   a.dres_colsum);
     if (recompute_ >= 2)
       be_.layernorm_fwd(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.res2[l], w(P::ln2w), w(P::ln2b), N, C);
-    be_.matmul_bwd(a.dtmp, g(P::fcw), g(P::fcb), a.dbig, a.ln2[l], w(P::fcw), N, C, 4 * C,
-                   nullptr);
-    be_.layernorm_bwd(a.dres, g(P::ln2w), g(P::ln2b), a.dtmp, a.res2[l], w(P::ln2w),
-                      a.ln2_mean[l], a.ln2_rstd[l], N, C);
+    be_.matmul_bwd(a.dtmp, g(P::fcw), g(P::fcb), a.dbig, a.ln2[l], w(P::fcw), N, C, 4 * C, nullptr, nullptr);
+    be_.layernorm_bwd(a.dres, g(P::ln2w), g(P::ln2b), a.dtmp, a.res2[l], w(P::ln2w), a.ln2_mean[l], a.ln2_rstd[l], N,
+                      C, a.dres_colsum);
     // dres holds d/d(res2[l]). Attention: res2 = res_in + attproj(attn(qkv(ln1(res_in))))
-    be_.matmul_bwd(a.datty, g(P::attprojw), g(P::attprojb), a.dres, a.atty[l],
-                   w(P::attprojw), N, C, C, nullptr);
+    be_.matmul_bwd(a.datty, g(P::attprojw), g(P::attprojb), a.dres, a.atty[l], w(P::attprojw), N, C, C, nullptr,
+                   a.dres_colsum);
     be_.attention_bwd(a.dbig, a.datty, a.qkv[l], a.atty[l], a.lse[l], B, T, NH, HS);
     const void* res_in = l == 0 ? a.encoded : a.res3[l - 1];
     if (recompute_ >= 2)
       be_.layernorm_fwd(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], res_in, w(P::ln1w), w(P::ln1b), N, C);
-    be_.matmul_bwd(a.dtmp, g(P::qkvw), g(P::qkvb), a.dbig, a.ln1[l], w(P::qkvw), N, C,
-                   3 * C, nullptr);
-    be_.layernorm_bwd(a.dres, g(P::ln1w), g(P::ln1b), a.dtmp, res_in, w(P::ln1w),
-                      a.ln1_mean[l], a.ln1_rstd[l], N, C);
+    be_.matmul_bwd(a.dtmp, g(P::qkvw), g(P::qkvb), a.dbig, a.ln1[l], w(P::qkvw), N, C, 3 * C, nullptr, nullptr);
+    be_.layernorm_bwd(a.dres, g(P::ln1w), g(P::ln1b), a.dtmp, res_in, w(P::ln1w), a.ln1_mean[l], a.ln1_rstd[l], N, C,
+                      l > 0 ? a.dres_colsum : nullptr);
     ps.release(b);
     ps.grads_done(b);
   }

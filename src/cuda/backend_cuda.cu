@@ -196,20 +196,8 @@ class CudaBackend final : public Backend {
       kern::layernorm_fwd<X>(a, stream_);
     });
   }
-  void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a_, const void* b_,
-                              const void* w, const void* bias, int N, int C) override {
-    OpProfiler::Scope t(prof_, stream_, "residual_layernorm_fwd");
-    by_dtype([&](auto x) {
-      using X = decltype(x);
-      kern::LayerNormFwdArgs<X> a;
-      a.out = static_cast<X*>(out), a.mean = mean, a.rstd = rstd, a.residual = static_cast<X*>(residual);
-      a.a = static_cast<const X*>(a_), a.b = static_cast<const X*>(b_);
-      a.w = static_cast<const X*>(w), a.bias = static_cast<const X*>(bias), a.N = N, a.C = C;
-      kern::layernorm_fwd<X>(a, stream_);
-    });
-  }
   void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
-                     const float* mean, const float* rstd, int N, int C) override {
+                     const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
     OpProfiler::Scope t(prof_, stream_, "layernorm_bwd");
     float* scratch = static_cast<float*>(scratch_for(kern::layernorm_bwd_scratch_bytes(N, C, num_sms())));
     by_dtype([&](auto x) {
@@ -217,25 +205,28 @@ class CudaBackend final : public Backend {
       kern::LayerNormBwdArgs<X> a;
       a.dinp = static_cast<X*>(dinp), a.dw = static_cast<X*>(dw), a.db = static_cast<X*>(db);
       a.dout = static_cast<const X*>(dout), a.inp = static_cast<const X*>(inp), a.w = static_cast<const X*>(w);
-      a.mean = mean, a.rstd = rstd, a.N = N, a.C = C, a.scratch = scratch, a.num_sms = num_sms();
+      a.mean = mean, a.rstd = rstd, a.N = N, a.C = C, a.dinp_colsum = dinp_colsum;
+      a.scratch = scratch, a.num_sms = num_sms();
       kern::layernorm_bwd<X>(a, stream_);
     });
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
-                  void* pre_gelu) override {
-    OpProfiler::Scope t(prof_, stream_, prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
+                  void* pre_gelu, const void* residual) override {
+    OpProfiler::Scope t(prof_, stream_,
+                        prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, fwd_suffix(pre_gelu, residual)) : "");
     kern::MatmulFwdArgs a;
     a.out = out, a.inp = inp, a.w = w, a.bias = bias, a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu;
+    a.residual = residual;
     by_dtype([&](auto x) { kern::matmul_fwd<decltype(x)>(*lt_, a, stream_); });
   }
   void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
-                  int OC, const void* pre_gelu) override {
+                  int OC, const void* pre_gelu, const float* dout_colsum) override {
     OpProfiler::Scope t(prof_, stream_,
                         prof_.enabled() ? matmul_op_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     kern::MatmulBwdArgs a;
     a.dinp = dinp, a.dw = dw, a.dbias = dbias, a.dout = dout, a.inp = inp, a.w = w;
-    a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu, a.num_sms = num_sms();
-    if (dbias) a.scratch = static_cast<float*>(scratch_for(kern::bias_grad_scratch_bytes(N, OC, num_sms())));
+    a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu, a.dout_colsum = dout_colsum, a.num_sms = num_sms();
+    if (dbias && !dout_colsum) a.scratch = static_cast<float*>(scratch_for(kern::bias_grad_scratch_bytes(N, OC, num_sms())));
     by_dtype([&](auto x) { kern::matmul_bwd<decltype(x)>(*lt_, a, stream_); });
   }
   void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {

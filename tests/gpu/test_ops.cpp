@@ -49,6 +49,9 @@ constexpr Tol kBf16Matmul{8e-3, 2e-2};
 constexpr Tol kBf16Backward{1.5e-2, 3e-2};
 // bf16 flash attention: the probabilities are rounded to bf16 before the P @ V product.
 constexpr Tol kBf16Attention{2e-2, 4e-2};
+// fp32 column sums of values both backends compute in fp32 from the same inputs (LayerNorm's updated
+// dinp before it is rounded): only the summation order differs, over up to thousands of rows.
+constexpr Tol kColumnSums{1e-4, 1e-3};
 
 int g_failures = 0;
 int g_checks = 0;
@@ -229,56 +232,54 @@ void test_layernorm(Ctx& c, int N, int C) {
   check(fmt("[%s] layernorm_fwd rstd %s", c.prec, sz.c_str()), down(c.gpu, gr, N, false), down(c.cpu, cr, N, false),
         kF32Exact);
 
-  // residual variant
-  const Vec a2 = c.rnd(n), b2 = c.rnd(n);
-  void *ga = up(c.gpu, a2), *gb2 = up(c.gpu, b2), *ca = up(c.cpu, a2), *cb2 = up(c.cpu, b2);
-  void *gres = up(c.gpu, poison(n)), *cres = up(c.cpu, Vec(n));
-  c.gpu.residual_layernorm_fwd(gres, go, (float*)gm, (float*)gr, ga, gb2, gw, gb, N, C);
-  c.cpu.residual_layernorm_fwd(cres, co, (float*)cm, (float*)cr, ca, cb2, cw, cb, N, C);
-  check(fmt("[%s] residual_layernorm_fwd residual %s", c.prec, sz.c_str()), down(c.gpu, gres, n),
-        down(c.cpu, cres, n), tol);
-  // the CPU normalises the unrounded sum; the GPU the stored (rounded) residual, as the backward sees
-  check(fmt("[%s] residual_layernorm_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, n), down(c.cpu, co, n),
-        c.pick(kF32Exact, kBf16Backward));
-
-  // backward, from the CPU's statistics so both see the same mean/rstd
+  // backward, from the CPU's statistics so both see the same mean/rstd; once without and once with the
+  // column sums of the updated dinp
   const Vec mean = down(c.cpu, cm, N, false), rstd = down(c.cpu, cr, N, false);
   void *gm2 = up(c.gpu, mean, false), *gr2 = up(c.gpu, rstd, false);
-  const Vec res = c.act(down(c.cpu, cres, n));
-  void *gx = up(c.gpu, res), *cx = up(c.cpu, res);
-  // recompute the CPU stats on the rounded residual so mean/rstd match x exactly
-  c.cpu.layernorm_fwd(co, (float*)cm, (float*)cr, cx, cw, cb, N, C);
-  const Vec mean2 = down(c.cpu, cm, N, false), rstd2 = down(c.cpu, cr, N, false);
-  c.gpu.copy_h2d(gm2, mean2.data(), N * 4);
-  c.gpu.copy_h2d(gr2, rstd2.data(), N * 4);
   const Vec dout = c.rnd(n), dinp0 = c.rnd(n, -0.5f, 0.5f), dw0 = c.rnd(C, -0.5f, 0.5f), db0 = c.rnd(C, -0.5f, 0.5f);
   void *gdo = up(c.gpu, dout), *cdo = up(c.cpu, dout);
-  void *gdi = up(c.gpu, dinp0), *gdw = up(c.gpu, dw0), *gdb = up(c.gpu, db0);
-  void *cdi = up(c.cpu, dinp0), *cdw = up(c.cpu, dw0), *cdb = up(c.cpu, db0);
-  c.gpu.layernorm_bwd(gdi, gdw, gdb, gdo, gx, gw, (float*)gm2, (float*)gr2, N, C);
-  c.cpu.layernorm_bwd(cdi, cdw, cdb, cdo, cx, cw, (float*)cm, (float*)cr, N, C);
+  void *cdi = up(c.cpu, dinp0), *cdw = up(c.cpu, dw0), *cdb = up(c.cpu, db0), *ccs = up(c.cpu, Vec(C), false);
+  c.cpu.layernorm_bwd(cdi, cdw, cdb, cdo, ci, cw, (float*)cm, (float*)cr, N, C, (float*)ccs);
+  const Vec rdi = down(c.cpu, cdi, n), rdw = down(c.cpu, cdw, C), rdb = down(c.cpu, cdb, C);
   const Tol tb = c.pick(kF32Exact, kBf16Backward);
-  check(fmt("[%s] layernorm_bwd dinp %s", c.prec, sz.c_str()), down(c.gpu, gdi, n), down(c.cpu, cdi, n), tb);
-  check(fmt("[%s] layernorm_bwd dw %s", c.prec, sz.c_str()), down(c.gpu, gdw, C), down(c.cpu, cdw, C), tb);
-  check(fmt("[%s] layernorm_bwd db %s", c.prec, sz.c_str()), down(c.gpu, gdb, C), down(c.cpu, cdb, C), tb);
-  for (void* p : {gi, gw, gb, go, gm, gr, ga, gb2, gres, gm2, gr2, gx, gdo, gdi, gdw, gdb}) c.gpu.free(p);
-  for (void* p : {ci, cw, cb, co, cm, cr, ca, cb2, cres, cx, cdo, cdi, cdw, cdb}) c.cpu.free(p);
+  for (bool colsum : {false, true}) {
+    void *gdi = up(c.gpu, dinp0), *gdw = up(c.gpu, dw0), *gdb = up(c.gpu, db0);
+    void* gcs = colsum ? up(c.gpu, poison(C), false) : nullptr;
+    c.gpu.layernorm_bwd(gdi, gdw, gdb, gdo, gi, gw, (float*)gm2, (float*)gr2, N, C, (float*)gcs);
+    const char* with = colsum ? " +colsum" : "";
+    check(fmt("[%s] layernorm_bwd%s dinp %s", c.prec, with, sz.c_str()), down(c.gpu, gdi, n), rdi, tb);
+    check(fmt("[%s] layernorm_bwd%s dw %s", c.prec, with, sz.c_str()), down(c.gpu, gdw, C), rdw, tb);
+    check(fmt("[%s] layernorm_bwd%s db %s", c.prec, with, sz.c_str()), down(c.gpu, gdb, C), rdb, tb);
+    if (colsum)
+      check(fmt("[%s] layernorm_bwd dinp column sums %s", c.prec, sz.c_str()), down(c.gpu, gcs, C, false),
+            down(c.cpu, ccs, C, false), kColumnSums);
+    for (void* p : {gdi, gdw, gdb, gcs})
+      if (p) c.gpu.free(p);
+  }
+  for (void* p : {gi, gw, gb, go, gm, gr, gm2, gr2, gdo}) c.gpu.free(p);
+  for (void* p : {ci, cw, cb, co, cm, cr, cdo, cdi, cdw, cdb, ccs}) c.cpu.free(p);
 }
 
-void test_matmul(Ctx& c, int N, int IC, int OC, bool bias, bool gelu) {
-  const std::string sz = fmt("N=%d IC=%d OC=%d%s%s", N, IC, OC, bias ? " bias" : "", gelu ? " gelu" : "");
+void test_matmul(Ctx& c, int N, int IC, int OC, bool bias, bool gelu, bool residual = false) {
+  const std::string sz = fmt("N=%d IC=%d OC=%d%s%s%s", N, IC, OC, bias ? " bias" : "", gelu ? " gelu" : "",
+                             residual ? " residual" : "");
   const Vec inp = c.rnd(size_t(N) * IC), w = c.rnd(size_t(OC) * IC, -0.1f, 0.1f), b = c.rnd(OC);
   void *gi = up(c.gpu, inp), *gw = up(c.gpu, w), *gb = bias ? up(c.gpu, b) : nullptr;
   void *ci = up(c.cpu, inp), *cw = up(c.cpu, w), *cb = bias ? up(c.cpu, b) : nullptr;
   const size_t no = size_t(N) * OC;
+  const Vec res = c.rnd(no, -2, 2);
+  void *gres = residual ? up(c.gpu, res) : nullptr, *cres = residual ? up(c.cpu, res) : nullptr;
   void *go = up(c.gpu, poison(no)), *co = up(c.cpu, Vec(no));
   void *gpg = gelu ? up(c.gpu, poison(no)) : nullptr, *cpg = gelu ? up(c.cpu, Vec(no)) : nullptr;
-  c.gpu.matmul_fwd(go, gi, gw, gb, N, IC, OC, gpg);
-  c.cpu.matmul_fwd(co, ci, cw, cb, N, IC, OC, cpg);
+  c.gpu.matmul_fwd(go, gi, gw, gb, N, IC, OC, gpg, gres);
+  c.cpu.matmul_fwd(co, ci, cw, cb, N, IC, OC, cpg, cres);
   const Tol tol = c.pick(kF32Tf32, kBf16Matmul);
   check(fmt("[%s] matmul_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, no), down(c.cpu, co, no), tol);
   if (gelu)
     check(fmt("[%s] matmul_fwd pre_gelu %s", c.prec, sz.c_str()), down(c.gpu, gpg, no), down(c.cpu, cpg, no), tol);
+  if (residual)
+    expect(down(c.gpu, gres, no) == c.act(res), fmt("[%s] matmul_fwd leaves the residual input alone %s", c.prec,
+                                                  sz.c_str()));
 
   // backward: here the GELU sits on the input side, pre_gelu (N, IC)
   const Vec dout = c.rnd(no), dw0 = c.rnd(size_t(OC) * IC), db0 = c.rnd(OC);
@@ -288,18 +289,32 @@ void test_matmul(Ctx& c, int N, int IC, int OC, bool bias, bool gelu) {
   void *gdw = up(c.gpu, dw0), *cdw = up(c.cpu, dw0);
   void *gdb = bias ? up(c.gpu, db0) : nullptr, *cdb = bias ? up(c.cpu, db0) : nullptr;
   void *gpre = gelu ? up(c.gpu, pre) : nullptr, *cpre = gelu ? up(c.cpu, pre) : nullptr;
-  c.gpu.matmul_bwd(gdi, gdw, gdb, gdo, gi, gw, N, IC, OC, gpre);
-  c.cpu.matmul_bwd(cdi, cdw, cdb, cdo, ci, cw, N, IC, OC, cpre);
+  c.gpu.matmul_bwd(gdi, gdw, gdb, gdo, gi, gw, N, IC, OC, gpre, nullptr);
+  c.cpu.matmul_bwd(cdi, cdw, cdb, cdo, ci, cw, N, IC, OC, cpre, nullptr);
   check(fmt("[%s] matmul_bwd dinp %s", c.prec, sz.c_str()), down(c.gpu, gdi, size_t(N) * IC),
         down(c.cpu, cdi, size_t(N) * IC), tol);
   check(fmt("[%s] matmul_bwd dw %s", c.prec, sz.c_str()), down(c.gpu, gdw, size_t(OC) * IC),
         down(c.cpu, cdw, size_t(OC) * IC), tol);
-  if (bias)
-    check(fmt("[%s] matmul_bwd dbias %s", c.prec, sz.c_str()), down(c.gpu, gdb, OC), down(c.cpu, cdb, OC),
+  if (bias) {
+    const Vec ref = down(c.cpu, cdb, OC);
+    check(fmt("[%s] matmul_bwd dbias %s", c.prec, sz.c_str()), down(c.gpu, gdb, OC), ref,
           c.pick(kF32Exact, kBf16Backward));
-  for (void* p : {gi, gw, gb, go, gpg, gdo, gdi, gdw, gdb, gpre})
+    // the bias gradient from column sums given with dout (what a LayerNorm backward hands on)
+    std::vector<double> acc(OC, 0.0);
+    for (size_t i = 0; i < size_t(N); ++i)
+      for (int o = 0; o < OC; ++o) acc[o] += dout[i * OC + o];
+    const Vec sums(acc.begin(), acc.end());
+    void* gsums = up(c.gpu, sums, false);
+    c.gpu.free(gdb);
+    gdb = up(c.gpu, db0);
+    c.gpu.matmul_bwd(gdi, gdw, gdb, gdo, gi, gw, N, IC, OC, gpre, static_cast<float*>(gsums));
+    check(fmt("[%s] matmul_bwd dbias from column sums %s", c.prec, sz.c_str()), down(c.gpu, gdb, OC), ref,
+          c.pick(kF32Exact, kBf16Backward));
+    c.gpu.free(gsums);
+  }
+  for (void* p : {gi, gw, gb, gres, go, gpg, gdo, gdi, gdw, gdb, gpre})
     if (p) c.gpu.free(p);
-  for (void* p : {ci, cw, cb, co, cpg, cdo, cdi, cdw, cdb, cpre})
+  for (void* p : {ci, cw, cb, cres, co, cpg, cdo, cdi, cdw, cdb, cpre})
     if (p) c.cpu.free(p);
 }
 
@@ -489,6 +504,9 @@ void run_checks(const char* prec) {
   guarded([&] { test_matmul(c, 256, 768, 3072, true, true); });
   guarded([&] { test_matmul(c, 128, 768, 512, false, false); });
   guarded([&] { test_matmul(c, 4133, 64, 1600, true, false); });  // many rows: the bias gradient's unrolled loop
+  guarded([&] { test_matmul(c, 97, 264, 136, true, false, true); });   // residual in the epilogue (C operand)
+  guarded([&] { test_matmul(c, 256, 3072, 768, true, false, true); });
+  guarded([&] { test_matmul(c, 97, 257, 131, false, false, true); });  // odd sizes, no bias
   guarded([&] { test_attention(c, 2, 97, 3, 64); });
   guarded([&] { test_attention(c, 2, 256, 4, 64); });
   guarded([&] { test_attention(c, 1, 128, 2, 32); });
@@ -567,29 +585,36 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
                 count);
   };
   add("layernorm_fwd", tm.ms([&] { g.layernorm_fwd(y, mean, rstd, x, w, bias, N, C); }), 0, 2 * n * c * es, 2 * L);
-  add("residual_layernorm_fwd",
-      tm.ms([&] { g.residual_layernorm_fwd(z, y, mean, rstd, x, pg, w, bias, N, C); }), 0, 4 * n * c * es, 2 * L);
-  add("layernorm_bwd", tm.ms([&] { g.layernorm_bwd(z, dw, dbias, y, x, w, mean, rstd, N, C); }), 0, 4 * n * c * es,
-      2 * L);
-  add("matmul_fwd qkv", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, 3 * C, nullptr); }), 2 * n * c * 3 * c, 0, L);
-  add("matmul_fwd attproj", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, C, nullptr); }), 2 * n * c * c, 0, L);
-  add("matmul_fwd fc+gelu", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, 4 * C, pg); }), 2 * n * c * 4 * c, 0, L);
-  add("matmul_fwd fcproj", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, 4 * C, C, nullptr); }), 2 * n * c * 4 * c, 0,
-      L);
-  add("matmul_bwd qkv", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 3 * C, nullptr); }),
+  float* colsum = static_cast<float*>(g.alloc(size_t(C) * 4));
+  add("layernorm_bwd", tm.ms([&] { g.layernorm_bwd(z, dw, dbias, y, x, w, mean, rstd, N, C, nullptr); }), 0,
+      4 * n * c * es, 1);
+  add("layernorm_bwd +colsum", tm.ms([&] { g.layernorm_bwd(z, dw, dbias, y, x, w, mean, rstd, N, C, colsum); }), 0,
+      4 * n * c * es, 2 * L);
+  add("matmul_fwd qkv", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, 3 * C, nullptr, nullptr); }),
+      2 * n * c * 3 * c, 0, L);
+  add("matmul_fwd attproj", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, C, nullptr, nullptr); }), 2 * n * c * c,
+      0, 0);
+  add("matmul_fwd attproj+residual", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, C, nullptr, z); }),
+      2 * n * c * c, 0, L);
+  add("matmul_fwd fc+gelu", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, 4 * C, pg, nullptr); }),
+      2 * n * c * 4 * c, 0, L);
+  add("matmul_fwd fcproj+residual", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, 4 * C, C, nullptr, z); }),
+      2 * n * c * 4 * c, 0, L);
+  add("matmul_bwd qkv", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 3 * C, nullptr, nullptr); }),
       4 * n * c * 3 * c, 0, L);
-  add("matmul_bwd qkv (no dbias)", tm.ms([&] { g.matmul_bwd(z, dw, nullptr, y, x, w, N, C, 3 * C, nullptr); }),
-      4 * n * c * 3 * c, 0, 0);
-  add("matmul_bwd attproj", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, C, nullptr); }), 4 * n * c * c, 0,
-      L);
-  add("matmul_bwd attproj (no dbias)", tm.ms([&] { g.matmul_bwd(z, dw, nullptr, y, x, w, N, C, C, nullptr); }),
-      4 * n * c * c, 0, 0);
-  add("matmul_bwd fc", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 4 * C, nullptr); }),
+  add("matmul_bwd qkv (no dbias)",
+      tm.ms([&] { g.matmul_bwd(z, dw, nullptr, y, x, w, N, C, 3 * C, nullptr, nullptr); }), 4 * n * c * 3 * c, 0, 0);
+  add("matmul_bwd attproj (colsum)",
+      tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, C, nullptr, colsum); }), 4 * n * c * c, 0, L);
+  add("matmul_bwd attproj (dbias)",
+      tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, C, nullptr, nullptr); }), 4 * n * c * c, 0, 0);
+  add("matmul_bwd fc", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, C, 4 * C, nullptr, nullptr); }),
       4 * n * c * 4 * c, 0, L);
-  add("matmul_bwd fc (no dbias)", tm.ms([&] { g.matmul_bwd(z, dw, nullptr, y, x, w, N, C, 4 * C, nullptr); }),
-      4 * n * c * 4 * c, 0, 0);
-  add("matmul_bwd fcproj+dgelu", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, 4 * C, C, pg); }),
+  add("matmul_bwd fc (no dbias)",
+      tm.ms([&] { g.matmul_bwd(z, dw, nullptr, y, x, w, N, C, 4 * C, nullptr, nullptr); }), 4 * n * c * 4 * c, 0, 0);
+  add("matmul_bwd fcproj+dgelu", tm.ms([&] { g.matmul_bwd(z, dw, dbias, y, x, w, N, 4 * C, C, pg, colsum); }),
       4 * n * c * 4 * c, 0, L);
+  g.free(colsum);
   const double attn_f = 4.0 * B * NH * double(T) * T * HS / 2;  // causal: half of QK^T and PV
   add("attention_fwd", tm.ms([&] { g.attention_fwd(y, lse, x, B, T, NH, HS); }), attn_f, 0, L);
   add("attention_bwd", tm.ms([&] { g.attention_bwd(z, y, x, y, lse, B, T, NH, HS); }), 2.5 * attn_f, 0, L);
@@ -609,10 +634,11 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
   float* losses = static_cast<float*>(g.alloc(N * 4));
   add("encoder_fwd", tm.ms([&] { g.encoder_fwd(h, gt, wte, wpe, B, T, C); }), 0, 3 * n * c * es, 1);
   add("encoder_bwd", tm.ms([&] { g.encoder_bwd(dwte, dwpe, dh, gt, B, T, C); }), 0, 2 * n * c * es, 1);
-  add("matmul_fwd lm_head", tm.ms([&] { g.matmul_fwd(logits, h, wte, nullptr, N, C, Vp, nullptr); }),
+  add("matmul_fwd lm_head", tm.ms([&] { g.matmul_fwd(logits, h, wte, nullptr, N, C, Vp, nullptr, nullptr); }),
       2 * n * c * Vp, 0, 1);
   add("classifier", tm.ms([&] { g.classifier(logits, losses, gt, N, V, Vp, 1.0f / N); }), 0, 2 * n * Vp * es, 1);
-  add("matmul_bwd lm_head", tm.ms([&] { g.matmul_bwd(dh, dwte, nullptr, logits, h, wte, N, C, Vp, nullptr); }),
+  add("matmul_bwd lm_head",
+      tm.ms([&] { g.matmul_bwd(dh, dwte, nullptr, logits, h, wte, N, C, Vp, nullptr, nullptr); }),
       4 * n * c * Vp, 0, 1);
   for (void* p : {logits, h, dh}) g.free(p);
   const size_t P = size_t(12) * C * C * L + size_t(Vp) * C;  // parameters, roughly

@@ -99,3 +99,18 @@ def test_preset_parameter_counts():
         assert model.n_params() == n, preset
     assert sum(p.numel() for p in mod.GPT(mod.GPTConfig(*mod.PRESETS["tiny"])).parameters()) == \
         expected_n_params(2, 64) + (PADDED_VOCAB - VOCAB) * 64
+
+
+def test_slice_and_mask_losses_agree(tmp_path):
+    """--loss slice and --loss mask leave the padded vocabulary out in two ways: same losses, same grads."""
+    require_torch()
+    res = {}
+    for loss in ("slice", "mask"):
+        out = tmp_path / f"{loss}.json"
+        r = run_bench("--device", "cpu", "--preset", "tiny", "--micro-batch", "2", "--seq-len", "32",
+                      "--steps", "3", "--warmup", "1", "--loss", loss, "--json", out)
+        assert r.returncode == 0, r.stderr
+        res[loss] = json.loads(out.read_text())
+    assert res["slice"]["loss"] == "slice" and res["mask"]["loss"] == "mask"
+    np.testing.assert_allclose(res["mask"]["losses"], res["slice"]["losses"], rtol=1e-5)
+    np.testing.assert_allclose(res["mask"]["grad_norms"], res["slice"]["grad_norms"], rtol=1e-4)
