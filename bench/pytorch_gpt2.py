@@ -5,10 +5,10 @@
     python3 bench/pytorch_gpt2.py --device cpu --preset tiny --micro-batch 2 --seq-len 64 --steps 4 --warmup 1
 
 Model: GPT-2 (learned positions, pre-LayerNorm, GELU with tanh, embedding tied to the output
-layer, vocabulary padded to 50304 rows whose logits are left out of the loss: --loss slice takes the
-first 50257 columns of the logits, --loss mask adds -inf to the padded ones; the same function),
-fp32 parameters,
-bf16 autocast, F.scaled_dot_product_attention(is_causal=True), torch.compile, fused AdamW
+layer, vocabulary padded to 50304 rows whose logits are left out of the loss: --loss mask (default)
+adds -inf to the padded columns, --loss slice takes the first 50257; the same function, but on an H200
+the compiled masked loss ran 7% faster at GPT-2 124M, B=64: 119.6 against 128.9 ms a step), fp32
+parameters, bf16 autocast, F.scaled_dot_product_attention(is_causal=True), torch.compile, fused AdamW
 (lr 6e-4, weight decay 0.1 on 2-D weights, betas 0.9/0.95), global grad-norm clipping at 1.0.
 
 Reported numbers (one JSON object):
@@ -68,7 +68,7 @@ class GPTConfig:
     padded_vocab_size: int = PADDED_VOCAB_SIZE
     max_seq_len: int = MAX_SEQ_LEN
     init_std: float = 0.02
-    loss: str = "slice"  # how the padded logits are left out: "slice" or "mask"
+    loss: str = "mask"  # how the padded logits are left out: "mask" or "slice"
 
 
 class Attention(nn.Module):
@@ -247,7 +247,7 @@ def parse_args(argv):
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
-    ap.add_argument("--loss", choices=["slice", "mask"], default="slice",
+    ap.add_argument("--loss", choices=["mask", "slice"], default="mask",
                     help="how the padded vocabulary is left out of the loss (the same function either way)")
     ap.add_argument("--seed", type=int, default=1337)
     args = ap.parse_args(argv)

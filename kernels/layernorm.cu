@@ -1,6 +1,7 @@
 // LayerNorm (eps 1e-5). Forward: one warp per row, three passes over the row (mean, centred variance,
-// normalise); the second and third hit L1. (The residual add before it is the epilogue of the product
-// that feeds it, matmul.cu.) Backward, deterministic: see layernorm_bwd_kernel.
+// normalise); the second and third hit L1. The residual variant computes residual = a + b in pass one,
+// rounds it to X, stores it and normalises the stored value (what the backward pass will see).
+// Backward, deterministic: see layernorm_bwd_kernel.
 #include "cuda/cuda_check.cuh"
 #include "ops.cuh"
 
@@ -10,18 +11,27 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kFwdWarps = 8;
 
-template <class X, int V>
+template <class X, int V, bool RESID>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;
   if (row >= a.N) return;
   const int C = a.C;
   const size_t off = size_t(row) * C;
-  const X* x = a.inp + off;
+  // in residual mode x is this lane's own earlier stores: plain loads, never the read-only path
+  const X* x = RESID ? a.residual + off : a.inp + off;
 
   float sum = 0.0f;
   for (int c = lane * V; c < C; c += 32 * V) {
-    const Vec<X, V> xv = ldv<X, V>(x + c);
+    Vec<X, V> xv;
+    if constexpr (RESID) {
+      const Vec<X, V> av = ldv<X, V>(a.a + off + c), bv = ldv<X, V>(a.b + off + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) xv.v[k] = from_f<X>(to_f(av.v[k]) + to_f(bv.v[k]));
+      stv<X, V>(a.residual + off + c, xv);
+    } else {
+      xv = ldv<X, V>(x + c);
+    }
 #pragma unroll
     for (int k = 0; k < V; ++k) sum += to_f(xv.v[k]);
   }
@@ -208,14 +218,25 @@ void launch_bwd(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) 
 template <class X>
 void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
-  const bool vec = a.C % V == 0 && is_aligned(a.out, 16) && is_aligned(a.w, 16) && is_aligned(a.bias, 16) &&
-                   is_aligned(a.inp, 16);
+  const bool resid = a.residual != nullptr;
+  bool vec = a.C % V == 0 && is_aligned(a.out, 16) && is_aligned(a.w, 16) && is_aligned(a.bias, 16);
+  if (resid)
+    vec = vec && is_aligned(a.residual, 16) && is_aligned(a.a, 16) && is_aligned(a.b, 16);
+  else
+    vec = vec && is_aligned(a.inp, 16);
   const unsigned grid = unsigned(ceil_div(a.N, kFwdWarps));
   const unsigned block = kFwdWarps * 32;
-  if (vec)
-    layernorm_fwd_kernel<X, V><<<grid, block, 0, s>>>(a);
-  else
-    layernorm_fwd_kernel<X, 1><<<grid, block, 0, s>>>(a);
+  if (resid) {
+    if (vec)
+      layernorm_fwd_kernel<X, V, true><<<grid, block, 0, s>>>(a);
+    else
+      layernorm_fwd_kernel<X, 1, true><<<grid, block, 0, s>>>(a);
+  } else {
+    if (vec)
+      layernorm_fwd_kernel<X, V, false><<<grid, block, 0, s>>>(a);
+    else
+      layernorm_fwd_kernel<X, 1, false><<<grid, block, 0, s>>>(a);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

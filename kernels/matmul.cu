@@ -6,8 +6,7 @@
 //   dw        (OC,IC)  += dout^T @ inp               is  D (IC x OC) += inp (IC x N) * op_T(dout: OC x N)
 // The bias of the forward epilogue runs along m = OC, as the model wants. GELU is fused as
 // GELU_AUX(_BIAS) (pre-activation written to aux) and its gradient as DGELU (aux read back); shapes the
-// epilogue cannot take (aux ld not a multiple of 8, or no algorithm) fall back to separate kernels. A
-// residual connection is cuBLASLt's C operand (beta 1, C distinct from D), so the sum is written once.
+// epilogue cannot take (aux ld not a multiple of 8, or no algorithm) fall back to separate kernels.
 // bf16: bf16 in/out, fp32 accumulate. fp32: TF32 tensor cores, fp32 accumulate.
 #include <cublasLt.h>
 
@@ -63,8 +62,7 @@ cublasLtEpilogue_t to_lt(Epilogue e) {
 }
 // Index of the fastest of the heuristic's candidates, timed on the call's own operands: one warm-up and
 // kReps timed runs each. An accumulating product's output is saved first and restored after, and its
-// aux/GELU outputs (and a D beside a separate C) are rewritten by the real call that follows, so timing
-// changes no result. Returns 0
+// aux/GELU outputs are rewritten by the real call that follows, so timing changes no result. Returns 0
 // (the heuristic's first choice) when there is one candidate or no memory for the saved output.
 int fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
             cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, size_t elem_bytes, void* workspace,
@@ -84,8 +82,7 @@ int fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
-  const float alpha = 1.0f, beta = g.accumulate || g.C ? 1.0f : 0.0f;
-  const void* c = g.C ? g.C : g.D;
+  const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
   int best = -1;
   float best_ms = 0;
   for (int i = 0; i < found; ++i) {
@@ -93,7 +90,7 @@ int fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
     bool ok = true;
     for (int r = 0; r <= kReps && ok; ++r) {
       if (r == 1) CUDA_CHECK(cudaEventRecord(e0, s));
-      ok = cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, c, ld, g.D, ld, &res[i].algo, workspace,
+      ok = cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, g.D, ld, g.D, ld, &res[i].algo, workspace,
                           workspace_bytes, s) == CUBLAS_STATUS_SUCCESS;
     }
     if (!ok) continue;
@@ -115,9 +112,8 @@ int fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
 }  // namespace
 
 bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
-  const Key key = {g.transa, g.transb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.accumulate + 2 * (g.C != nullptr),
-                   int(g.epi), g.aux_ld, ptr_align(g.A), ptr_align(g.B), ptr_align(g.D) * 512 + ptr_align(g.C),
-                   ptr_align(g.aux), ptr_align(g.bias)};
+  const Key key = {g.transa, g.transb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.accumulate, int(g.epi), g.aux_ld,
+                   ptr_align(g.A), ptr_align(g.B), ptr_align(g.D), ptr_align(g.aux), ptr_align(g.bias)};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto p = std::make_unique<Plan>();
@@ -147,10 +143,9 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
     const uint32_t aa = uint32_t(ptr_align(g.A)), ab = uint32_t(ptr_align(g.B)), ad = uint32_t(ptr_align(g.D));
-    const uint32_t ac = g.C ? uint32_t(ptr_align(g.C)) : ad;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, 4));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, 4));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, 4));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, 4));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, 4));
     constexpr int kCandidates = 8;
     cublasLtMatmulHeuristicResult_t res[kCandidates] = {};
@@ -173,9 +168,9 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
   if (g.aux)
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(void*)));
-  const float alpha = 1.0f, beta = g.accumulate || g.C ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, g.C ? g.C : g.D, p.ld, g.D, p.ld,
-                              &p.algo, workspace_, workspace_bytes_, s));
+  const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, g.D, p.ld, g.D, p.ld, &p.algo,
+                              workspace_, workspace_bytes_, s));
   return true;
 }
 
@@ -288,13 +283,7 @@ void matmul_fwd(CublasLt& lt, const MatmulFwdArgs& a, cudaStream_t s) {
   }
   g.D = a.out;
   g.epi = a.bias ? Epilogue::Bias : Epilogue::None;
-  if (a.residual) {
-    GemmArgs r = g;
-    r.C = a.residual;
-    if (lt.gemm(r, s)) return;
-  }
   if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the forward matmul");
-  if (a.residual) add_inplace<X>(static_cast<X*>(a.out), static_cast<const X*>(a.residual), size_t(a.N) * a.OC, s);
 }
 
 template <class X>

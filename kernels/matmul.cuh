@@ -16,8 +16,7 @@ namespace gpt::kern {
 
 enum class Epilogue : int { None, Bias, GeluAux, GeluAuxBias, DGelu };
 
-// D (m x n, column-major, ldd) = op(A) op(B) (+ D when accumulate, + C when C is set: C has D's layout
-// and is a distinct buffer) with an optional epilogue.
+// D (m x n, column-major, ldd) = op(A) op(B) (+ D when accumulate) with an optional epilogue.
 struct GemmArgs {
   bool transa = false, transb = false;
   int m = 0, n = 0, k = 0;
@@ -28,7 +27,6 @@ struct GemmArgs {
   void* D = nullptr;
   int ldd = 0;
   bool accumulate = false;
-  const void* C = nullptr;
   Epilogue epi = Epilogue::None;
   const void* bias = nullptr;  // (m), Bias / GeluAuxBias
   void* aux = nullptr;         // GELU input: written by GeluAux*, read by DGelu; (m x n), ld aux_ld
@@ -66,7 +64,6 @@ struct MatmulFwdArgs {
   const void* bias = nullptr;  // (OC) or null
   int N = 0, IC = 0, OC = 0;
   void* pre_gelu = nullptr;    // (N, OC) or null: out = gelu(pre_gelu)
-  const void* residual = nullptr;  // (N, OC) or null: out += residual (not with pre_gelu)
 };
 struct MatmulBwdArgs {
   void* dinp = nullptr;          // (N, IC) overwritten, or null

@@ -45,7 +45,10 @@ struct LayerNormFwdArgs {
   X* out = nullptr;           // (N, C)
   float* mean = nullptr;      // (N), may be null
   float* rstd = nullptr;      // (N), may be null
-  const X* inp = nullptr;     // (N, C)
+  const X* inp = nullptr;     // (N, C); unused when residual is set
+  X* residual = nullptr;      // (N, C): if set, residual = a + b is written and normalised
+  const X* a = nullptr;
+  const X* b = nullptr;
   const X* w = nullptr;       // (C)
   const X* bias = nullptr;    // (C)
   int N = 0, C = 0;
@@ -58,7 +61,10 @@ struct LayerNormBwdArgs {
   X* dw = nullptr;            // (C) accumulated
   X* db = nullptr;            // (C) accumulated
   const X* dout = nullptr;    // (N, C)
-  const X* inp = nullptr;     // (N, C)
+  const X* inp = nullptr;     // (N, C); unused when residual is set
+  X* residual = nullptr;      // (N, C): if set, residual = a + b is written and normalised
+  const X* a = nullptr;
+  const X* b = nullptr;
   const X* w = nullptr;       // (C)
   const float* mean = nullptr;  // (N)
   const float* rstd = nullptr;  // (N)

@@ -75,18 +75,19 @@ class Backend {
   // out (N,C) = LN(inp) * w + b; mean, rstd (N) fp32
   virtual void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w,
                              const void* b, int N, int C) = 0;
+  // residual (N,C) = a + b; out = LN(residual) * w + bias
+  virtual void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a,
+                                      const void* b, const void* w, const void* bias, int N, int C) = 0;
   // accumulates dinp (N,C), dw (C), db (C). With dinp_colsum (C, fp32) non-null it is overwritten with
   // the column sums of dinp after the update: the bias gradient of the product that wrote the residual
   // stream here (passed on to that product's matmul_bwd as dout_colsum).
   virtual void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp,
                              const void* w, const float* mean, const float* rstd, int N, int C,
                              float* dinp_colsum) = 0;
-  // out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, nullable) (+ residual (N,OC), nullable: a residual
-  // connection added in the same pass; out and residual are distinct buffers).
-  // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu) (a fused epilogue; no
-  // residual then).
+  // out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, nullable).
+  // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu) (a fused epilogue).
   virtual void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
-                          void* pre_gelu, const void* residual) = 0;
+                          void* pre_gelu) = 0;
   // dinp (N,IC) = dout (N,OC) @ w (overwrites; with pre_gelu (N,IC) non-null it is multiplied by
   // gelu_tanh'(pre_gelu)); accumulates dw (OC,IC) += dout^T @ inp and dbias (OC, nullable) += sum dout,
   // taken from dout_colsum (OC, fp32) when the op that wrote dout already summed its columns.

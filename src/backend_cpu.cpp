@@ -162,6 +162,15 @@ class CpuBackend final : public Backend {
       rstd[i] = s;
     }
   }
+  void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
+                              const void* w, const void* bias, int N, int C) override {
+    WallScope t(tally_, "residual_layernorm_fwd");
+    float* r = F(residual);
+    const float *x = cF(a), *y = cF(b);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < size_t(N) * C; ++i) r[i] = x[i] + y[i];
+    layernorm_fwd(out, mean, rstd, residual, w, bias, N, C);
+  }
   void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
                      const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
     WallScope t(tally_, "layernorm_bwd");
@@ -201,8 +210,8 @@ class CpuBackend final : public Backend {
     if (dinp_colsum) column_sums(dinp_colsum, dx, N, C);
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
-                  void* pre_gelu, const void* residual) override {
-    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, fwd_suffix(pre_gelu, residual)) : "");
+                  void* pre_gelu) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
     float* dst = pre_gelu ? F(pre_gelu) : F(out);
     split_rows(N, [&](int lo, int hi) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, OC, IC, 1.0f, cF(inp) + size_t(lo) * IC, IC, cF(w),
@@ -214,13 +223,7 @@ class CpuBackend final : public Backend {
       for (int i = 0; i < N; ++i)
         for (int o = 0; o < OC; ++o) dst[size_t(i) * OC + o] += bs[o];
     }
-    if (pre_gelu) {
-      gelu_fwd(out, pre_gelu, size_t(N) * OC);
-    } else if (residual) {
-      const float* r = cF(residual);
-#pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < size_t(N) * OC; ++i) dst[i] += r[i];
-    }
+    if (pre_gelu) gelu_fwd(out, pre_gelu, size_t(N) * OC);
   }
   void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
                   int OC, const void* pre_gelu, const float* dout_colsum) override {

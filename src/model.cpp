@@ -123,6 +123,7 @@ struct GPT::Acts {
   void* logits;                        // (chunk, Vp)
   float* losses;                       // (B,T)
   int *tokens, *targets;               // (B,T)
+  void* scratch_c;                     // (B,T,C): attproj / fcproj outputs before the residual add
   // backward
   void *dres, *dlnf, *dtmp, *datty;    // (B,T,C)
   float* dres_colsum;                  // (C): column sums of dres, the next projection's bias gradient
@@ -143,7 +144,8 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
              + L * f * (4 * BT + NH * BT)                 // ln means/rstds, lse
              + e * BT * C + f * 2 * BT;                   // lnf + stats
   r.scratch = e * chunk * Vp + f * BT + 4 * 2 * BT       // logits, losses, tokens, targets
-              + e * BT * C * 4 + e * BT * 4 * C + f * C;  // dres, dlnf, dtmp, datty, dbig, dres_colsum
+              + e * BT * C * 5 + e * BT * 4 * C           // scratch_c, dres, dlnf, dtmp, datty, dbig
+              + f * C;                                    // dres_colsum
   return r;
 }
 
@@ -187,6 +189,7 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   a_->losses = F(BT);
   a_->tokens = static_cast<int*>(A(4 * BT));
   a_->targets = static_cast<int*>(A(4 * BT));
+  a_->scratch_c = A(e * BT * C);
   a_->dres = A(e * BT * C);
   a_->dlnf = A(e * BT * C);
   a_->dtmp = A(e * BT * C);
@@ -231,23 +234,24 @@ void GPT::trunk(ParamStore& ps, const int* tokens) {
     const View w = params_of(ps, b);
     if (l == 0)
       be_.layernorm_fwd(a.ln1[0], a.ln1_mean[0], a.ln1_rstd[0], a.encoded, w(P::ln1w), w(P::ln1b), N, C);
-    be_.matmul_fwd(a.qkv[l], a.ln1[l], w(P::qkvw), w(P::qkvb), N, C, 3 * C, nullptr, nullptr);
+    be_.matmul_fwd(a.qkv[l], a.ln1[l], w(P::qkvw), w(P::qkvb), N, C, 3 * C, nullptr);
     be_.attention_fwd(a.atty[l], a.lse[l], a.qkv[l], B, T, NH, HS);
-    // res2 = res_in + attproj(atty), the residual added in the product's epilogue
+    be_.matmul_fwd(a.scratch_c, a.atty[l], w(P::attprojw), w(P::attprojb), N, C, C, nullptr);
     const void* res_in = l == 0 ? a.encoded : a.res3[l - 1];
-    be_.matmul_fwd(a.res2[l], a.atty[l], w(P::attprojw), w(P::attprojb), N, C, C, nullptr, res_in);
-    be_.layernorm_fwd(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.res2[l], w(P::ln2w), w(P::ln2b), N, C);
-    be_.matmul_fwd(a.fch_gelu[l], a.ln2[l], w(P::fcw), w(P::fcb), N, C, 4 * C, a.fch[l], nullptr);
+    be_.residual_layernorm_fwd(a.res2[l], a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], res_in, a.scratch_c,
+                               w(P::ln2w), w(P::ln2b), N, C);
+    be_.matmul_fwd(a.fch_gelu[l], a.ln2[l], w(P::fcw), w(P::fcb), N, C, 4 * C, a.fch[l]);
+    be_.matmul_fwd(a.scratch_c, a.fch_gelu[l], w(P::fcprojw), w(P::fcprojb), N, 4 * C, C, nullptr);
     // res3 = res2 + mlp; then the next LayerNorm (layer l+1's ln1, or the final one) on it
-    be_.matmul_fwd(a.res3[l], a.fch_gelu[l], w(P::fcprojw), w(P::fcprojb), N, 4 * C, C, nullptr, a.res2[l]);
     if (l + 1 < L) {
-      const View wn = params_of(ps, b + 1);
-      be_.layernorm_fwd(a.ln1[l + 1], a.ln1_mean[l + 1], a.ln1_rstd[l + 1], a.res3[l], wn(P::ln1w), wn(P::ln1b), N,
-                        C);
+      const int nb = b + 1;
+      be_.residual_layernorm_fwd(a.res3[l], a.ln1[l + 1], a.ln1_mean[l + 1], a.ln1_rstd[l + 1], a.res2[l],
+                                 a.scratch_c, params_of(ps, nb)(P::ln1w), params_of(ps, nb)(P::ln1b), N, C);
     } else {
       const int fb = layout_.final_bucket();
       const View wf = params_of(ps, fb);
-      be_.layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, a.res3[l], wf(P::lnfw), wf(P::lnfb), N, C);
+      be_.residual_layernorm_fwd(a.res3[l], a.lnf, a.lnf_mean, a.lnf_rstd, a.res2[l], a.scratch_c, wf(P::lnfw),
+                                 wf(P::lnfb), N, C);
       ps.release(fb);
     }
     ps.release(b);
@@ -259,7 +263,7 @@ void GPT::logits_row(ParamStore& ps, const int* tokens, int row, float* out) {
   trunk(ps, tokens);
   const size_t e = dtype_size(be_.act_dtype());
   const void* x = static_cast<const char*>(a_->lnf) + e * size_t(row) * C;
-  be_.matmul_fwd(a_->logits, x, params_of(ps, 0)(P::wte), nullptr, 1, C, Vp, nullptr, nullptr);
+  be_.matmul_fwd(a_->logits, x, params_of(ps, 0)(P::wte), nullptr, 1, C, Vp, nullptr);
   float* tmp = static_cast<float*>(be_.alloc(4 * size_t(Vp)));
   be_.act_to_f32(tmp, a_->logits, Vp);
   be_.copy_d2h(out, tmp, 4 * size_t(d_.vocab_size));
@@ -280,7 +284,7 @@ float GPT::forward(ParamStore& ps, const int* tokens, const int* targets, bool t
   for (int r0 = 0; r0 < N; r0 += chunk_rows_) {
     const int n = std::min(chunk_rows_, N - r0);
     const void* x = static_cast<const char*>(a.lnf) + e * size_t(r0) * C;
-    be_.matmul_fwd(a.logits, x, wte, nullptr, n, C, Vp, nullptr, nullptr);
+    be_.matmul_fwd(a.logits, x, wte, nullptr, n, C, Vp, nullptr);
     be_.classifier(a.logits, a.losses + r0, a.targets + r0, n, V, Vp, train ? dloss : 0.0f);
     if (train) {
       void* dx = static_cast<char*>(a.dlnf) + e * size_t(r0) * C;

@@ -92,11 +92,6 @@ inline std::string matmul_op_name(const char* op, int in, int out, const char* e
   return std::string(op) + " " + std::to_string(in) + "x" + std::to_string(out) + extra;
 }
 
-// The suffix of a forward matmul's name: its fused epilogue.
-inline const char* fwd_suffix(const void* pre_gelu, const void* residual) {
-  return pre_gelu ? " +gelu" : residual ? " +residual" : "";
-}
-
 // Times the enclosing scope with the wall clock into `tally` (when it is enabled and this is the
 // outermost op).
 class WallScope {

@@ -196,6 +196,18 @@ class CudaBackend final : public Backend {
       kern::layernorm_fwd<X>(a, stream_);
     });
   }
+  void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a_, const void* b_,
+                              const void* w, const void* bias, int N, int C) override {
+    OpProfiler::Scope t(prof_, stream_, "residual_layernorm_fwd");
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::LayerNormFwdArgs<X> a;
+      a.out = static_cast<X*>(out), a.mean = mean, a.rstd = rstd, a.residual = static_cast<X*>(residual);
+      a.a = static_cast<const X*>(a_), a.b = static_cast<const X*>(b_);
+      a.w = static_cast<const X*>(w), a.bias = static_cast<const X*>(bias), a.N = N, a.C = C;
+      kern::layernorm_fwd<X>(a, stream_);
+    });
+  }
   void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
                      const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
     OpProfiler::Scope t(prof_, stream_, "layernorm_bwd");
@@ -211,12 +223,10 @@ class CudaBackend final : public Backend {
     });
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
-                  void* pre_gelu, const void* residual) override {
-    OpProfiler::Scope t(prof_, stream_,
-                        prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, fwd_suffix(pre_gelu, residual)) : "");
+                  void* pre_gelu) override {
+    OpProfiler::Scope t(prof_, stream_, prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
     kern::MatmulFwdArgs a;
     a.out = out, a.inp = inp, a.w = w, a.bias = bias, a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu;
-    a.residual = residual;
     by_dtype([&](auto x) { kern::matmul_fwd<decltype(x)>(*lt_, a, stream_); });
   }
   void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,

@@ -229,9 +229,9 @@ def test_op_profile_accounts_for_the_training_step(tmp_path, train_bin):
     # 2 layers x 2 micro-steps; the lm head (vocabulary padded to 128) is one chunk per micro-step
     assert rows["matmul_fwd 32x96"][0] == 4.0 and rows["matmul_bwd 32x96"][0] == 4.0
     assert rows["matmul_fwd 32x128 +gelu"][0] == 4.0 and rows["attention_bwd"][0] == 4.0
-    # the residual connections are the projections' epilogues: each LayerNorm forward stands alone
-    assert rows["matmul_fwd 32x32 +residual"][0] == 4.0 and rows["matmul_fwd 128x32 +residual"][0] == 4.0
-    assert rows["layernorm_fwd"][0] == 10.0 and rows["layernorm_bwd"][0] == 10.0
+    # per micro-step: the first ln1, then the residual add with the next LayerNorm after each branch
+    assert rows["layernorm_fwd"][0] == 2.0 and rows["residual_layernorm_fwd"][0] == 8.0
+    assert rows["layernorm_bwd"][0] == 10.0
     assert rows["classifier"][0] == 2.0 and rows["sum_squares"][0] == 1.0
     busy = sum(ms for _, ms in rows.values())
     assert abs(busy + idle - window) < 0.01 + 0.001 * window
