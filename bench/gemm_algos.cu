@@ -11,8 +11,9 @@
 // choice (the fastest of the first 8 candidates timed back to back with a warm L2, what
 // training.deterministic: false does on first use), timed cold; and the fastest found, with its
 // configuration. The JSON has every candidate. One alternative is timed beside the step's products:
-// fcproj's dinp with fc's bias gradient fused into the epilogue (DGELU_BGRAD, "dinp+bgrad"), to compare
-// with the DGELU product plus the trainer's separate column-sum kernel.
+// fcproj's dinp with fc's bias gradient fused into the epilogue (DGELU_BGRAD, "dinp+bgrad"), and the
+// qkv and fc weight gradients with their bias gradient fused (BGRADB, "dweight+bgrad"), to compare with
+// the trainer's product plus its separate column-sum kernel.
 //
 // Short timings run near the top clock; a training step holds the GPU at its power limit, where the
 // clock drops and an algorithm that moves less data per FLOP may win. With --sustain MS, the trainer's
@@ -66,6 +67,10 @@ std::vector<Gemm> layer_gemms(int N, int C) {
     g.push_back({s + " dinp", false, false, l.IC, N, l.OC, false,
                  l.gelu_in ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT});
     g.push_back({s + " dweight", false, true, l.IC, l.OC, N, true, CUBLASLT_EPILOGUE_DEFAULT});
+    // the bias gradient as column sums of dout (cuBLASLt's B) inside the weight-gradient product, for the
+    // products whose dout no LayerNorm backward has summed already
+    if (!l.gelu_in && l.OC != C)
+      g.push_back({s + " dweight+bgrad", false, true, l.IC, l.OC, N, true, CUBLASLT_EPILOGUE_BGRADB});
     // the GELU gradient with fc's bias gradient fused, instead of a separate reduction
     if (l.gelu_in) g.push_back({s + " dinp+bgrad", false, false, l.IC, N, l.OC, false, CUBLASLT_EPILOGUE_DGELU_BGRAD});
   }
@@ -202,7 +207,7 @@ void survey(std::string* js, int sustain_ms) {
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi, sizeof g.epi));
       if (g.epi == CUBLASLT_EPILOGUE_BIAS || g.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b.bias, sizeof(void*)));
-      if (g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD)  // the bias gradient, bf16 (fp32 is not supported)
+      if (g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD || g.epi == CUBLASLT_EPILOGUE_BGRADB)  // bias gradient, bf16
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b.bias, sizeof(void*)));
       if (g.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || g.epi == CUBLASLT_EPILOGUE_DGELU ||
           g.epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {

@@ -3,7 +3,7 @@
 # (cuBLASLt, cuDNN, NCCL) and OpenMPI but not this project's build dependencies. ./train, the GPU test
 # programs and the cuBLASLt survey are relinked from the objects `make` built, with OpenBLAS linked in
 # statically and host debug information stripped; the shared libraries that a CUDA + MPI image may lack
-# (yaml-cpp, Boost.Program_options, HDF5, gfortran) are copied into DIR/lib.
+# (yaml-cpp, Boost.Program_options, HDF5, the GCC runtimes) are copied into DIR/lib.
 #   make && bash scripts/bundle.sh DIR
 #   on the node: LD_LIBRARY_PATH=DIR/lib:<CUDA, cuDNN, NCCL lib dirs> DIR/train --yaml ...
 set -euo pipefail
@@ -36,7 +36,7 @@ for t in tests/gpu/test_*.cpp; do link "$OUT/$(basename "${t%.cpp}")" "$t"; done
 [[ -f $BUILD/cu/bench/gemm_algos.o ]] && link "$OUT/gemm_algos" "$BUILD/cu/bench/gemm_algos.o"
 
 # the non-system libraries the binaries load, by soname, resolved here
-for so in $(ldd "$OUT/train" | awk '/yaml-cpp|boost_program_options|hdf5|libsz|libaec|gfortran|quadmath/ {print $3}'); do
+for so in $(ldd "$OUT/train" | awk '/yaml-cpp|boost_program_options|hdf5|libsz|libaec|gfortran|quadmath|gomp/ {print $3}'); do
   cp -L "$so" "$OUT/lib/"
 done
 echo "bundle: $(ls "$OUT/lib" | tr '\n' ' ')"
