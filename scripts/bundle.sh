@@ -7,8 +7,8 @@
 #   make && bash scripts/bundle.sh DIR
 #   on the node: LD_LIBRARY_PATH=DIR/lib:<CUDA, cuDNN, NCCL lib dirs> DIR/train --yaml ...
 set -euo pipefail
+OUT=$(realpath -m "${1:?usage: scripts/bundle.sh DIR}")
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: scripts/bundle.sh DIR}
 BUILD=${BUILD:-build}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 HDF5_PC=$(pkg-config --exists hdf5-serial && echo hdf5-serial || echo hdf5)

@@ -20,11 +20,15 @@
 : "${MPIRUN_ARGS:=}"              # extra mpirun arguments (e.g. --allow-run-as-root)
 : "${MODULES:=}"                  # environment modules to load in every job, space separated
 : "${EXTRA_SBATCH_ARGS:=}"        # extra sbatch arguments for the jobs this code submits
-: "${PYTHON:=python3}"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}   # NVLink SHARP multicast off (needs fabric manager support)
 
 # REPO_DIR (the checkout holding ./train and slurm/) is set by the script that sources this file.
 : "${TRAIN_BIN:=${REPO_DIR:?REPO_DIR must be set before sourcing lib.sh}/train}"
+# the Python for summaries and plots: the checkout's environment (scripts/setup.sh made it), else python3
+if [[ -z ${PYTHON:-} ]]; then
+  PYTHON=python3
+  [[ -x $REPO_DIR/.venv/bin/python3 ]] && PYTHON=$REPO_DIR/.venv/bin/python3
+fi
 
 log() { echo "[$(date '+%F %T')] ${SLURM_JOB_ID:+job $SLURM_JOB_ID: }$*" >&2; }
 
