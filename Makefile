@@ -82,3 +82,7 @@ quickstart: $(BIN)
 
 clean:
 	rm -rf $(BUILD) train
+
+# make print-VAR: a variable's value as the recipes pass it to the shell (scripts/bundle.sh relinks with them)
+print-%:
+	$(info $($*))@:

@@ -10,7 +10,7 @@
 // the operands arrive from HBM. Reported per product: the heuristic's first choice; the trainer's
 // choice (the fastest of the first 8 candidates timed back to back with a warm L2, what
 // training.deterministic: false does on first use), timed cold; and the fastest found, with its
-// configuration. The JSON has every candidate. One alternative is timed beside the step's products:
+// configuration. The JSON has every candidate. Two alternatives are timed beside the step's products:
 // fcproj's dinp with fc's bias gradient fused into the epilogue (DGELU_BGRAD, "dinp+bgrad"), and the
 // qkv and fc weight gradients with their bias gradient fused (BGRADB, "dweight+bgrad"), to compare with
 // the trainer's product plus its separate column-sum kernel.

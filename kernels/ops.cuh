@@ -61,10 +61,7 @@ struct LayerNormBwdArgs {
   X* dw = nullptr;            // (C) accumulated
   X* db = nullptr;            // (C) accumulated
   const X* dout = nullptr;    // (N, C)
-  const X* inp = nullptr;     // (N, C); unused when residual is set
-  X* residual = nullptr;      // (N, C): if set, residual = a + b is written and normalised
-  const X* a = nullptr;
-  const X* b = nullptr;
+  const X* inp = nullptr;     // (N, C)
   const X* w = nullptr;       // (C)
   const float* mean = nullptr;  // (N)
   const float* rstd = nullptr;  // (N)

@@ -1,42 +1,47 @@
 #!/usr/bin/env bash
 # A relocatable copy of the built binaries, for a GPU node that has the NVIDIA driver, the CUDA libraries
 # (cuBLASLt, cuDNN, NCCL) and OpenMPI but not this project's build dependencies. ./train, the GPU test
-# programs and the cuBLASLt survey are relinked from the objects `make` built, with OpenBLAS linked in
-# statically and host debug information stripped; the shared libraries that a CUDA + MPI image may lack
-# (yaml-cpp, Boost.Program_options, HDF5, the GCC runtimes) are copied into DIR/lib.
+# programs and the cuBLASLt survey are relinked from the objects `make` built, with the Makefile's own
+# flags except that OpenBLAS is linked in statically, and host debug information is stripped; the shared
+# libraries that a CUDA + MPI image may lack (yaml-cpp, Boost.Program_options, HDF5, the GCC runtimes) are
+# copied into DIR/lib. DIR must not exist yet; it appears whole or not at all.
 #   make && bash scripts/bundle.sh DIR
 #   on the node: LD_LIBRARY_PATH=DIR/lib:<CUDA, cuDNN, NCCL lib dirs> DIR/train --yaml ...
 set -euo pipefail
 OUT=$(realpath -m "${1:?usage: scripts/bundle.sh DIR}")
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-HDF5_PC=$(pkg-config --exists hdf5-serial && echo hdf5-serial || echo hdf5)
 [[ -f $BUILD/main.o && -d $BUILD/cu ]] || { echo "bundle: no CUDA build in $BUILD (run make first)" >&2; exit 1; }
+[[ ! -e $OUT ]] || { echo "bundle: $OUT exists (remove it or name another folder)" >&2; exit 1; }
 
-mkdir -p "$OUT/lib"
-core=()
-for o in "$BUILD"/*.o; do
-  case $(basename "$o") in main.o | cuda_stub.o) ;; *) core+=("$o") ;; esac
+# the Makefile's variables, split into words as its recipes' shell would
+PY=${PY:-$([[ -x .venv/bin/python3 ]] && echo .venv/bin/python3 || echo python3)}
+mk() { make -s --no-print-directory PY="$PY" BUILD="$BUILD" "print-$1"; }
+eval "cxx=($(mk CXX)) cppflags=($(mk CPPFLAGS)) cxxflags=($(mk CXXFLAGS)) ldlibs=($(mk LDLIBS))"
+eval "objs=($(mk CORE_OBJ) $(mk CU_OBJ))"
+libs=()
+for l in "${ldlibs[@]}"; do
+  if [[ $l == -lopenblas ]]; then libs+=(-Wl,-Bstatic -lopenblas -Wl,-Bdynamic -lgfortran); else libs+=("$l"); fi
 done
-mapfile -t cu < <(find "$BUILD/cu/kernels" "$BUILD/cu/src" -name '*.o' | sort)
-libs=($(pkg-config --libs yaml-cpp "$HDF5_PC") -lboost_program_options -Wl,-Bstatic -lopenblas -Wl,-Bdynamic
-      -lgfortran -lgomp -lpthread -L"$CUDA_HOME/lib64" -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lnvrtc)
-flags=(-O3 -std=c++17 -fopenmp -Isrc -Itests -DOMPI_SKIP_MPICXX=1 $(pkg-config --cflags yaml-cpp "$HDF5_PC"))
 
-link() {  # output, inputs...
-  local out=$1
+mkdir -p "$(dirname "$OUT")"
+tmp=$(mktemp -d "$(dirname "$OUT")/.bundle.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+mkdir "$tmp/lib"
+link() {  # output name, inputs...
+  local name=$1
   shift
-  mpicxx "${flags[@]}" -o "$out" "$@" "${core[@]}" "${cu[@]}" "${libs[@]}"
-  strip --strip-debug "$out"
-  echo "bundle: $out ($(du -h "$out" | cut -f1))"
+  "${cxx[@]}" "${cppflags[@]}" -Itests "${cxxflags[@]}" -o "$tmp/$name" "$@" "${objs[@]}" "${libs[@]}"
+  strip --strip-debug "$tmp/$name"
+  echo "bundle: $name ($(du -h "$tmp/$name" | cut -f1))"
 }
-link "$OUT/train" "$BUILD/main.o"
-for t in tests/gpu/test_*.cpp; do link "$OUT/$(basename "${t%.cpp}")" "$t"; done
-[[ -f $BUILD/cu/bench/gemm_algos.o ]] && link "$OUT/gemm_algos" "$BUILD/cu/bench/gemm_algos.o"
+link train "$BUILD/main.o"
+for t in tests/gpu/test_*.cpp; do link "$(basename "${t%.cpp}")" "$t"; done
+if [[ -f $BUILD/cu/bench/gemm_algos.o ]]; then link gemm_algos "$BUILD/cu/bench/gemm_algos.o"; fi
 
 # the non-system libraries the binaries load, by soname, resolved here
-for so in $(ldd "$OUT/train" | awk '/yaml-cpp|boost_program_options|hdf5|libsz|libaec|gfortran|quadmath|gomp/ {print $3}'); do
-  cp -L "$so" "$OUT/lib/"
-done
-echo "bundle: $(ls "$OUT/lib" | tr '\n' ' ')"
+pattern='yaml-cpp|boost_program_options|hdf5|libsz|libaec|gfortran|quadmath|gomp'
+for so in $(ldd "$tmp/train" | awk -v p="$pattern" '$1 ~ p {print $3}'); do cp -L "$so" "$tmp/lib/"; done
+mv "$tmp" "$OUT"
+trap - EXIT
+echo "bundle: $OUT, with $(ls "$OUT/lib" | tr '\n' ' ')"

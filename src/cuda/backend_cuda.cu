@@ -236,7 +236,8 @@ class CudaBackend final : public Backend {
     kern::MatmulBwdArgs a;
     a.dinp = dinp, a.dw = dw, a.dbias = dbias, a.dout = dout, a.inp = inp, a.w = w;
     a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu, a.dout_colsum = dout_colsum, a.num_sms = num_sms();
-    if (dbias && !dout_colsum) a.scratch = static_cast<float*>(scratch_for(kern::bias_grad_scratch_bytes(N, OC, num_sms())));
+    if (dbias && !dout_colsum)  // the bias gradient's own column sums need scratch
+      a.scratch = static_cast<float*>(scratch_for(kern::bias_grad_scratch_bytes(N, OC, num_sms())));
     by_dtype([&](auto x) { kern::matmul_bwd<decltype(x)>(*lt_, a, stream_); });
   }
   void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {

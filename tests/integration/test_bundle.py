@@ -27,6 +27,11 @@ def test_bundle_runs_from_its_folder(tmp_path, train_bin):
                         "training.device=cpu"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "predicted memory" in r.stdout
+    assert not list(tmp_path.glob(".bundle.*")), "the staging folder was left behind"
+    # an existing folder is never overwritten
+    again = subprocess.run(["bash", ROOT / "scripts/bundle.sh", out], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "exists" in again.stderr
+    assert (out / "train").is_file()
 
 
 def test_bundle_without_a_build_names_the_problem(tmp_path):
