@@ -1,7 +1,8 @@
 // Which cuBLASLt algorithm is fastest for each matmul of a GPT-2 training step, and how far the
 // trainer's choice is from it.
 //
-//   build/bench/gemm_algos [--json FILE] [--sustain MS]     (FILE is written whole or not at all)
+//   build/bench/gemm_algos [--json FILE] [--sustain MS] [--exhaustive NAMES]
+//                                                           (FILE is written whole or not at all)
 //
 // For GPT-2 124M (B=64) and 1558M (B=16), T=1024, each layer's product (qkv, attproj, fc + GELU,
 // fcproj; forward, dinp and dweight, with the trainer's epilogues) is timed with every algorithm the
@@ -9,7 +10,8 @@
 // is the median of 7 runs, each after a 192 MB write that evicts the 50 MB L2, as in a real step where
 // the operands arrive from HBM. Reported per product: the heuristic's first choice; the trainer's
 // choice (the fastest of the first 8 candidates timed back to back with a warm L2, what
-// training.deterministic: false does on first use), timed cold; and the fastest found, with its
+// training.deterministic: false does on first use with training.matmul_search_s: 0), timed cold; and
+// the fastest found, with its
 // configuration. The JSON has every candidate. Two alternatives are timed beside the step's products:
 // fcproj's dinp with fc's bias gradient fused into the epilogue (DGELU_BGRAD, "dinp+bgrad"), and the
 // qkv and fc weight gradients with their bias gradient fused (BGRADB, "dweight+bgrad"), to compare with
@@ -19,11 +21,21 @@
 // clock drops and an algorithm that moves less data per FLOP may win. With --sustain MS, the trainer's
 // choice and the 4 fastest (cold) candidates of each product are also run back to back for MS
 // milliseconds each, 3 rounds in turn, after the GPU was held busy for 3 s: "sustained" columns.
+//
+// With --exhaustive NAMES (comma-separated product names, e.g. "fc fwd,fcproj dinp", or "all"), those
+// products are also timed with every configuration cuBLASLt accepts beyond the heuristic's list: each
+// algorithm id it has for bf16 with fp32 accumulation, crossed with the tile sizes and stage counts that
+// id reports, the thread-block cluster shapes (auto, 1x1, 2x1, 1x2, 2x2, 4x1, 1x4), CTA swizzling and
+// its custom options 0-3, as far as cublasLtMatmulAlgoCheck accepts them. The accepted configurations are
+// run warm in a shuffled order for up to 20 s a product; the 16 fastest are then timed cold like the
+// heuristic's candidates (rank -1 in the table and the JSON).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -38,6 +50,7 @@ using gpt::Error;
 constexpr size_t kWorkspace = 32ull << 20;  // as the trainer
 constexpr size_t kFlushBytes = 192ull << 20;
 constexpr int kReps = 7;
+constexpr int kExhaustiveSeconds = 20;  // warm runs of one product's configurations, at most
 
 struct Gemm {
   std::string name;
@@ -93,11 +106,15 @@ int algo_attr(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_
   return v;
 }
 std::string describe(const Candidate& c) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "rank %d id %d tile %d stages %d cluster %d splitk %d", c.heuristic_rank,
-                algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_ID), algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
-                algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), c.splitk);
+  char buf[200];
+  uint16_t cluster = 0;
+  size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &w);
+  std::snprintf(buf, sizeof buf, "rank %d id %d tile %d stages %d cluster %d swizzle %d custom %d splitk %d",
+                c.heuristic_rank, algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_ID),
+                algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_TILE_ID), algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                int(cluster), algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                algo_attr(c.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), c.splitk);
   return buf;
 }
 
@@ -129,6 +146,21 @@ struct Bench {
       if (r > 0) t.push_back(x);  // run 0 warms up
     }
     ms = median(t);
+    return true;
+  }
+  // ms of one warm run after one warm-up; false when the library refuses the configuration at run time
+  bool quick(const Gemm& g, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+             cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t& algo, float& ms) {
+    const float alpha = 1, beta = g.accumulate ? 1 : 0;
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaEventRecord(e0, s));
+      if (cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo, ws, kWorkspace, s) !=
+          CUBLAS_STATUS_SUCCESS)
+        return false;
+      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+    }
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     return true;
   }
   // ms per product when `count` products run back to back
@@ -164,8 +196,80 @@ void appendf(std::string& out, const char* fmt, A... args) {
   out.append(buf.data(), size_t(n));
 }
 
+// Every configuration cuBLASLt accepts for the product (see --exhaustive), as candidates ranked -1.
+std::vector<Candidate> enumerate_configs(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                         cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, cublasLtEpilogue_t epi,
+                                         int& checked) {
+  std::vector<Candidate> out;
+  checked = 0;
+  int ids[128] = {}, nids = 0;
+  if (cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                               128, ids, &nids) != CUBLAS_STATUS_SUCCESS)
+    return out;
+  for (int a = 0; a < nids; ++a) {
+    cublasLtMatmulAlgo_t base;
+    if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                               ids[a], &base) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    uint32_t epi_mask = 0;
+    size_t w = 0;
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_EPILOGUE_MASK, &epi_mask, sizeof epi_mask, &w);
+    if ((epi_mask & uint32_t(epi)) != uint32_t(epi)) continue;
+    // array capabilities: the count first (size 0), then the values
+    auto cap_list = [&](cublasLtMatmulAlgoCapAttributes_t attr) {
+      size_t bytes = 0;
+      cublasLtMatmulAlgoCapGetAttribute(&base, attr, nullptr, 0, &bytes);
+      std::vector<uint32_t> v(bytes / sizeof(uint32_t));
+      if (!v.empty()) cublasLtMatmulAlgoCapGetAttribute(&base, attr, v.data(), bytes, &bytes);
+      if (v.empty()) v.push_back(0);  // "undefined": let the library choose
+      return v;
+    };
+    const std::vector<uint32_t> tiles = cap_list(CUBLASLT_ALGO_CAP_TILE_IDS);
+    const std::vector<uint32_t> stages = cap_list(CUBLASLT_ALGO_CAP_STAGES_IDS);
+    int swizzle = 0, custom_max = 0;
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle, sizeof swizzle, &w);
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max, sizeof custom_max, &w);
+    custom_max = std::min(custom_max, 3);
+    const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1,
+                                 CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+                                 CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
+                                 CUBLASLT_CLUSTER_SHAPE_1x4x1};
+    for (uint32_t tile : tiles)
+      for (uint32_t stage : stages)
+        for (uint16_t cluster : clusters)
+          for (uint32_t sw = 0; sw <= uint32_t(swizzle ? 1 : 0); ++sw)
+            for (uint32_t custom = 0; custom <= uint32_t(custom_max); ++custom) {
+              Candidate c{base, -1, 1};
+              cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile);
+              cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof stage);
+              cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                                   sizeof cluster);
+              cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &sw, sizeof sw);
+              cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom);
+              cublasLtMatmulHeuristicResult_t chk{};
+              ++checked;
+              if (cublasLtMatmulAlgoCheck(lt, desc, la, lb, ld, ld, &c.algo, &chk) == CUBLAS_STATUS_SUCCESS &&
+                  chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= kWorkspace)
+                out.push_back(c);
+            }
+  }
+  return out;
+}
+
+// whether `name` is in the comma-separated `list` ("all": every product)
+bool selected(const std::string& list, const std::string& name) {
+  if (list == "all") return true;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    if (list.compare(at, end - at, name) == 0) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
 // Prints the table; every candidate goes into `js` (JSON) when it is given.
-void survey(std::string* js, int sustain_ms) {
+void survey(std::string* js, int sustain_ms, const std::string& exhaustive) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   Bench b{};
@@ -250,12 +354,35 @@ void survey(std::string* js, int sustain_ms) {
       for (Candidate& c : cands) {
         c.ok = b.time(g, desc, la, lb, ld, c.algo, false, c.hot_ms) && b.time(g, desc, la, lb, ld, c.algo, true, c.cold_ms);
       }
+      if (selected(exhaustive, g.name)) {
+        int checked = 0;
+        std::vector<Candidate> all = enumerate_configs(b.lt, desc, la, lb, ld, g.epi, checked);
+        std::vector<Candidate> timed;
+        std::shuffle(all.begin(), all.end(), std::mt19937(1));  // a time-limited run samples every id evenly
+        const auto t0 = std::chrono::steady_clock::now();
+        size_t tried = 0;
+        for (Candidate& c : all) {
+          if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(kExhaustiveSeconds)) break;
+          ++tried;
+          if (b.quick(g, desc, la, lb, ld, c.algo, c.hot_ms)) timed.push_back(c);
+        }
+        std::sort(timed.begin(), timed.end(),
+                  [](const Candidate& x, const Candidate& y) { return x.hot_ms < y.hot_ms; });
+        if (timed.size() > 16) timed.resize(16);
+        for (Candidate& c : timed) {
+          c.ok = b.time(g, desc, la, lb, ld, c.algo, true, c.cold_ms);
+          if (c.ok) cands.push_back(c);
+        }
+        std::printf("%-22s %-18s exhaustive: %d configurations checked, %zu accepted, %zu run, the 16 fastest "
+                    "timed cold\n", mo.name, g.name.c_str(), checked, all.size(), tried);
+        std::fflush(stdout);
+      }
       // the heuristic's first choice; the trainer's (fastest hot of the first 8 as offered); the best cold
       Candidate *h0 = nullptr, *tr = nullptr, *best = nullptr;
       for (Candidate& c : cands) {
         if (!c.ok) continue;
         if (c.heuristic_rank == 0 && c.splitk == 1) h0 = &c;
-        if (c.splitk == 1 && c.heuristic_rank < 8 && (!tr || c.hot_ms < tr->hot_ms)) tr = &c;
+        if (c.splitk == 1 && c.heuristic_rank >= 0 && c.heuristic_rank < 8 && (!tr || c.hot_ms < tr->hot_ms)) tr = &c;
         if (!best || c.cold_ms < best->cold_ms) best = &c;
       }
       if (!h0 || !tr || !best) {
@@ -344,11 +471,16 @@ void write_whole(const std::string& path, const std::string& text) {
 int main(int argc, char** argv) {
   std::string json_path;
   int sustain_ms = 0;
+  std::string exhaustive;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     bool ok = i + 1 < argc;
     if (ok && a == "--json") {
       json_path = argv[++i];
+    } else if (ok && a == "--exhaustive") {
+      exhaustive = argv[++i];
+      a += " " + exhaustive;
+      ok = !exhaustive.empty();
     } else if (ok && a == "--sustain") {
       const std::string v = argv[++i];
       char* end = nullptr;
@@ -360,8 +492,10 @@ int main(int argc, char** argv) {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "error: bad argument '%s'\nusage: %s [--json FILE] [--sustain MS (1-10000)]\n", a.c_str(),
-                   argv[0]);
+      std::fprintf(stderr,
+                   "error: bad argument '%s'\n"
+                   "usage: %s [--json FILE] [--sustain MS (1-10000)] [--exhaustive NAMES|all]\n",
+                   a.c_str(), argv[0]);
       return gpt::kExitBadInput;
     }
   }
@@ -372,7 +506,7 @@ int main(int argc, char** argv) {
   }
   try {
     std::string js;
-    survey(json_path.empty() ? nullptr : &js, sustain_ms);
+    survey(json_path.empty() ? nullptr : &js, sustain_ms, exhaustive);
     if (!json_path.empty()) write_whole(json_path, js);
   } catch (const gpt::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -3,11 +3,12 @@
 same configs in one invocation. Writes results.json and results.md to --out and prints the table.
 
     python3 bench/gpu_bench.py --out bench_out [--steps 15] [--configs d12:64,d48:16] [--variants 0,1,0det,0prof]
-                               [--no-torch]
+                               [--no-torch] [--matmul-search S]
 
 Variants of this trainer: the recompute level, then "det" for training.deterministic (bit-reproducible
 steps) or "prof" for a run with log.op_profile whose per-op table is kept (its step times include the
-profiler's events, so it does not count as a throughput figure).
+profiler's events, so it does not count as a throughput figure). --matmul-search S sets this trainer's
+training.matmul_search_s (seconds per matmul shape for cuBLASLt configurations beyond the heuristic's).
 
 Both sides: bf16, seq 1024, AdamW, clipping 1.0, random-ish tokens, median step after warm-up steps.
 MFU as in shared BASELINES: FLOPs/token = 6 N + 6 L C T over 989.5 TFLOP/s.
@@ -33,7 +34,7 @@ def run(cmd, log):
     return p.returncode
 
 
-def ours(preset, mb, variant, steps, warmup, out, train):
+def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     recompute = int(variant[0])
     det, prof = "det" in variant, "prof" in variant
     name = f"{preset}_b{mb}_r{variant}"
@@ -43,7 +44,7 @@ model: {{preset: {preset}}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
 training: {{device: cuda, precision: bf16, micro_batch: {mb}, seq_len: 1024, steps: {steps}, lr: 6.0e-4,
            warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute},
-           deterministic: {str(det).lower()}}}
+           deterministic: {str(det).lower()}, matmul_search_s: {search}}}
 eval: {{batches: 0}}
 log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
 """)
@@ -93,6 +94,7 @@ def main():
     ap.add_argument("--variants", default="0,1,0det,0prof")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--train", default=str(ROOT / "train"))
+    ap.add_argument("--matmul-search", type=float, default=0.0)
     a = ap.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +102,7 @@ def main():
     for cfg in a.configs.split(","):
         preset, mb = cfg.split(":")
         for v in a.variants.split(","):
-            rows.append(ours(preset, int(mb), v, a.steps, a.warmup, out, a.train))
+            rows.append(ours(preset, int(mb), v, a.steps, a.warmup, out, a.train, a.matmul_search))
         if not a.no_torch:
             rows.append(torch_side(preset, int(mb), a.steps, a.warmup, out))
     # ratio to PyTorch at the same preset and micro-batch

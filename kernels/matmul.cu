@@ -11,6 +11,9 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
 
 #include "cuda/cuda_check.cuh"
 #include "matmul.cuh"
@@ -31,8 +34,12 @@ struct CublasLt::Plan {
   }
 };
 
-CublasLt::CublasLt(DType dtype, void* workspace, size_t workspace_bytes, bool autotune)
-    : dtype_(dtype), workspace_(workspace), workspace_bytes_(workspace_bytes), autotune_(autotune) {
+CublasLt::CublasLt(DType dtype, void* workspace, size_t workspace_bytes, bool autotune, double search_s)
+    : dtype_(dtype),
+      workspace_(workspace),
+      workspace_bytes_(workspace_bytes),
+      autotune_(autotune),
+      search_s_(search_s) {
   cublasLtHandle_t h = nullptr;
   CUBLAS_CHECK(cublasLtCreate(&h));
   handle_ = h;
@@ -60,22 +67,100 @@ cublasLtEpilogue_t to_lt(Epilogue e) {
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
-// Index of the fastest of the heuristic's candidates, timed on the call's own operands: one warm-up and
-// kReps timed runs each. An accumulating product's output is saved first and restored after, and its
-// aux/GELU outputs are rewritten by the real call that follows, so timing changes no result. Returns 0
-// (the heuristic's first choice) when there is one candidate or no memory for the saved output.
-int fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
-            cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, size_t elem_bytes, void* workspace,
-            size_t workspace_bytes, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* res, int found,
-            cudaStream_t s) {
-  if (found <= 1) return 0;
+// The configurations worth timing. The heuristic's candidates come first. For a big product (search)
+// the configurations around them follow, unchecked: for each algorithm id and stage count the heuristic
+// offered, the id's tile sizes crossed with the thread-block cluster shapes (auto, 1x1, 2x1, 1x2) and
+// the id's first four custom options; the variants of the heuristic's own tiles first, then the other
+// tiles in a fixed shuffled order. On an H200 the heuristic's list misses configurations 4-15% faster
+// for several of GPT-2's products (build/bench/gemm_algos --exhaustive; 2-5% over all of a step's
+// products at the power limit), all of them of this kind.
+constexpr double kSearchMinFlops = 1e10;  // smaller products: the heuristic's candidates only
+struct Candidates {
+  std::vector<cublasLtMatmulAlgo_t> heuristic, variants;
+};
+Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, cudaDataType_t dt, size_t workspace_bytes,
+                      const cublasLtMatmulHeuristicResult_t* res, int found, bool search, const GemmArgs& g) {
+  Candidates out;
+  for (int i = 0; i < found; ++i)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= workspace_bytes)
+      out.heuristic.push_back(res[i].algo);
+  if (!search) return out;
+  auto get = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+    uint32_t v = 0;
+    size_t w = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof v, &w);
+    return v;
+  };
+  std::vector<std::pair<uint32_t, uint32_t>> seen;  // (algorithm id, stages id)
+  std::vector<cublasLtMatmulAlgo_t> near, far;      // variants of the heuristic's tiles; of the others
+  for (const cublasLtMatmulAlgo_t& h : out.heuristic) {
+    const uint32_t id = get(h, CUBLASLT_ALGO_CONFIG_ID), stages = get(h, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+    if (std::find(seen.begin(), seen.end(), std::make_pair(id, stages)) != seen.end()) continue;
+    seen.emplace_back(id, stages);
+    cublasLtMatmulAlgo_t base;
+    if (cublasLtMatmulAlgoInit(handle, ct, CUDA_R_32F, dt, dt, dt, dt, int(id), &base) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    size_t bytes = 0, w = 0;
+    bool aligned = true;  // the operands' addresses meet the id's alignment needs
+    const std::pair<cublasLtMatmulAlgoCapAttributes_t, long long> needs[] = {
+        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, ptr_align(g.A)},
+        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES, ptr_align(g.B)},
+        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, ptr_align(g.D)},
+        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES, ptr_align(g.D)}};
+    for (const auto& [cap, have] : needs) {
+      uint32_t need = 0;
+      cublasLtMatmulAlgoCapGetAttribute(&base, cap, &need, sizeof need, &w);
+      aligned = aligned && need <= have;
+    }
+    if (!aligned) continue;
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &bytes);
+    std::vector<uint32_t> tiles(bytes / sizeof(uint32_t));
+    if (tiles.empty()) continue;
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data(), bytes, &bytes);
+    int custom_max = 0;
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max, sizeof custom_max, &w);
+    const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1,
+                                 CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1};
+    for (uint32_t tile : tiles) {
+      bool own = false;
+      for (const cublasLtMatmulAlgo_t& o : out.heuristic)
+        own = own || (get(o, CUBLASLT_ALGO_CONFIG_ID) == id && get(o, CUBLASLT_ALGO_CONFIG_TILE_ID) == tile);
+      for (uint16_t cluster : clusters)
+        for (uint32_t custom = 0; custom <= uint32_t(std::min(custom_max, 3)); ++custom) {
+          cublasLtMatmulAlgo_t a = base;
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile);
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages);
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster);
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom);
+          (own ? near : far).push_back(a);
+        }
+    }
+  }
+  std::shuffle(far.begin(), far.end(), std::mt19937(1));
+  out.variants = std::move(near);
+  out.variants.insert(out.variants.end(), far.begin(), far.end());
+  return out;
+}
+
+// The fastest candidate, timed on the call's own operands: every heuristic candidate once after a
+// warm-up, then the variants cuBLASLt accepts (cublasLtMatmulAlgoCheck) the same way for up to
+// search_s seconds, then the kFinalists fastest of all kReps times back to back. An accumulating
+// product's output is saved first and restored after, and its aux/GELU outputs are rewritten by the
+// real call that follows, so timing changes no result. The heuristic's first choice when there is
+// nothing to choose from or no memory for the saved output.
+cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                             cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, size_t elem_bytes, void* workspace,
+                             size_t workspace_bytes, const GemmArgs& g, const Candidates& cands, double search_s,
+                             cudaStream_t s) {
+  if (cands.heuristic.size() <= 1 && cands.variants.empty()) return cands.heuristic[0];
   constexpr int kReps = 3;
+  constexpr size_t kFinalists = 8;
   const size_t d_bytes = size_t(g.ldd) * g.n * elem_bytes;
   void* saved = nullptr;
   if (g.accumulate) {
     if (cudaMallocAsync(&saved, d_bytes, s) != cudaSuccess) {
       cudaGetLastError();
-      return 0;
+      return cands.heuristic[0];
     }
     CUDA_CHECK(cudaMemcpyAsync(saved, g.D, d_bytes, cudaMemcpyDeviceToDevice, s));
   }
@@ -83,22 +168,43 @@ int fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
   const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
-  int best = -1;
-  float best_ms = 0;
-  for (int i = 0; i < found; ++i) {
-    if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > workspace_bytes) continue;
-    bool ok = true;
-    for (int r = 0; r <= kReps && ok; ++r) {
+  // ms per run over `reps` runs after one warm-up; negative when the library refuses the configuration
+  auto time = [&](const cublasLtMatmulAlgo_t& algo, int reps) {
+    for (int r = 0; r <= reps; ++r) {
       if (r == 1) CUDA_CHECK(cudaEventRecord(e0, s));
-      ok = cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, g.D, ld, g.D, ld, &res[i].algo, workspace,
-                          workspace_bytes, s) == CUBLAS_STATUS_SUCCESS;
+      if (cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, g.D, ld, g.D, ld, &algo, workspace,
+                         workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
+        return -1.0f;
     }
-    if (!ok) continue;
     CUDA_CHECK(cudaEventRecord(e1, s));
     CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+    return ms / reps;
+  };
+  std::vector<std::pair<float, const cublasLtMatmulAlgo_t*>> first;  // (ms, candidate)
+  for (const cublasLtMatmulAlgo_t& a : cands.heuristic) {
+    const float ms = time(a, 1);
+    if (ms >= 0) first.emplace_back(ms, &a);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const cublasLtMatmulAlgo_t& a : cands.variants) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > search_s) break;
+    cublasLtMatmulHeuristicResult_t chk{};
+    if (cublasLtMatmulAlgoCheck(handle, desc, la, lb, ld, ld, &a, &chk) != CUBLAS_STATUS_SUCCESS ||
+        chk.state != CUBLAS_STATUS_SUCCESS || chk.workspaceSize > workspace_bytes)
+      continue;
+    const float ms = time(a, 1);
+    if (ms >= 0) first.emplace_back(ms, &a);
+  }
+  cudaGetLastError();  // a refused configuration may leave an error behind
+  std::sort(first.begin(), first.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  if (first.size() > kFinalists) first.resize(kFinalists);
+  const cublasLtMatmulAlgo_t* best = &cands.heuristic[0];
+  float best_ms = -1;
+  for (const auto& f : first) {
+    const float ms = time(*f.second, kReps);
+    if (ms >= 0 && (best_ms < 0 || ms < best_ms)) best = f.second, best_ms = ms;
   }
   if (saved) {
     CUDA_CHECK(cudaMemcpyAsync(g.D, saved, d_bytes, cudaMemcpyDeviceToDevice, s));
@@ -106,7 +212,7 @@ int fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
   }
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
-  return std::max(best, 0);
+  return *best;
 }
 
 }  // namespace
@@ -155,10 +261,14 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
     p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (p->ok)
-      p->algo = res[fastest(handle_, p->desc, p->la, p->lb, p->ld, f32 ? 4 : 2, workspace_, workspace_bytes_, g, res,
-                            found, s)]
-                    .algo;
+    if (p->ok) {
+      const bool search = autotune_ && search_s_ > 0 && 2.0 * g.m * g.n * g.k >= kSearchMinFlops;
+      const Candidates cands = candidates(handle_, ct, dt, workspace_bytes_, res, found, search, g);
+      p->ok = !cands.heuristic.empty();
+      if (p->ok)
+        p->algo = fastest(handle_, p->desc, p->la, p->lb, p->ld, f32 ? 4 : 2, workspace_, workspace_bytes_, g, cands,
+                        search_s_, s);
+    }
     it = plans_.emplace(key, std::move(p)).first;
   }
   Plan& p = *it->second;

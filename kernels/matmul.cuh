@@ -35,11 +35,14 @@ struct GemmArgs {
 
 // Owns the cuBLASLt handle and one cached plan (descriptors + chosen algorithm) per shape and epilogue.
 // The workspace belongs to the caller and must outlive this object.
-// autotune: on a shape's first use, time the heuristic's candidates on the real operands and keep the
-// fastest (the choice can differ between runs); otherwise the heuristic's first choice (reproducible).
+// autotune: on a shape's first use, time the heuristic's candidates on the real operands, and for a big
+// product, for up to search_s seconds, the configurations cuBLASLt accepts around them (tile, cluster
+// shape, custom option), and keep the fastest (the choice can differ between runs); otherwise the
+// heuristic's first choice (reproducible).
 class CublasLt {
  public:
-  CublasLt(DType dtype, void* workspace, size_t workspace_bytes, bool autotune);
+  // search_s: seconds per big product for the configurations beyond the heuristic's (autotune only)
+  CublasLt(DType dtype, void* workspace, size_t workspace_bytes, bool autotune, double search_s = 0);
   ~CublasLt();
   CublasLt(const CublasLt&) = delete;
   CublasLt& operator=(const CublasLt&) = delete;
@@ -54,6 +57,7 @@ class CublasLt {
   void* workspace_;
   size_t workspace_bytes_;
   bool autotune_;
+  double search_s_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -63,6 +63,7 @@ std::vector<Field> fields_of(Config& c) {
       {"training.recompute", &c.training.recompute},
       {"training.memory_limit_gb", &c.training.memory_limit_gb},
       {"training.deterministic", &c.training.deterministic},
+      {"training.matmul_search_s", &c.training.matmul_search_s},
       {"eval.every", &c.eval.every},
       {"eval.batches", &c.eval.batches},
       {"log.every", &c.log.every},
@@ -304,6 +305,8 @@ void validate(const Config& cfg, int world) {
   if (t.grad_clip < 0) bad("training.grad_clip", "must be >= 0 (0 = off)");
   if (t.zero_stage < 0 || t.zero_stage > 3) bad("training.zero_stage", "must be 0, 1, 2 or 3");
   if (t.recompute < 0 || t.recompute > 2) bad("training.recompute", "must be 0, 1 or 2");
+  if (!(t.matmul_search_s >= 0 && t.matmul_search_s <= 60))
+    bad("training.matmul_search_s", "must be between 0 and 60 (seconds per matmul shape; 0 = no search)");
   if (t.memory_limit_gb < 0) bad("training.memory_limit_gb", "must be >= 0 (0 = the device's memory)");
   if (t.micro_batch == -1 && t.total_batch_tokens > 0)
     bad("training.micro_batch", "'max' cannot be combined with training.total_batch_tokens (use grad_accum)");

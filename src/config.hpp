@@ -55,6 +55,8 @@ struct TrainingConfig {
   int recompute = 0;               // 0 none, 1 GELU, 2 GELU and LayerNorm
   bool deterministic = false;      // true: bit-reproducible GPU steps (deterministic attention backward,
                                    // cuBLASLt's first-choice algorithms) at some speed; false: fastest
+  float matmul_search_s = 0;       // GPU fast mode: seconds a big matmul's cuBLASLt configurations beyond the
+                                   // heuristic's may be timed on first use; 0 = the heuristic's candidates only
   float memory_limit_gb = 0;       // per-rank budget (GiB) for micro_batch max; 0 = the GPU's memory. On CPU the prediction is checked against it
 };
 

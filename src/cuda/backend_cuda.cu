@@ -58,7 +58,8 @@ class CudaBackend final : public Backend {
     // attention backward, so a run and its resumption compute bit-identical steps. Otherwise the
     // fastest: matmul algorithms timed on first use, attention backward with atomics.
     const bool det = cfg.training.deterministic;
-    lt_ = std::make_unique<kern::CublasLt>(dtype_, lt_ws_, kCublasWorkspaceBytes, /*autotune=*/!det);
+    lt_ = std::make_unique<kern::CublasLt>(dtype_, lt_ws_, kCublasWorkspaceBytes, /*autotune=*/!det,
+                                           det ? 0.0 : double(cfg.training.matmul_search_s));
     attn_ = std::make_unique<kern::CudnnAttention>([this](size_t n) { return alloc(n); },
                                                    [this](void* q) { free(q); }, det);
     sumsq_ = static_cast<double*>(alloc(sizeof(double)));

@@ -528,6 +528,14 @@ void run_checks(const char* prec) {
   guarded([&] { test_adamw(c, 1000003, true); });
   guarded([&] { test_adamw(c, 100001, false); });
   guarded([&] { test_nccl_single(c); });
+  // products of 10 GFLOP and more with the configuration search on: whatever configuration wins computes
+  // the same products
+  Config scfg = cfg;
+  scfg.training.matmul_search_s = 0.2f;
+  auto sgpu = make_cuda_backend(scfg, 0);
+  Ctx sc{*cpu, *sgpu, c.bf16, prec};
+  guarded([&] { test_matmul(sc, 4096, 768, 3072, true, true); });
+  guarded([&] { test_matmul(sc, 4096, 3072, 768, true, false); });
 }
 
 // ---- benchmark: each op at one layer's shapes. Host clock around `reps` back-to-back launches after a

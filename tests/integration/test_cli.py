@@ -45,6 +45,8 @@ def test_unknown_key_names_the_line(tmp_path, train_bin):
     ("training.schedule=exponential", "training.schedule"),
     ("model.n_head=3", "divisible"),
     ("training.micro_batch=0", "training.micro_batch"),
+    ("training.matmul_search_s=-1", "training.matmul_search_s"),
+    ("training.matmul_search_s=61", "training.matmul_search_s"),
 ])
 def test_impossible_configs_fail_before_any_output(tmp_path, train_bin, override, needle):
     y = tiny_yaml(tmp_path)
@@ -198,9 +200,11 @@ checkpoint: {{every: 2}}
 
 def test_speed_and_profiling_switches_are_config_keys(tmp_path, train_bin):
     y = tiny_yaml(tmp_path)
-    p = run_train(["--yaml", y, "--dry-run", "--set", "training.deterministic=true", "--set", "log.op_profile=true"])
+    p = run_train(["--yaml", y, "--dry-run", "--set", "training.deterministic=true", "--set", "log.op_profile=true",
+                   "--set", "training.matmul_search_s=1.5"])
     assert p.returncode == 0, p.stderr
     assert re.search(r"training\.deterministic\s+true", p.stdout) and re.search(r"log\.op_profile\s+true", p.stdout)
+    assert re.search(r"training\.matmul_search_s\s+1\.5", p.stdout)
     p = run_train(["--yaml", y, "--dry-run", "--set", "training.deterministic=sometimes"])
     assert p.returncode == 1 and "training.deterministic" in p.stderr
 
