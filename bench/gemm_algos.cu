@@ -128,12 +128,13 @@ struct Bench {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   }
-  // ms of one product with `algo`; cold: evict L2 before each run
+  // ms of one product with `algo`, the median of `reps` runs after a warm-up; cold: evict L2 before each
+  // run. False when the library refuses the configuration.
   bool time(const Gemm& g, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-            cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t& algo, bool cold, float& ms) {
+            cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t& algo, bool cold, float& ms, int reps = kReps) {
     const float alpha = 1, beta = g.accumulate ? 1 : 0;
     std::vector<float> t;
-    for (int r = 0; r <= kReps; ++r) {
+    for (int r = 0; r <= reps; ++r) {
       if (cold) CUDA_CHECK(cudaMemsetAsync(flush, r, kFlushBytes, s));
       CUDA_CHECK(cudaEventRecord(e0, s));
       if (cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo, ws, kWorkspace, s) !=
@@ -146,21 +147,6 @@ struct Bench {
       if (r > 0) t.push_back(x);  // run 0 warms up
     }
     ms = median(t);
-    return true;
-  }
-  // ms of one warm run after one warm-up; false when the library refuses the configuration at run time
-  bool quick(const Gemm& g, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-             cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t& algo, float& ms) {
-    const float alpha = 1, beta = g.accumulate ? 1 : 0;
-    for (int r = 0; r < 2; ++r) {
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      if (cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo, ws, kWorkspace, s) !=
-          CUBLAS_STATUS_SUCCESS)
-        return false;
-      CUDA_CHECK(cudaEventRecord(e1, s));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-    }
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     return true;
   }
   // ms per product when `count` products run back to back
@@ -364,7 +350,7 @@ void survey(std::string* js, int sustain_ms, const std::string& exhaustive) {
         for (Candidate& c : all) {
           if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(kExhaustiveSeconds)) break;
           ++tried;
-          if (b.quick(g, desc, la, lb, ld, c.algo, c.hot_ms)) timed.push_back(c);
+          if (b.time(g, desc, la, lb, ld, c.algo, false, c.hot_ms, 1)) timed.push_back(c);
         }
         std::sort(timed.begin(), timed.end(),
                   [](const Candidate& x, const Candidate& y) { return x.hot_ms < y.hot_ms; });
