@@ -109,8 +109,11 @@ run_forwarding() {
 }
 
 # run_train ARGS...: runs ./train ARGS on the job's ranks with signal forwarding; 75 (checkpointed) after a
-# USR1 requeues the job so it continues later with --resume. Returns 0 when the run finished or checkpointed,
-# else its status.
+# USR1 requeues the job so it continues later with --resume. A forwarded signal can also reach a rank before
+# it has installed its handler (Slurm may send the time-limit warning up to 60 s early, so just as the job
+# starts); it then dies of it, status 128 + 10. That is during start-up, before any step: the latest
+# checkpoint stands, and the run is stopped as if it had exited 75. Returns 0 when the run finished or
+# stopped, else its status.
 run_train() {
     local launch rc
     [[ "$LAUNCHER" == srun || "$LAUNCHER" == mpirun ]] || { log "LAUNCHER must be srun or mpirun, not '$LAUNCHER'"; return 1; }
@@ -121,15 +124,20 @@ run_train() {
     run_forwarding "${launch[@]}" "$TRAIN_BIN" "$@"
     rc=$?
     log "train exited $rc${STOP_SIGNAL:+ (after SIG$STOP_SIGNAL)}"
+    local stopped="checkpointed"
+    if (( rc == 138 )) && [[ -n "$STOP_SIGNAL" ]]; then
+        stopped="stopped while starting, before any step (the latest checkpoint stands)"
+        rc=75
+    fi
     if (( rc == 75 )); then
         # USR1 (the time-limit warning, or sent by hand) means "continue later": requeue. TERM/INT mean the job
         # is being cancelled, killed at its limit or preempted: requeueing would undo a scancel, and a
         # preemption with PreemptMode=REQUEUE requeues the job by itself.
         if [[ "$STOP_SIGNAL" == TERM || "$STOP_SIGNAL" == INT ]]; then
-            log "checkpointed after SIG$STOP_SIGNAL: not requeued (resubmit to resume)"
+            log "$stopped after SIG$STOP_SIGNAL: not requeued (resubmit to resume)"
         else
             # Said first: a successful requeue cancels this job at once, often before this shell runs on.
-            log "checkpointed; job requeued, it will resume from the checkpoint"
+            log "$stopped; job requeued, it will resume from the checkpoint"
             scontrol requeue "$SLURM_JOB_ID" ||
                 log "scontrol requeue failed: the job was not requeued; resubmit it to resume"
         fi

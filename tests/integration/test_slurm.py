@@ -250,8 +250,9 @@ def test_long_run_checkpoints_requeues_and_resumes(slurm, tmp_path):
 
 
 def test_time_limit_warning_requeues_and_scancel_does_not(slurm, tmp_path):
-    """With --time=1 --signal=B:USR1@40 Slurm itself warns the batch shell about 20 s in: the run checkpoints and
-    the job requeues and resumes. A plain `scancel` (SIGTERM) then checkpoints too but cancels for good."""
+    """With --time=1 --signal=B:USR1@40 Slurm itself warns the batch shell, 0-40 s in (Slurm may send it up to 60 s
+    early): the run checkpoints, or is stopped while starting, and the job requeues and resumes. A plain `scancel`
+    (SIGTERM) then checkpoints too but cancels for good."""
     t0 = time.time()
     y = write_yaml(tmp_path / "long.yaml", LONG.format(out_dir=tmp_path / "runs", steps=100000))
     jid = slurm.run(["sbatch", "--parsable", "--gpus-per-node=0", "--cpus-per-task=1", "--time=1",
@@ -270,8 +271,9 @@ def test_time_limit_warning_requeues_and_scancel_does_not(slurm, tmp_path):
     slurm.run(["scancel", jid])
     st = slurm.wait([jid], 60, "the cancelled job")
     t = text()
-    assert st == {jid: "CANCELLED"} and slurm.job_field(jid, "Restarts") == "1", slurm.report([out])
-    assert "got SIGUSR1" in t and "job requeued" in t, t[-4000:]
+    restarts = int(slurm.job_field(jid, "Restarts") or 0)
+    assert st == {jid: "CANCELLED"} and restarts >= 1, slurm.report([out])
+    assert "got SIGUSR1" in t and t.count("job requeued") == restarts, t[-4000:]
     assert "got SIGTERM" in t and "not requeued" in t, t[-4000:]
     stops = [int(k) for k in re.findall(r"stopped by a signal at step (\d+)", t)]
     assert len(stops) == 2 and 0 < stops[0] < stops[1], t[-4000:]
@@ -281,3 +283,36 @@ def test_time_limit_warning_requeues_and_scancel_does_not(slurm, tmp_path):
     assert log["attrs"]["status"] == "checkpointed"
     np.testing.assert_array_equal(log["step"], np.arange(1, stops[1] + 1))
     print(f"time-limit requeue + scancel: {time.time() - t0:.1f} s (stops at steps {stops})")
+
+
+def test_a_signal_before_the_ranks_can_catch_it_requeues(slurm, tmp_path):
+    """A USR1 that reaches the ranks before they have installed their handler (as when Slurm's early warning
+    comes just as the job starts) kills them, status 138. Nothing was lost, so the job requeues as after a
+    checkpoint instead of failing. The stand-in for train has no handler at all."""
+    stub = tmp_path / "no_handler.sh"
+    stub.write_text("#!/bin/bash\nexec sleep 120\n")
+    stub.chmod(0o755)
+    y = write_yaml(tmp_path / "long.yaml", LONG.format(out_dir=tmp_path / "runs", steps=10))
+    jid = slurm.run(["sbatch", "--parsable", "--gpus-per-node=0", "--cpus-per-task=1", ROOT / "slurm" / "train.sh", y],
+                    cwd=tmp_path, env={"TRAIN_BIN": str(stub)}).stdout.strip().split(";")[0]
+    out = tmp_path / f"slurm-train-{jid}.out"
+
+    def text():
+        return out.read_text(errors="replace") if out.exists() else ""
+
+    def wait_for(cond, seconds, what):
+        deadline = time.time() + seconds
+        while not cond():
+            assert time.time() < deadline, f"{what} within {seconds} s\n" + slurm.report([out])
+            assert slurm.states(jid).get(jid) not in FINAL, "the job ended\n" + slurm.report([out])
+            time.sleep(0.5)
+
+    wait_for(lambda: "running: " in text(), 60, "no launch")
+    time.sleep(2)  # srun has started the stand-in
+    slurm.run(["scancel", "--batch", "--signal=USR1", jid])
+    wait_for(lambda: slurm.job_field(jid, "Restarts") == "1" and text().count("running: ") == 2, 90,
+             "no requeue and restart")
+    t = text()
+    assert "train exited 138 (after SIGUSR1)" in t and "stopped while starting" in t and "job requeued" in t, t
+    slurm.run(["scancel", jid])
+    assert slurm.wait([jid], 60, "the cancelled job") == {jid: "CANCELLED"}, slurm.report([out])
