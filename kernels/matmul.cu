@@ -142,11 +142,12 @@ Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, cudaDataT
   return out;
 }
 
-// The fastest candidate, timed on the call's own operands: every heuristic candidate once after a
-// warm-up, then the variants cuBLASLt accepts (cublasLtMatmulAlgoCheck) the same way for up to
-// search_s seconds, then the kFinalists fastest of all kReps times back to back. An accumulating
-// product's output is saved first and restored after, and its aux/GELU outputs are rewritten by the
-// real call that follows, so timing changes no result. The heuristic's first choice when there is
+// The fastest candidate, timed on the call's own operands. Without a search, each of the heuristic's
+// candidates kReps times after a warm-up. With one, every heuristic candidate once after a warm-up, then
+// the variants cuBLASLt accepts (cublasLtMatmulAlgoCheck) the same way for up to search_s seconds, then
+// the kFinalists fastest of all kReps times. An accumulating product's output is saved first and
+// restored after, and its aux/GELU outputs are rewritten by the real call that follows, so timing
+// changes no result. The heuristic's first choice when there is
 // nothing to choose from or no memory for the saved output.
 cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, size_t elem_bytes, void* workspace,
@@ -184,7 +185,7 @@ cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   };
   std::vector<std::pair<float, const cublasLtMatmulAlgo_t*>> first;  // (ms, candidate)
   for (const cublasLtMatmulAlgo_t& a : cands.heuristic) {
-    const float ms = time(a, 1);
+    const float ms = cands.variants.empty() ? 0.0f : time(a, 1);  // no search: every one is a finalist
     if (ms >= 0) first.emplace_back(ms, &a);
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -199,7 +200,7 @@ cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   }
   cudaGetLastError();  // a refused configuration may leave an error behind
   std::sort(first.begin(), first.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-  if (first.size() > kFinalists) first.resize(kFinalists);
+  if (!cands.variants.empty() && first.size() > kFinalists) first.resize(kFinalists);
   const cublasLtMatmulAlgo_t* best = &cands.heuristic[0];
   float best_ms = -1;
   for (const auto& f : first) {

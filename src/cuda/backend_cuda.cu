@@ -59,7 +59,7 @@ class CudaBackend final : public Backend {
     // fastest: matmul algorithms timed on first use, attention backward with atomics.
     const bool det = cfg.training.deterministic;
     lt_ = std::make_unique<kern::CublasLt>(dtype_, lt_ws_, kCublasWorkspaceBytes, /*autotune=*/!det,
-                                           det ? 0.0 : double(cfg.training.matmul_search_s));
+                                           double(cfg.training.matmul_search_s));
     attn_ = std::make_unique<kern::CudnnAttention>([this](size_t n) { return alloc(n); },
                                                    [this](void* q) { free(q); }, det);
     sumsq_ = static_cast<double*>(alloc(sizeof(double)));
