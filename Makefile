@@ -48,7 +48,7 @@ endif
 
 TEST_SRC := $(wildcard tests/cpu/test_*.cpp) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.cpp))
 TEST_BIN := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_SRC))
-BENCH_BIN := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/gemm_algos)
+BENCH_BIN := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/gemm_algos $(BUILD)/bench/attention_plans)
 
 .PHONY: all test clean quickstart
 all: $(BIN) $(TEST_BIN) $(BENCH_BIN)
@@ -67,7 +67,9 @@ $(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 
-$(BUILD)/bench/gemm_algos: $(BUILD)/cu/bench/gemm_algos.o $(CORE_OBJ) $(CU_OBJ)
+# kept: scripts/bundle.sh relinks the benchmarks from their objects
+.PRECIOUS: $(BUILD)/cu/bench/%.o
+$(BUILD)/bench/%: $(BUILD)/cu/bench/%.o $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 

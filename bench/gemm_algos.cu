@@ -440,18 +440,6 @@ void survey(std::string* js, int sustain_ms, const std::string& exhaustive) {
   if (js) appendf(*js, "\n]}\n");
 }
 
-// text -> path, through path.tmp and a rename: the file is whole or absent
-void write_whole(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw gpt::input_error("cannot write '" + tmp + "'");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw gpt::input_error("cannot write '" + path + "'");
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -493,7 +481,7 @@ int main(int argc, char** argv) {
   try {
     std::string js;
     survey(json_path.empty() ? nullptr : &js, sustain_ms, exhaustive);
-    if (!json_path.empty()) write_whole(json_path, js);
+    if (!json_path.empty()) gpt::write_file_whole(json_path, js);
   } catch (const gpt::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.code();

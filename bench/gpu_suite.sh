@@ -3,8 +3,8 @@
 # throughput benchmark against PyTorch and the checkpoint throughput of GPT-2 1558M; optionally the ZeRO
 # sweeps on 1, 2, 4 and 8 GPUs (as many as there are) with their scaling table.
 #   OUT=gpu_out bash bench/gpu_suite.sh [tests|bench|ckpt|scaling]...     (default: tests bench ckpt)
-# Expects ./train, build/tests/gpu/test_* and build/bench/gemm_algos built (make), python3 with h5py,
-# pytest and torch.
+# Expects ./train, build/tests/gpu/test_*, build/bench/gemm_algos and build/bench/attention_plans built
+# (make), python3 with h5py, pytest and torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
@@ -29,6 +29,8 @@ if [[ $parts == *bench* ]]; then
   # cuBLASLt's algorithms for every product of the step, against the trainer's choice, in short runs
   # and (the top 5) run for 150 ms each at the power limit
   timeout 400 build/bench/gemm_algos --sustain 150 --json "$OUT/gemm_algos.json" 2>&1 | tee "$OUT/gemm_algos.txt" | tail -n 6
+  # cuDNN's attention plans (knobs included) against the heuristic's first, which the trainer runs
+  timeout 200 build/bench/attention_plans --knobs --json "$OUT/attention_plans.json" 2>&1 | tee "$OUT/attention_plans.txt" | tail -n 6
 fi
 if [[ $parts == *ckpt* ]]; then
   # 1558M checkpoint: write at step 2, then a resumed run reads it; the trainer prints size, time, GB/s

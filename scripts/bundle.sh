@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A relocatable copy of the built binaries, for a GPU node that has the NVIDIA driver, the CUDA libraries
 # (cuBLASLt, cuDNN, NCCL) and OpenMPI but not this project's build dependencies. ./train, the GPU test
-# programs and the cuBLASLt survey are relinked from the objects `make` built, with the Makefile's own
+# programs and the cuBLASLt and cuDNN surveys are relinked from the objects `make` built, with the Makefile's own
 # flags except that OpenBLAS is linked in statically, and host debug information is stripped; the shared
 # libraries that a CUDA + MPI image may lack (yaml-cpp, Boost.Program_options, HDF5, the GCC runtimes) are
 # copied into DIR/lib. DIR must not exist yet; it appears whole or not at all.
@@ -37,7 +37,9 @@ link() {  # output name, inputs...
 }
 link train "$BUILD/main.o"
 for t in tests/gpu/test_*.cpp; do link "$(basename "${t%.cpp}")" "$t"; done
-if [[ -f $BUILD/cu/bench/gemm_algos.o ]]; then link gemm_algos "$BUILD/cu/bench/gemm_algos.o"; fi
+for b in gemm_algos attention_plans; do
+  if [[ -f $BUILD/cu/bench/$b.o ]]; then link "$b" "$BUILD/cu/bench/$b.o"; fi
+done
 
 # the non-system libraries the binaries load, by soname, resolved here
 pattern='yaml-cpp|boost_program_options|hdf5|libsz|libaec|gfortran|quadmath|gomp'

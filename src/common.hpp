@@ -42,6 +42,9 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// text -> path, through path.tmp and a rename: the file is whole or absent (input_error if it cannot be)
+void write_file_whole(const std::string& path, const std::string& text);
+
 [[noreturn]] void throw_check_failure(const char* lib, const char* call, const std::string& detail,
                                       const char* file, int line, ExitCode code = kExitFailure);
 

@@ -60,6 +60,34 @@ def test_gemm_algos_rejects_unknown_arguments():
         assert "usage:" in p.stderr
 
 
+ATTENTION_PLANS = ROOT / "build/bench/attention_plans"
+
+
+def test_attention_plans_rejects_bad_arguments():
+    if not ATTENTION_PLANS.exists():
+        pytest.skip("SKIP: build/bench/attention_plans not built (CPU-only build)")
+    for args in (["--bogus"], ["--json"], ["--shapes"]):
+        p = subprocess.run([str(ATTENTION_PLANS), *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1, (args, p.stdout, p.stderr)
+        assert "usage:" in p.stderr
+    for shapes in ("64:1024:12", "64:1024:12:0", "a:b:c:d", "64:1024:12:64x", ""):
+        p = subprocess.run([str(ATTENTION_PLANS), "--shapes", shapes], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1, (shapes, p.stdout, p.stderr)
+        assert "--shapes" in p.stderr
+
+
+def test_attention_plans_without_gpu_skips_and_writes_nothing(tmp_path):
+    if not ATTENTION_PLANS.exists():
+        pytest.skip("SKIP: build/bench/attention_plans not built (CPU-only build)")
+    if has_gpu():
+        pytest.skip("GPU present: the survey runs in bench/gpu_suite.sh")
+    out = tmp_path / "plans.json"
+    p = subprocess.run([str(ATTENTION_PLANS), "--json", str(out)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "SKIP: no CUDA device" in p.stdout
+    assert not out.exists() and not (tmp_path / "plans.json.tmp").exists()
+
+
 def test_gemm_algos_without_gpu_skips_and_writes_nothing(tmp_path):
     if not GEMM_ALGOS.exists():
         pytest.skip("SKIP: build/bench/gemm_algos not built (CPU-only build)")
