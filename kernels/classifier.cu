@@ -142,8 +142,6 @@ __global__ void __launch_bounds__(kThreads) classifier_kernel(ClassifierArgs<X> 
 constexpr int kRowThreads = 512;
 constexpr size_t kRowSmemMax = 110 * 1024;  // two rows per SM
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
 __global__ void __launch_bounds__(kRowThreads) classifier_row_smem_kernel(ClassifierArgs<bf16> a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bar;
@@ -151,25 +149,15 @@ __global__ void __launch_bounds__(kRowThreads) classifier_row_smem_kernel(Classi
   constexpr int V = 8;
   bf16* row = reinterpret_cast<bf16*>(smem_raw);
   bf16* x = a.logits + size_t(blockIdx.x) * a.Vp;
-  const uint32_t bytes = uint32_t(a.Vp) * 2, b_addr = smem_addr(&bar);
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b_addr));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  const uint32_t bytes = uint32_t(a.Vp) * 2;
+  if (threadIdx.x == 0) mbar_init(&bar, 1);
   __syncthreads();
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b_addr), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(row)),
-                 "l"(x), "r"(bytes), "r"(b_addr)
-                 : "memory");
+    mbar_arrive_expect_tx(&bar, bytes);
+    bulk_load(row, x, bytes, &bar);
   }
   const int target = a.targets[blockIdx.x];
-  for (uint32_t done = 0; !done;)
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done)
-                 : "r"(b_addr)
-                 : "memory");
+  mbar_wait(&bar, 0);
   const float target_logit = to_f(row[target]);  // before any thread can overwrite the row in pass two
 
   // pass one, from shared memory: running (max, sum) in base 2
@@ -205,15 +193,9 @@ __global__ void __launch_bounds__(kRowThreads) classifier_row_smem_kernel(Classi
     }
     stv<bf16, V>(row + c, g);
   }
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes -> the bulk copy
+  fence_proxy_async_smem();  // the threads' writes -> the bulk copy
   __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(x), "r"(smem_addr(row)),
-                 "r"(bytes)
-                 : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // shared memory stays until read
-  }
+  if (threadIdx.x == 0) bulk_store_wait_read(x, row, bytes);  // shared memory stays until read
 }
 }  // namespace
 

@@ -1,7 +1,10 @@
 // LayerNorm (eps 1e-5). Forward: one warp per row, three passes over the row (mean, centred variance,
 // normalise); the second and third hit L1. The residual variant computes residual = a + b in pass one,
 // rounds it to X, stores it and normalises the stored value (what the backward pass will see).
-// Backward, deterministic: see layernorm_bwd_kernel.
+// Backward, deterministic: see layernorm_bwd_kernel and, for bf16 rows of a multiple of 8 columns (the
+// trainer's), layernorm_bwd_tma_kernel.
+#include <type_traits>
+
 #include "cuda/cuda_check.cuh"
 #include "ops.cuh"
 
@@ -162,6 +165,124 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
   }
 }
 
+// The pipelined backward for bf16 rows whose width is a multiple of 8 (every GPT-2 width): the same
+// arithmetic, groups and fixed summation orders as above, but the rows' dout, inp and dinp come into
+// shared memory by bulk asynchronous copies (TMA), `stages` iterations of R rows ahead, one mbarrier a
+// stage. While a block computes one iteration, the copies of the next stages - 1 are in flight, so HBM
+// sees a steady stream of loads without threads holding them. A thread owns one vector of its group's
+// rows (C up to 8192); dinp is stored from registers, the dw, db (and dinp column sum) partials stay in
+// registers and w is read once. At the end the R groups' partials go through the (then free) stage
+// buffers into the block's row of scratch, as above.
+// The rows' mean and rstd are loaded one iteration ahead, into registers (their latency would otherwise
+// stall every iteration).
+constexpr int kMaxStages = 8;
+__global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArgs<bf16> a, int tpr, int stages) {
+  constexpr int V = 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bar[kMaxStages];
+  __shared__ float red[2][2][32];
+  bf16* stage_buf = reinterpret_cast<bf16*>(smem_raw);
+  const bool colsum = a.dinp_colsum != nullptr;
+  const int R = blockDim.x / tpr, r = threadIdx.x / tpr, t = threadIdx.x % tpr;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wpr = tpr / 32;
+  const int C = a.C, N = a.N, nvec = C / V;
+  const size_t tensor_elems = size_t(R) * C;  // one tensor's rows in a stage; a stage: dout, inp, dinp
+  auto buf = [&](int stage, int which) { return stage_buf + (size_t(stage) * 3 + which) * tensor_elems; };
+  auto first_row = [&](int it) { return (long(blockIdx.x) + long(it) * gridDim.x) * R; };
+  // thread 0: the copies of iteration it's rows into its stage
+  auto issue = [&](int it) {
+    const long base = first_row(it);
+    if (base >= N) return;
+    const int stage = it % stages;
+    const uint32_t bytes = uint32_t(std::min<long>(R, N - base) * C * 2);
+    mbar_arrive_expect_tx(&bar[stage], 3 * bytes);
+    bulk_load(buf(stage, 0), a.dout + base * C, bytes, &bar[stage]);
+    bulk_load(buf(stage, 1), a.inp + base * C, bytes, &bar[stage]);
+    bulk_load(buf(stage, 2), a.dinp + base * C, bytes, &bar[stage]);
+  };
+  if (threadIdx.x == 0)
+    for (int st = 0; st < stages; ++st) mbar_init(&bar[st], 1);
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int it = 0; it < stages; ++it) issue(it);
+
+  const int i = t;  // this thread's vector of its group's rows
+  Vec<bf16, V> wv;
+  if (i < nvec) wv = ldv<bf16, V>(a.w + size_t(i) * V);
+  float acc_w[V], acc_b[V], acc_r[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc_w[j] = 0.0f, acc_b[j] = 0.0f, acc_r[j] = 0.0f;
+  float mean_next = 0.0f, rstd_next = 0.0f;
+  if (first_row(0) + r < N) mean_next = a.mean[first_row(0) + r], rstd_next = a.rstd[first_row(0) + r];
+  for (int it = 0; first_row(it) < N; ++it) {
+    const int stage = it % stages, parity = it & 1;
+    const long row = first_row(it) + r;
+    const bool live = row < N;  // every thread still takes part in the barrier
+    const float mean = mean_next, rstd = rstd_next;
+    if (first_row(it + 1) + r < N) mean_next = a.mean[first_row(it + 1) + r], rstd_next = a.rstd[first_row(it + 1) + r];
+    const bf16* g_row = buf(stage, 0) + size_t(r) * C;
+    const bf16* x_row = buf(stage, 1) + size_t(r) * C;
+    const bf16* d_row = buf(stage, 2) + size_t(r) * C;
+    mbar_wait(&bar[stage], uint32_t(it / stages) & 1u);
+    float s_dn = 0.0f, s_dnx = 0.0f;
+    if (live && i < nvec) {
+      const Vec<bf16, V> g = ldv<bf16, V>(g_row + i * V), x = ldv<bf16, V>(x_row + i * V);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float dn = to_f(g.v[j]) * to_f(wv.v[j]);
+        s_dn += dn;
+        s_dnx += dn * (to_f(x.v[j]) - mean) * rstd;
+      }
+    }
+    s_dn = warp_sum(s_dn);
+    s_dnx = warp_sum(s_dnx);
+    if (lane == 0) red[parity][0][warp] = s_dn, red[parity][1][warp] = s_dnx;
+    __syncthreads();
+    // every thread is past iteration it - 1: its stage can take iteration it - 1 + stages
+    if (threadIdx.x == 0 && it > 0) issue(it - 1 + stages);
+    if (!live) continue;
+    s_dn = 0.0f, s_dnx = 0.0f;
+    for (int q = r * wpr; q < (r + 1) * wpr; ++q) s_dn += red[parity][0][q], s_dnx += red[parity][1][q];
+    s_dn /= C;
+    s_dnx /= C;
+    if (i < nvec) {
+      const Vec<bf16, V> g = ldv<bf16, V>(g_row + i * V), x = ldv<bf16, V>(x_row + i * V);
+      Vec<bf16, V> di = ldv<bf16, V>(d_row + i * V);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float gk = to_f(g.v[j]);
+        const float xhat = (to_f(x.v[j]) - mean) * rstd;
+        const float d = to_f(di.v[j]) + (gk * to_f(wv.v[j]) - s_dn - xhat * s_dnx) * rstd;
+        di.v[j] = from_f<bf16>(d);
+        acc_w[j] += gk * xhat;
+        acc_b[j] += gk;
+        acc_r[j] += d;
+      }
+      stv<bf16, V>(a.dinp + size_t(row) * C + size_t(i) * V, di);
+    }
+  }
+  // every copy issued has been waited for: the stage buffers are free for the R groups' partial sums
+  const int NS = colsum ? 3 : 2;
+  float* part_sm = reinterpret_cast<float*>(smem_raw);  // (R, NS, C)
+  __syncthreads();
+  if (i < nvec) {
+    float* p = part_sm + size_t(r) * NS * C + size_t(i) * V;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      p[j] = acc_w[j];
+      p[C + j] = acc_b[j];
+      if (colsum) p[2 * C + j] = acc_r[j];
+    }
+  }
+  __syncthreads();
+  float* part = a.scratch + size_t(blockIdx.x) * NS * C;
+  for (int c = threadIdx.x; c < NS * C; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int q = 0; q < R; ++q) acc += part_sm[size_t(q) * NS * C + c];
+    part[c] = acc;
+  }
+}
+
 struct BwdGrid {
   int tpr, rows, blocks, k;  // threads per row, rows per block, blocks, vectors per thread
   size_t smem;               // dynamic shared memory bytes
@@ -187,6 +308,34 @@ BwdGrid bwd_grid(int N, int C, int V, int sums, int num_sms) {
   const long per_sm = std::max<long>(1, std::min<long>({65536 / regs, 2048 / threads, long(kSmemPerSm / smem)}));
   const long blocks = std::max<long>(1, std::min<long>(ceil_div(N, rows), per_sm * num_sms));
   return {tpr, rows, int(blocks), k, smem};
+}
+// The pipelined kernel's grid (ok false: the rows do not fit, use bwd_grid's kernel) and stages. Rows
+// per block as above, fewer if 4 stages of them would pass 100 KB (two blocks an SM); then as many
+// stages (4-8) as fit in those 100 KB, or 200 KB for a single row.
+constexpr size_t kTmaSmemTarget = 100 * 1024;
+struct TmaGrid {
+  BwdGrid g;
+  int stages;
+};
+TmaGrid tma_grid(int N, int C, int num_sms, bool* ok) {
+  const int nvec = C / 8;
+  *ok = C % 8 == 0 && nvec <= 1024;
+  if (!*ok) return {};
+  const int tpr = int(ceil_div(nvec, 32) * 32);
+  int rows = std::max(1, kBwdThreads / tpr);
+  const size_t row_bytes = 3 * size_t(C) * sizeof(bf16);  // dout, inp and dinp of a row
+  while (rows > 1 && 4 * rows * row_bytes > kTmaSmemTarget) --rows;
+  const size_t budget = 4 * rows * row_bytes > kTmaSmemTarget ? kSmemPerSm : kTmaSmemTarget;
+  const int stages = int(std::min<size_t>(kMaxStages, budget / (rows * row_bytes)));
+  *ok = stages >= 2;
+  if (!*ok) return {};
+  const size_t smem = size_t(stages) * rows * row_bytes;
+  const int threads = rows * tpr;
+  // __launch_bounds__(1024): at most 64 registers a thread
+  const long per_sm = std::max<long>(
+      1, std::min<long>({2048 / threads, 65536 / (64L * threads), long(kSmemPerSm / (smem + 1024))}));
+  const long blocks = std::max<long>(1, std::min<long>(ceil_div(N, rows), per_sm * num_sms));
+  return {{tpr, rows, int(blocks), 1, smem}, stages};
 }
 // the vector width the launcher will use for these arguments
 template <class X>
@@ -241,11 +390,20 @@ void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
 }
 
 size_t layernorm_bwd_scratch_bytes(int N, int C, int num_sms) {
-  // the block count depends on the vector width and the sums chosen at launch: reserve for the most
-  int blocks = 0;
+  // the block count depends on the kernel, the vector width and the sums chosen at launch: reserve for
+  // the most
+  bool tma = false;
+  int blocks = tma_grid(N, C, num_sms, &tma).g.blocks;
   for (int v : {1, kVec16<bf16>})
     for (int sums : {2, 3}) blocks = std::max(blocks, bwd_grid(N, C, v, sums, num_sms).blocks);
   return size_t(blocks) * 3 * C * sizeof(float);
+}
+
+void launch_tma(const LayerNormBwdArgs<bf16>& a, const TmaGrid& t, cudaStream_t s) {
+  auto kernel = layernorm_bwd_tma_kernel;
+  if (t.g.smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.g.smem)));
+  kernel<<<t.g.blocks, t.g.rows * t.g.tpr, t.g.smem, s>>>(a, t.g.tpr, t.stages);
 }
 
 template <class X>
@@ -253,14 +411,25 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
   const int v = bwd_vec(a);
   const int sums = a.dinp_colsum ? 3 : 2;
-  const BwdGrid grid = bwd_grid(a.N, a.C, v, sums, a.num_sms);
-  if (ceil_div(a.C / v, grid.k) > 1024 || grid.smem > 200 * 1024)
-    throw Error(kExitBadInput, "layernorm backward: C = " + std::to_string(a.C) + " is wider than supported (" +
-                                   std::to_string(1024 * kMaxVecsPerThread * v) + ")");
-  if (v == V)
-    launch_bwd<X, V>(a, grid, s);
-  else
-    launch_bwd<X, 1>(a, grid, s);
+  bool tma = false;
+  const TmaGrid tgrid = tma_grid(a.N, a.C, a.num_sms, &tma);
+  BwdGrid grid = tgrid.g;
+  if constexpr (std::is_same_v<X, bf16>) {
+    tma = tma && v == V;
+    if (tma) launch_tma(a, tgrid, s);
+  } else {
+    tma = false;
+  }
+  if (!tma) {
+    grid = bwd_grid(a.N, a.C, v, sums, a.num_sms);
+    if (ceil_div(a.C / v, grid.k) > 1024 || grid.smem > 200 * 1024)
+      throw Error(kExitBadInput, "layernorm backward: C = " + std::to_string(a.C) + " is wider than supported (" +
+                                     std::to_string(1024 * kMaxVecsPerThread * v) + ")");
+    if (v == V)
+      launch_bwd<X, V>(a, grid, s);
+    else
+      launch_bwd<X, 1>(a, grid, s);
+  }
   CUDA_CHECK_LAUNCH();
   // dw, db += the sum of the blocks' partial rows (dw's C columns, then db's); then dinp's column sums
   const int ld = sums * a.C;

@@ -509,6 +509,10 @@ void run_checks(const char* prec) {
   guarded([&] { test_layernorm(c, 300, 768); });
   guarded([&] { test_layernorm(c, 64, 1600); });
   guarded([&] { test_layernorm(c, 16, 2052); });  // bf16: unaligned width, several vectors per thread
+  // bf16 backward, the pipelined kernel: many iterations a block, a partial last one, 16 rows a block
+  guarded([&] { test_layernorm(c, 4099, 768); });
+  guarded([&] { test_layernorm(c, 1031, 1600); });
+  guarded([&] { test_layernorm(c, 333, 64); });
   guarded([&] { test_matmul(c, 97, 264, 136, true, false); });
   guarded([&] { test_matmul(c, 97, 264, 136, true, true); });  // fused GELU epilogues
   guarded([&] { test_matmul(c, 97, 257, 131, true, true); });  // odd sizes: GELU/DGELU fall back to kernels
