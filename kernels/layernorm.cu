@@ -348,9 +348,10 @@ int bwd_vec(const LayerNormBwdArgs<X>& a) {
 }
 template <class X, int V, int K>
 void launch_bwd_k(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) {
+  // always: above 48 KB of static plus dynamic shared memory a launch needs it, whatever the launch
+  // before asked for
   auto kernel = layernorm_bwd_kernel<X, V, K>;
-  if (g.smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem)));
   kernel<<<g.blocks, g.rows * g.tpr, g.smem, s>>>(a, g.tpr);
 }
 template <class X, int V>
@@ -400,9 +401,8 @@ size_t layernorm_bwd_scratch_bytes(int N, int C, int num_sms) {
 }
 
 void launch_tma(const LayerNormBwdArgs<bf16>& a, const TmaGrid& t, cudaStream_t s) {
-  auto kernel = layernorm_bwd_tma_kernel;
-  if (t.g.smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.g.smem)));
+  auto kernel = layernorm_bwd_tma_kernel;  // the attribute always, as above
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.g.smem)));
   kernel<<<t.g.blocks, t.g.rows * t.g.tpr, t.g.smem, s>>>(a, t.g.tpr, t.stages);
 }
 
