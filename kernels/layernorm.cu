@@ -62,6 +62,42 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
   }
 }
 
+// The backward's per-vector arithmetic, shared by both kernels. Pass one: the vector's share of its
+// row's two sums, of dn = dout * w and of dn * xhat.
+template <class X, int V>
+__device__ __forceinline__ void bwd_row_sums(const Vec<X, V>& g, const Vec<X, V>& x, const Vec<X, V>& wv,
+                                             float mean, float rstd, float& s_dn, float& s_dnx) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float dn = to_f(g.v[j]) * to_f(wv.v[j]);
+    s_dn += dn;
+    s_dnx += dn * (to_f(x.v[j]) - mean) * rstd;
+  }
+}
+// Pass two, from the row's means of those sums: di += the input gradient (rounded to X), and each
+// column's dw, db and updated-dinp terms (fp32, before rounding) handed to acc(j, dw, db, d).
+template <class X, int V, class Acc>
+__device__ __forceinline__ void bwd_vector(const Vec<X, V>& g, const Vec<X, V>& x, const Vec<X, V>& wv,
+                                           Vec<X, V>& di, float mean, float rstd, float m_dn, float m_dnx,
+                                           Acc&& acc) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float gk = to_f(g.v[j]);
+    const float xhat = (to_f(x.v[j]) - mean) * rstd;
+    const float d = to_f(di.v[j]) + (gk * to_f(wv.v[j]) - m_dn - xhat * m_dnx) * rstd;
+    di.v[j] = from_f<X>(d);
+    acc(j, gk * xhat, gk, d);
+  }
+}
+// The row's means of the two sums: its group's warps' sums (red[0][warp], red[1][warp]) in order.
+__device__ __forceinline__ void bwd_row_means(const float (&red)[2][32], int r, int wpr, int C, float& m_dn,
+                                              float& m_dnx) {
+  m_dn = 0.0f, m_dnx = 0.0f;
+  for (int q = r * wpr; q < (r + 1) * wpr; ++q) m_dn += red[0][q], m_dnx += red[1][q];
+  m_dn /= C;
+  m_dnx /= C;
+}
+
 // Backward: a block works on R rows at a time, one group of `tpr` threads (whole warps) per row; each
 // thread owns K vectors of V columns of its group's rows, so a row is read once (dout, inp, dinp) and
 // dinp written once. Each row's two sums go through its group's warps in a fixed order (double-
@@ -114,13 +150,7 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
       if (live && i < nvec) {
         const Vec<X, V> g = ldv<X, V>(a.dout + off + size_t(i) * V), x = ldv<X, V>(a.inp + off + size_t(i) * V);
         di[k] = ldv<X, V>(a.dinp + off + size_t(i) * V);
-        const Vec<X, V> wv = ldv<X, V>(a.w + size_t(i) * V);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float dn = to_f(g.v[j]) * to_f(wv.v[j]);
-          s_dn += dn;
-          s_dnx += dn * (to_f(x.v[j]) - mean) * rstd;
-        }
+        bwd_row_sums<X, V>(g, x, ldv<X, V>(a.w + size_t(i) * V), mean, rstd, s_dn, s_dnx);
       }
     }
     s_dn = warp_sum(s_dn);
@@ -128,27 +158,19 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
     if (lane == 0) red[parity][0][warp] = s_dn, red[parity][1][warp] = s_dnx;
     __syncthreads();
     if (!live) continue;
-    s_dn = 0.0f, s_dnx = 0.0f;
-    for (int q = r * wpr; q < (r + 1) * wpr; ++q) s_dn += red[parity][0][q], s_dnx += red[parity][1][q];
-    s_dn /= C;
-    s_dnx /= C;
+    bwd_row_means(red[parity], r, wpr, C, s_dn, s_dnx);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int i = t + k * tpr;
       if (i < nvec) {
         // dout and inp again: this thread's own loads from before the barrier, still in L1
         const Vec<X, V> g = ldv<X, V>(a.dout + off + size_t(i) * V), x = ldv<X, V>(a.inp + off + size_t(i) * V);
-        const Vec<X, V> wv = ldv<X, V>(a.w + size_t(i) * V);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float gk = to_f(g.v[j]);
-          const float xhat = (to_f(x.v[j]) - mean) * rstd;
-          const float d = to_f(di[k].v[j]) + (gk * to_f(wv.v[j]) - s_dn - xhat * s_dnx) * rstd;
-          di[k].v[j] = from_f<X>(d);
-          acc_w[i * P + j] += gk * xhat;
-          acc_b[i * P + j] += gk;
-          if (colsum) acc_r[i * P + j] += d;
-        }
+        bwd_vector<X, V>(g, x, ldv<X, V>(a.w + size_t(i) * V), di[k], mean, rstd, s_dn, s_dnx,
+                         [&](int j, float dw, float db, float d) {
+                           acc_w[i * P + j] += dw;
+                           acc_b[i * P + j] += db;
+                           if (colsum) acc_r[i * P + j] += d;
+                         });
         stv<X, V>(a.dinp + off + size_t(i) * V, di[k]);
       }
     }
@@ -226,13 +248,7 @@ __global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArg
     mbar_wait(&bar[stage], uint32_t(it / stages) & 1u);
     float s_dn = 0.0f, s_dnx = 0.0f;
     if (live && i < nvec) {
-      const Vec<bf16, V> g = ldv<bf16, V>(g_row + i * V), x = ldv<bf16, V>(x_row + i * V);
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float dn = to_f(g.v[j]) * to_f(wv.v[j]);
-        s_dn += dn;
-        s_dnx += dn * (to_f(x.v[j]) - mean) * rstd;
-      }
+      bwd_row_sums<bf16, V>(ldv<bf16, V>(g_row + i * V), ldv<bf16, V>(x_row + i * V), wv, mean, rstd, s_dn, s_dnx);
     }
     s_dn = warp_sum(s_dn);
     s_dnx = warp_sum(s_dnx);
@@ -241,23 +257,15 @@ __global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArg
     // every thread is past iteration it - 1: its stage can take iteration it - 1 + stages
     if (threadIdx.x == 0 && it > 0) issue(it - 1 + stages);
     if (!live) continue;
-    s_dn = 0.0f, s_dnx = 0.0f;
-    for (int q = r * wpr; q < (r + 1) * wpr; ++q) s_dn += red[parity][0][q], s_dnx += red[parity][1][q];
-    s_dn /= C;
-    s_dnx /= C;
+    bwd_row_means(red[parity], r, wpr, C, s_dn, s_dnx);
     if (i < nvec) {
-      const Vec<bf16, V> g = ldv<bf16, V>(g_row + i * V), x = ldv<bf16, V>(x_row + i * V);
       Vec<bf16, V> di = ldv<bf16, V>(d_row + i * V);
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float gk = to_f(g.v[j]);
-        const float xhat = (to_f(x.v[j]) - mean) * rstd;
-        const float d = to_f(di.v[j]) + (gk * to_f(wv.v[j]) - s_dn - xhat * s_dnx) * rstd;
-        di.v[j] = from_f<bf16>(d);
-        acc_w[j] += gk * xhat;
-        acc_b[j] += gk;
-        acc_r[j] += d;
-      }
+      bwd_vector<bf16, V>(ldv<bf16, V>(g_row + i * V), ldv<bf16, V>(x_row + i * V), wv, di, mean, rstd, s_dn, s_dnx,
+                          [&](int j, float dw, float db, float d) {
+                            acc_w[j] += dw;
+                            acc_b[j] += db;
+                            acc_r[j] += d;
+                          });
       stv<bf16, V>(a.dinp + size_t(row) * C + size_t(i) * V, di);
     }
   }

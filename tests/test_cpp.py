@@ -76,25 +76,14 @@ def test_attention_plans_rejects_bad_arguments():
         assert "--shapes" in p.stderr
 
 
-def test_attention_plans_without_gpu_skips_and_writes_nothing(tmp_path):
-    if not ATTENTION_PLANS.exists():
-        pytest.skip("SKIP: build/bench/attention_plans not built (CPU-only build)")
+@pytest.mark.parametrize("survey", [GEMM_ALGOS, ATTENTION_PLANS], ids=["gemm_algos", "attention_plans"])
+def test_gpu_survey_without_gpu_skips_and_writes_nothing(tmp_path, survey):
+    if not survey.exists():
+        pytest.skip(f"SKIP: build/bench/{survey.name} not built (CPU-only build)")
     if has_gpu():
         pytest.skip("GPU present: the survey runs in bench/gpu_suite.sh")
-    out = tmp_path / "plans.json"
-    p = subprocess.run([str(ATTENTION_PLANS), "--json", str(out)], capture_output=True, text=True, timeout=60)
+    out = tmp_path / "survey.json"
+    p = subprocess.run([str(survey), "--json", str(out)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "SKIP: no CUDA device" in p.stdout
-    assert not out.exists() and not (tmp_path / "plans.json.tmp").exists()
-
-
-def test_gemm_algos_without_gpu_skips_and_writes_nothing(tmp_path):
-    if not GEMM_ALGOS.exists():
-        pytest.skip("SKIP: build/bench/gemm_algos not built (CPU-only build)")
-    if has_gpu():
-        pytest.skip("GPU present: the survey runs in bench/gpu_suite.sh")
-    out = tmp_path / "algos.json"
-    p = subprocess.run([str(GEMM_ALGOS), "--json", str(out)], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    assert "SKIP: no CUDA device" in p.stdout
-    assert not out.exists() and not (tmp_path / "algos.json.tmp").exists()
+    assert not out.exists() and not (tmp_path / "survey.json.tmp").exists()
