@@ -68,7 +68,7 @@ $(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp)
 	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 
 # kept: scripts/bundle.sh relinks the benchmarks from their objects
-.PRECIOUS: $(BUILD)/cu/bench/%.o
+.PRECIOUS: $(BUILD)/cu/%.o
 $(BUILD)/bench/%: $(BUILD)/cu/bench/%.o $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
