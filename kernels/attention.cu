@@ -89,11 +89,10 @@ std::string graph_label(const char* dir, const AttentionShape& s) {
 }  // namespace
 
 struct CudnnAttention::Impl {
-  // a built graph and the plan that runs it (-1: the heuristic's, or not tuned yet)
+  // a built graph and the plan that runs it (-1: the heuristic's, or, when tuning, not chosen yet)
   struct Entry {
     GraphPtr g;
     int64_t plan = -1;
-    bool tuned = false;
   };
   static constexpr int kTuneReps = 5;
 
@@ -120,7 +119,7 @@ struct CudnnAttention::Impl {
   void execute(Entry& e, const char* dir, const AttentionShape& sh, std::unordered_map<int64_t, void*>& pack,
                cudaStream_t s) {
     CUDNN_CHECK(cudnnSetStream(handle, s));
-    if (tune != AttentionTune::kHeuristic && !e.tuned) choose(e, graph_label(dir, sh), pack, s);
+    if (tune != AttentionTune::kHeuristic && e.plan < 0) choose(e, graph_label(dir, sh), pack, s);
     if (e.plan < 0)
       CUDNN_CHECK(e.g->execute(handle, pack, ws));
     else
@@ -128,7 +127,6 @@ struct CudnnAttention::Impl {
   }
 
   void choose(Entry& e, const std::string& label, std::unordered_map<int64_t, void*>& pack, cudaStream_t s) {
-    e.tuned = true;
     const int64_t n = e.g->get_execution_plan_count();
     int64_t most = 0;
     for (int64_t i = 0; i < n; ++i) {

@@ -3,6 +3,7 @@
 // rounds it to X, stores it and normalises the stored value (what the backward pass will see).
 // Backward, deterministic: see layernorm_bwd_kernel and, for bf16 rows of a multiple of 8 columns (the
 // trainer's), layernorm_bwd_tma_kernel.
+#include <optional>
 #include <type_traits>
 
 #include "cuda/cuda_check.cuh"
@@ -317,33 +318,31 @@ BwdGrid bwd_grid(int N, int C, int V, int sums, int num_sms) {
   const long blocks = std::max<long>(1, std::min<long>(ceil_div(N, rows), per_sm * num_sms));
   return {tpr, rows, int(blocks), k, smem};
 }
-// The pipelined kernel's grid (ok false: the rows do not fit, use bwd_grid's kernel) and stages. Rows
-// per block as above, fewer if 4 stages of them would pass 100 KB (two blocks an SM); then as many
+// The pipelined kernel's grid and stages, or none when the rows do not fit (bwd_grid's kernel then).
+// Rows per block as above, fewer if 4 stages of them would pass 100 KB (two blocks an SM); then as many
 // stages (4-8) as fit in those 100 KB, or 200 KB for a single row.
 constexpr size_t kTmaSmemTarget = 100 * 1024;
 struct TmaGrid {
   BwdGrid g;
   int stages;
 };
-TmaGrid tma_grid(int N, int C, int num_sms, bool* ok) {
+std::optional<TmaGrid> tma_grid(int N, int C, int num_sms) {
   const int nvec = C / 8;
-  *ok = C % 8 == 0 && nvec <= 1024;
-  if (!*ok) return {};
+  if (C % 8 != 0 || nvec > 1024) return std::nullopt;
   const int tpr = int(ceil_div(nvec, 32) * 32);
   int rows = std::max(1, kBwdThreads / tpr);
   const size_t row_bytes = 3 * size_t(C) * sizeof(bf16);  // dout, inp and dinp of a row
   while (rows > 1 && 4 * rows * row_bytes > kTmaSmemTarget) --rows;
   const size_t budget = 4 * rows * row_bytes > kTmaSmemTarget ? kSmemPerSm : kTmaSmemTarget;
   const int stages = int(std::min<size_t>(kMaxStages, budget / (rows * row_bytes)));
-  *ok = stages >= 2;
-  if (!*ok) return {};
+  if (stages < 2) return std::nullopt;
   const size_t smem = size_t(stages) * rows * row_bytes;
   const int threads = rows * tpr;
   // __launch_bounds__(1024): at most 64 registers a thread
   const long per_sm = std::max<long>(
       1, std::min<long>({2048 / threads, 65536 / (64L * threads), long(kSmemPerSm / (smem + 1024))}));
   const long blocks = std::max<long>(1, std::min<long>(ceil_div(N, rows), per_sm * num_sms));
-  return {{tpr, rows, int(blocks), 1, smem}, stages};
+  return TmaGrid{{tpr, rows, int(blocks), 1, smem}, stages};
 }
 // the vector width the launcher will use for these arguments
 template <class X>
@@ -370,6 +369,11 @@ void launch_bwd(const LayerNormBwdArgs<X>& a, const BwdGrid& g, cudaStream_t s) 
     case 4: launch_bwd_k<X, V, 4>(a, g, s); break;
     default: launch_bwd_k<X, V, 8>(a, g, s); break;
   }
+}
+void launch_tma(const LayerNormBwdArgs<bf16>& a, const TmaGrid& t, cudaStream_t s) {
+  auto kernel = layernorm_bwd_tma_kernel;  // the attribute always, as above
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.g.smem)));
+  kernel<<<t.g.blocks, t.g.rows * t.g.tpr, t.g.smem, s>>>(a, t.g.tpr, t.stages);
 }
 }  // namespace
 
@@ -401,17 +405,11 @@ void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
 size_t layernorm_bwd_scratch_bytes(int N, int C, int num_sms) {
   // the block count depends on the kernel, the vector width and the sums chosen at launch: reserve for
   // the most
-  bool tma = false;
-  int blocks = tma_grid(N, C, num_sms, &tma).g.blocks;
+  const std::optional<TmaGrid> tma = tma_grid(N, C, num_sms);
+  int blocks = tma ? tma->g.blocks : 0;
   for (int v : {1, kVec16<bf16>})
     for (int sums : {2, 3}) blocks = std::max(blocks, bwd_grid(N, C, v, sums, num_sms).blocks);
   return size_t(blocks) * 3 * C * sizeof(float);
-}
-
-void launch_tma(const LayerNormBwdArgs<bf16>& a, const TmaGrid& t, cudaStream_t s) {
-  auto kernel = layernorm_bwd_tma_kernel;  // the attribute always, as above
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.g.smem)));
-  kernel<<<t.g.blocks, t.g.rows * t.g.tpr, t.g.smem, s>>>(a, t.g.tpr, t.stages);
 }
 
 template <class X>
@@ -419,14 +417,14 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
   const int v = bwd_vec(a);
   const int sums = a.dinp_colsum ? 3 : 2;
-  bool tma = false;
-  const TmaGrid tgrid = tma_grid(a.N, a.C, a.num_sms, &tma);
-  BwdGrid grid = tgrid.g;
+  std::optional<TmaGrid> tma;  // bf16 rows of 16-byte vectors: the pipelined kernel where they fit
+  BwdGrid grid;
   if constexpr (std::is_same_v<X, bf16>) {
-    tma = tma && v == V;
-    if (tma) launch_tma(a, tgrid, s);
-  } else {
-    tma = false;
+    if (v == V) tma = tma_grid(a.N, a.C, a.num_sms);
+    if (tma) {
+      launch_tma(a, *tma, s);
+      grid = tma->g;
+    }
   }
   if (!tma) {
     grid = bwd_grid(a.N, a.C, v, sums, a.num_sms);
