@@ -1,6 +1,7 @@
 // LayerNorm (eps 1e-5). Forward: one warp per row, three passes over the row (mean, centred variance,
-// normalise); the second and third hit L1. The residual variant computes residual = a + b in pass one,
-// rounds it to X, stores it and normalises the stored value (what the backward pass will see).
+// normalise); the second and third hit L1 or, for bf16 rows of up to 2048 columns (every GPT-2 width),
+// read the row from registers (layernorm_fwd_reg_kernel). The residual variant computes residual = a + b
+// in pass one, rounds it to X, stores it and normalises the stored value (what the backward pass sees).
 // Backward, deterministic: see layernorm_bwd_kernel and, for bf16 rows of a multiple of 8 columns (the
 // trainer's), layernorm_bwd_tma_kernel.
 #include <optional>
@@ -63,6 +64,70 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
   }
 }
 
+// The same three passes with the row held in registers, for rows of at most 32 K vectors (K a lane):
+// every load of the row is issued before the first sum, and the second and third passes read no
+// memory. At GPT-2 1558M's width (1600, 7 vectors a lane) the loop above keeps too few of a row's loads
+// in flight. Same arithmetic in the same order as layernorm_fwd_kernel, so the same bits.
+template <class X, int V, int K, bool RESID>
+__global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_reg_kernel(LayerNormFwdArgs<X> a) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;
+  if (row >= a.N) return;
+  const int C = a.C;
+  const size_t off = size_t(row) * C;
+  auto col = [&](int k) { return (lane + 32 * k) * V; };  // the first column of this lane's vector k
+  Vec<X, V> xv[K];
+  if constexpr (RESID) {
+    Vec<X, V> av[K], bv[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (col(k) < C) av[k] = ldv<X, V>(a.a + off + col(k)), bv[k] = ldv<X, V>(a.b + off + col(k));
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (col(k) < C) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) xv[k].v[j] = from_f<X>(to_f(av[k].v[j]) + to_f(bv[k].v[j]));
+        stv<X, V>(a.residual + off + col(k), xv[k]);
+      }
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (col(k) < C) xv[k] = ldv<X, V>(a.inp + off + col(k));
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (col(k) < C) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum += to_f(xv[k].v[j]);
+    }
+  const float mean = warp_sum(sum) / C;
+  float var = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (col(k) < C) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float d = to_f(xv[k].v[j]) - mean;
+        var += d * d;
+      }
+    }
+  const float rstd = rsqrtf(warp_sum(var) / C + kEps);
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (col(k) < C) {
+      const Vec<X, V> wv = ldv<X, V>(a.w + col(k)), bv = ldv<X, V>(a.bias + col(k));
+      Vec<X, V> o;
+#pragma unroll
+      for (int j = 0; j < V; ++j) o.v[j] = from_f<X>((to_f(xv[k].v[j]) - mean) * rstd * to_f(wv.v[j]) + to_f(bv.v[j]));
+      stv<X, V>(a.out + off + col(k), o);
+    }
+  if (lane == 0) {
+    if (a.mean) a.mean[row] = mean;
+    if (a.rstd) a.rstd[row] = rstd;
+  }
+}
+
 // The backward's per-vector arithmetic, shared by both kernels. Pass one: the vector's share of its
 // row's two sums, of dn = dout * w and of dn * xhat.
 template <class X, int V>
@@ -90,13 +155,14 @@ __device__ __forceinline__ void bwd_vector(const Vec<X, V>& g, const Vec<X, V>& 
     acc(j, gk * xhat, gk, d);
   }
 }
-// The row's means of the two sums: its group's warps' sums (red[0][warp], red[1][warp]) in order.
-__device__ __forceinline__ void bwd_row_means(const float (&red)[2][32], int r, int wpr, int C, float& m_dn,
+// The row's means of the two sums: its group's warps' sums (red[0][q], red[1][q] for the group's wpr
+// warps q) go through one warp's lanes in a fixed butterfly order, which leaves every lane the same bits.
+// Every lane of the warp must call it. inv_c = 1 / C: a multiply, not a division.
+__device__ __forceinline__ void bwd_row_means(const float (&red)[2][32], int r, int wpr, float inv_c, float& m_dn,
                                               float& m_dnx) {
-  m_dn = 0.0f, m_dnx = 0.0f;
-  for (int q = r * wpr; q < (r + 1) * wpr; ++q) m_dn += red[0][q], m_dnx += red[1][q];
-  m_dn /= C;
-  m_dnx /= C;
+  const int lane = threadIdx.x % 32;
+  m_dn = warp_sum(lane < wpr ? red[0][r * wpr + lane] : 0.0f) * inv_c;
+  m_dnx = warp_sum(lane < wpr ? red[1][r * wpr + lane] : 0.0f) * inv_c;
 }
 
 // Backward: a block works on R rows at a time, one group of `tpr` threads (whole warps) per row; each
@@ -126,6 +192,7 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
   const int R = blockDim.x / tpr, r = threadIdx.x / tpr, t = threadIdx.x % tpr;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wpr = tpr / 32;
   const int C = a.C, nvec = C / V, slice = P * K * tpr;
+  const float inv_c = 1.0f / C;
   float* acc_w = sm + size_t(r) * NS * slice;
   float* acc_b = acc_w + slice;
   float* acc_r = acc_b + slice;  // only with colsum
@@ -159,7 +226,7 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
     if (lane == 0) red[parity][0][warp] = s_dn, red[parity][1][warp] = s_dnx;
     __syncthreads();
     if (!live) continue;
-    bwd_row_means(red[parity], r, wpr, C, s_dn, s_dnx);
+    bwd_row_means(red[parity], r, wpr, inv_c, s_dn, s_dnx);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int i = t + k * tpr;
@@ -209,25 +276,25 @@ __global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArg
   const int R = blockDim.x / tpr, r = threadIdx.x / tpr, t = threadIdx.x % tpr;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wpr = tpr / 32;
   const int C = a.C, N = a.N, nvec = C / V;
-  const size_t tensor_elems = size_t(R) * C;  // one tensor's rows in a stage; a stage: dout, inp, dinp
-  auto buf = [&](int stage, int which) { return stage_buf + (size_t(stage) * 3 + which) * tensor_elems; };
-  auto first_row = [&](int it) { return (long(blockIdx.x) + long(it) * gridDim.x) * R; };
-  // thread 0: the copies of iteration it's rows into its stage
-  auto issue = [&](int it) {
-    const long base = first_row(it);
+  const int tensor_elems = R * C;         // one tensor's rows in a stage (a stage: dout, inp, dinp)
+  const long stride = long(gridDim.x) * R;  // rows from one of a block's iterations to the next
+  const float inv_c = 1.0f / C;
+  auto buf = [&](int stage, int which) { return stage_buf + (stage * 3 + which) * tensor_elems; };
+  // thread 0: the copies of the R rows from `base` into `stage`
+  auto issue = [&](long base, int stage) {
     if (base >= N) return;
-    const int stage = it % stages;
     const uint32_t bytes = uint32_t(std::min<long>(R, N - base) * C * 2);
     mbar_arrive_expect_tx(&bar[stage], 3 * bytes);
     bulk_load(buf(stage, 0), a.dout + base * C, bytes, &bar[stage]);
     bulk_load(buf(stage, 1), a.inp + base * C, bytes, &bar[stage]);
     bulk_load(buf(stage, 2), a.dinp + base * C, bytes, &bar[stage]);
   };
+  long base = long(blockIdx.x) * R;  // the first row of this iteration
   if (threadIdx.x == 0)
     for (int st = 0; st < stages; ++st) mbar_init(&bar[st], 1);
   __syncthreads();
   if (threadIdx.x == 0)
-    for (int it = 0; it < stages; ++it) issue(it);
+    for (int st = 0; st < stages; ++st) issue(base + st * stride, st);
 
   const int i = t;  // this thread's vector of its group's rows
   Vec<bf16, V> wv;
@@ -236,17 +303,21 @@ __global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArg
 #pragma unroll
   for (int j = 0; j < V; ++j) acc_w[j] = 0.0f, acc_b[j] = 0.0f, acc_r[j] = 0.0f;
   float mean_next = 0.0f, rstd_next = 0.0f;
-  if (first_row(0) + r < N) mean_next = a.mean[first_row(0) + r], rstd_next = a.rstd[first_row(0) + r];
-  for (int it = 0; first_row(it) < N; ++it) {
-    const int stage = it % stages, parity = it & 1;
-    const long row = first_row(it) + r;
+  if (base + r < N) mean_next = a.mean[base + r], rstd_next = a.rstd[base + r];
+  // The iteration's stage, the previous one's (free again after this iteration's barrier: it takes the
+  // rows stages - 1 iterations ahead) and the stage's mbarrier phase, counted along (no divisions).
+  int stage = 0, prev_stage = stages - 1, parity = 0;
+  uint32_t phase = 0;
+  const long ahead = long(stages - 1) * stride;
+  for (bool first = true; base < N; base += stride, first = false) {
+    const long row = base + r;
     const bool live = row < N;  // every thread still takes part in the barrier
     const float mean = mean_next, rstd = rstd_next;
-    if (first_row(it + 1) + r < N) mean_next = a.mean[first_row(it + 1) + r], rstd_next = a.rstd[first_row(it + 1) + r];
+    if (row + stride < N) mean_next = a.mean[row + stride], rstd_next = a.rstd[row + stride];
     const bf16* g_row = buf(stage, 0) + size_t(r) * C;
     const bf16* x_row = buf(stage, 1) + size_t(r) * C;
     const bf16* d_row = buf(stage, 2) + size_t(r) * C;
-    mbar_wait(&bar[stage], uint32_t(it / stages) & 1u);
+    mbar_wait(&bar[stage], phase);
     float s_dn = 0.0f, s_dnx = 0.0f;
     if (live && i < nvec) {
       bwd_row_sums<bf16, V>(ldv<bf16, V>(g_row + i * V), ldv<bf16, V>(x_row + i * V), wv, mean, rstd, s_dn, s_dnx);
@@ -255,20 +326,24 @@ __global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArg
     s_dnx = warp_sum(s_dnx);
     if (lane == 0) red[parity][0][warp] = s_dn, red[parity][1][warp] = s_dnx;
     __syncthreads();
-    // every thread is past iteration it - 1: its stage can take iteration it - 1 + stages
-    if (threadIdx.x == 0 && it > 0) issue(it - 1 + stages);
-    if (!live) continue;
-    bwd_row_means(red[parity], r, wpr, C, s_dn, s_dnx);
-    if (i < nvec) {
-      Vec<bf16, V> di = ldv<bf16, V>(d_row + i * V);
-      bwd_vector<bf16, V>(ldv<bf16, V>(g_row + i * V), ldv<bf16, V>(x_row + i * V), wv, di, mean, rstd, s_dn, s_dnx,
-                          [&](int j, float dw, float db, float d) {
-                            acc_w[j] += dw;
-                            acc_b[j] += db;
-                            acc_r[j] += d;
-                          });
-      stv<bf16, V>(a.dinp + size_t(row) * C + size_t(i) * V, di);
+    // every thread is past the previous iteration: its stage can take the rows stages - 1 iterations ahead
+    if (threadIdx.x == 0 && !first) issue(base + ahead, prev_stage);
+    if (live) {
+      bwd_row_means(red[parity], r, wpr, inv_c, s_dn, s_dnx);
+      if (i < nvec) {
+        Vec<bf16, V> di = ldv<bf16, V>(d_row + i * V);
+        bwd_vector<bf16, V>(ldv<bf16, V>(g_row + i * V), ldv<bf16, V>(x_row + i * V), wv, di, mean, rstd, s_dn,
+                            s_dnx, [&](int j, float dw, float db, float d) {
+                              acc_w[j] += dw;
+                              acc_b[j] += db;
+                              acc_r[j] += d;
+                            });
+        stv<bf16, V>(a.dinp + size_t(row) * C + size_t(i) * V, di);
+      }
     }
+    prev_stage = stage;
+    parity ^= 1;
+    if (++stage == stages) stage = 0, phase ^= 1u;
   }
   // every copy issued has been waited for: the stage buffers are free for the R groups' partial sums
   const int NS = colsum ? 3 : 2;
@@ -375,6 +450,28 @@ void launch_tma(const LayerNormBwdArgs<bf16>& a, const TmaGrid& t, cudaStream_t 
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.g.smem)));
   kernel<<<t.g.blocks, t.g.rows * t.g.tpr, t.g.smem, s>>>(a, t.g.tpr, t.stages);
 }
+constexpr int kFwdMaxVecsPerLane = 8;
+template <int V, int K>
+void launch_fwd_reg_k(const LayerNormFwdArgs<bf16>& a, bool resid, unsigned grid, unsigned block, cudaStream_t s) {
+  if (resid)
+    layernorm_fwd_reg_kernel<bf16, V, K, true><<<grid, block, 0, s>>>(a);
+  else
+    layernorm_fwd_reg_kernel<bf16, V, K, false><<<grid, block, 0, s>>>(a);
+}
+template <int V>
+void launch_fwd_reg(const LayerNormFwdArgs<bf16>& a, int per_lane, bool resid, unsigned grid, unsigned block,
+                    cudaStream_t s) {
+  switch (per_lane) {
+    case 1: launch_fwd_reg_k<V, 1>(a, resid, grid, block, s); break;
+    case 2: launch_fwd_reg_k<V, 2>(a, resid, grid, block, s); break;
+    case 3: launch_fwd_reg_k<V, 3>(a, resid, grid, block, s); break;
+    case 4: launch_fwd_reg_k<V, 4>(a, resid, grid, block, s); break;
+    case 5: launch_fwd_reg_k<V, 5>(a, resid, grid, block, s); break;
+    case 6: launch_fwd_reg_k<V, 6>(a, resid, grid, block, s); break;
+    case 7: launch_fwd_reg_k<V, 7>(a, resid, grid, block, s); break;
+    default: launch_fwd_reg_k<V, 8>(a, resid, grid, block, s); break;
+  }
+}
 }  // namespace
 
 template <class X>
@@ -388,6 +485,14 @@ void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
     vec = vec && is_aligned(a.inp, 16);
   const unsigned grid = unsigned(ceil_div(a.N, kFwdWarps));
   const unsigned block = kFwdWarps * 32;
+  if constexpr (std::is_same_v<X, bf16>) {  // bf16 rows of up to 32 x 8 vectors: in registers
+    const int per_lane = vec ? int(ceil_div(a.C / V, 32)) : 0;
+    if (per_lane >= 1 && per_lane <= kFwdMaxVecsPerLane) {
+      launch_fwd_reg<V>(a, per_lane, resid, grid, block, s);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   if (resid) {
     if (vec)
       layernorm_fwd_kernel<X, V, true><<<grid, block, 0, s>>>(a);
