@@ -16,6 +16,37 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kFwdWarps = 8;
 
+// The forward's per-vector arithmetic, shared by both kernels: the residual a + b rounded to X, the
+// vector's share of the row's sum and of its centred sum of squares, and the normalised output.
+template <class X, int V>
+__device__ __forceinline__ Vec<X, V> fwd_residual(const Vec<X, V>& av, const Vec<X, V>& bv) {
+  Vec<X, V> x;
+#pragma unroll
+  for (int j = 0; j < V; ++j) x.v[j] = from_f<X>(to_f(av.v[j]) + to_f(bv.v[j]));
+  return x;
+}
+template <class X, int V>
+__device__ __forceinline__ void fwd_sum(const Vec<X, V>& x, float& sum) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) sum += to_f(x.v[j]);
+}
+template <class X, int V>
+__device__ __forceinline__ void fwd_var(const Vec<X, V>& x, float mean, float& var) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float d = to_f(x.v[j]) - mean;
+    var += d * d;
+  }
+}
+template <class X, int V>
+__device__ __forceinline__ Vec<X, V> fwd_normalise(const Vec<X, V>& x, float mean, float rstd, const Vec<X, V>& wv,
+                                                  const Vec<X, V>& bv) {
+  Vec<X, V> o;
+#pragma unroll
+  for (int j = 0; j < V; ++j) o.v[j] = from_f<X>((to_f(x.v[j]) - mean) * rstd * to_f(wv.v[j]) + to_f(bv.v[j]));
+  return o;
+}
+
 template <class X, int V, bool RESID>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
   const int lane = threadIdx.x % 32;
@@ -30,34 +61,20 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
   for (int c = lane * V; c < C; c += 32 * V) {
     Vec<X, V> xv;
     if constexpr (RESID) {
-      const Vec<X, V> av = ldv<X, V>(a.a + off + c), bv = ldv<X, V>(a.b + off + c);
-#pragma unroll
-      for (int k = 0; k < V; ++k) xv.v[k] = from_f<X>(to_f(av.v[k]) + to_f(bv.v[k]));
+      xv = fwd_residual<X, V>(ldv<X, V>(a.a + off + c), ldv<X, V>(a.b + off + c));
       stv<X, V>(a.residual + off + c, xv);
     } else {
       xv = ldv<X, V>(x + c);
     }
-#pragma unroll
-    for (int k = 0; k < V; ++k) sum += to_f(xv.v[k]);
+    fwd_sum<X, V>(xv, sum);
   }
   const float mean = warp_sum(sum) / C;
   float var = 0.0f;
-  for (int c = lane * V; c < C; c += 32 * V) {
-    const Vec<X, V> xv = ldv<X, V>(x + c);
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const float d = to_f(xv.v[k]) - mean;
-      var += d * d;
-    }
-  }
+  for (int c = lane * V; c < C; c += 32 * V) fwd_var<X, V>(ldv<X, V>(x + c), mean, var);
   const float rstd = rsqrtf(warp_sum(var) / C + kEps);
-  for (int c = lane * V; c < C; c += 32 * V) {
-    const Vec<X, V> xv = ldv<X, V>(x + c), wv = ldv<X, V>(a.w + c), bv = ldv<X, V>(a.bias + c);
-    Vec<X, V> o;
-#pragma unroll
-    for (int k = 0; k < V; ++k) o.v[k] = from_f<X>((to_f(xv.v[k]) - mean) * rstd * to_f(wv.v[k]) + to_f(bv.v[k]));
-    stv<X, V>(a.out + off + c, o);
-  }
+  for (int c = lane * V; c < C; c += 32 * V)
+    stv<X, V>(a.out + off + c,
+              fwd_normalise<X, V>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), ldv<X, V>(a.bias + c)));
   if (lane == 0) {
     if (a.mean) a.mean[row] = mean;
     if (a.rstd) a.rstd[row] = rstd;
@@ -67,7 +84,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
 // The same three passes with the row held in registers, for rows of at most 32 K vectors (K a lane):
 // every load of the row is issued before the first sum, and the second and third passes read no
 // memory. At GPT-2 1558M's width (1600, 7 vectors a lane) the loop above keeps too few of a row's loads
-// in flight. Same arithmetic in the same order as layernorm_fwd_kernel, so the same bits.
+// in flight. The same per-vector arithmetic in the same order as layernorm_fwd_kernel: the same bits.
 template <class X, int V, int K, bool RESID>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_reg_kernel(LayerNormFwdArgs<X> a) {
   const int lane = threadIdx.x % 32;
@@ -85,8 +102,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_reg_kernel(Layer
 #pragma unroll
     for (int k = 0; k < K; ++k)
       if (col(k) < C) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) xv[k].v[j] = from_f<X>(to_f(av[k].v[j]) + to_f(bv[k].v[j]));
+        xv[k] = fwd_residual<X, V>(av[k], bv[k]);
         stv<X, V>(a.residual + off + col(k), xv[k]);
       }
   } else {
@@ -97,31 +113,18 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_reg_kernel(Layer
   float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < K; ++k)
-    if (col(k) < C) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) sum += to_f(xv[k].v[j]);
-    }
+    if (col(k) < C) fwd_sum<X, V>(xv[k], sum);
   const float mean = warp_sum(sum) / C;
   float var = 0.0f;
 #pragma unroll
   for (int k = 0; k < K; ++k)
-    if (col(k) < C) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float d = to_f(xv[k].v[j]) - mean;
-        var += d * d;
-      }
-    }
+    if (col(k) < C) fwd_var<X, V>(xv[k], mean, var);
   const float rstd = rsqrtf(warp_sum(var) / C + kEps);
 #pragma unroll
   for (int k = 0; k < K; ++k)
-    if (col(k) < C) {
-      const Vec<X, V> wv = ldv<X, V>(a.w + col(k)), bv = ldv<X, V>(a.bias + col(k));
-      Vec<X, V> o;
-#pragma unroll
-      for (int j = 0; j < V; ++j) o.v[j] = from_f<X>((to_f(xv[k].v[j]) - mean) * rstd * to_f(wv.v[j]) + to_f(bv.v[j]));
-      stv<X, V>(a.out + off + col(k), o);
-    }
+    if (col(k) < C)
+      stv<X, V>(a.out + off + col(k),
+                fwd_normalise<X, V>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), ldv<X, V>(a.bias + col(k))));
   if (lane == 0) {
     if (a.mean) a.mean[row] = mean;
     if (a.rstd) a.rstd[row] = rstd;
