@@ -1,6 +1,6 @@
 // LayerNorm (eps 1e-5). Forward: one warp per row, three passes over the row (mean, centred variance,
-// normalise); the second and third hit L1 or, for bf16 rows of up to 2048 columns (every GPT-2 width),
-// read the row from registers (layernorm_fwd_reg_kernel). The residual variant computes residual = a + b
+// normalise); the second and third hit L1 or, for rows of up to 2048 bf16 or 1024 fp32 columns (every
+// GPT-2 width in bf16), read the row from registers (layernorm_fwd_kernel's K). The residual variant computes residual = a + b
 // in pass one, rounds it to X, stores it and normalises the stored value (what the backward pass sees).
 // Backward, deterministic: see layernorm_bwd_kernel and, for bf16 rows of a multiple of 8 columns (the
 // trainer's), layernorm_bwd_tma_kernel.
@@ -16,7 +16,7 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kFwdWarps = 8;
 
-// The forward's per-vector arithmetic, shared by both kernels: the residual a + b rounded to X, the
+// The forward's per-vector arithmetic, shared by both of its variants: the residual a + b rounded to X, the
 // vector's share of the row's sum and of its centred sum of squares, and the normalised output.
 template <class X, int V>
 __device__ __forceinline__ Vec<X, V> fwd_residual(const Vec<X, V>& av, const Vec<X, V>& bv) {
@@ -47,84 +47,71 @@ __device__ __forceinline__ Vec<X, V> fwd_normalise(const Vec<X, V>& x, float mea
   return o;
 }
 
-template <class X, int V, bool RESID>
+// One warp per row, three passes over it (mean, centred variance, normalise). K = 0: each pass walks
+// the row in memory (the second and third hit L1). K >= 1, for rows of at most 32 K vectors: the row is
+// held in registers, K vectors a lane, so every load of it is issued before the first sum and the second
+// and third passes read no memory (at GPT-2 1558M's width, 7 vectors a lane, the loop keeps too few of a
+// row's loads in flight). The same per-vector arithmetic in the same order either way: the same bits.
+template <class X, int V, int K, bool RESID>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;
   if (row >= a.N) return;
   const int C = a.C;
   const size_t off = size_t(row) * C;
-  // in residual mode x is this lane's own earlier stores: plain loads, never the read-only path
-  const X* x = RESID ? a.residual + off : a.inp + off;
-
-  float sum = 0.0f;
-  for (int c = lane * V; c < C; c += 32 * V) {
-    Vec<X, V> xv;
-    if constexpr (RESID) {
-      xv = fwd_residual<X, V>(ldv<X, V>(a.a + off + c), ldv<X, V>(a.b + off + c));
-      stv<X, V>(a.residual + off + c, xv);
-    } else {
-      xv = ldv<X, V>(x + c);
-    }
-    fwd_sum<X, V>(xv, sum);
-  }
-  const float mean = warp_sum(sum) / C;
-  float var = 0.0f;
-  for (int c = lane * V; c < C; c += 32 * V) fwd_var<X, V>(ldv<X, V>(x + c), mean, var);
-  const float rstd = rsqrtf(warp_sum(var) / C + kEps);
-  for (int c = lane * V; c < C; c += 32 * V)
-    stv<X, V>(a.out + off + c,
-              fwd_normalise<X, V>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), ldv<X, V>(a.bias + c)));
-  if (lane == 0) {
-    if (a.mean) a.mean[row] = mean;
-    if (a.rstd) a.rstd[row] = rstd;
-  }
-}
-
-// The same three passes with the row held in registers, for rows of at most 32 K vectors (K a lane):
-// every load of the row is issued before the first sum, and the second and third passes read no
-// memory. At GPT-2 1558M's width (1600, 7 vectors a lane) the loop above keeps too few of a row's loads
-// in flight. The same per-vector arithmetic in the same order as layernorm_fwd_kernel: the same bits.
-template <class X, int V, int K, bool RESID>
-__global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_reg_kernel(LayerNormFwdArgs<X> a) {
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;
-  if (row >= a.N) return;
-  const int C = a.C;
-  const size_t off = size_t(row) * C;
-  auto col = [&](int k) { return (lane + 32 * k) * V; };  // the first column of this lane's vector k
-  Vec<X, V> xv[K];
-  if constexpr (RESID) {
-    Vec<X, V> av[K], bv[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (col(k) < C) av[k] = ldv<X, V>(a.a + off + col(k)), bv[k] = ldv<X, V>(a.b + off + col(k));
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (col(k) < C) {
-        xv[k] = fwd_residual<X, V>(av[k], bv[k]);
-        stv<X, V>(a.residual + off + col(k), xv[k]);
+  float sum = 0.0f, var = 0.0f, mean, rstd;
+  if constexpr (K == 0) {
+    // in residual mode x is this lane's own earlier stores: plain loads, never the read-only path
+    const X* x = RESID ? a.residual + off : a.inp + off;
+    for (int c = lane * V; c < C; c += 32 * V) {
+      Vec<X, V> xv;
+      if constexpr (RESID) {
+        xv = fwd_residual<X, V>(ldv<X, V>(a.a + off + c), ldv<X, V>(a.b + off + c));
+        stv<X, V>(a.residual + off + c, xv);
+      } else {
+        xv = ldv<X, V>(x + c);
       }
+      fwd_sum<X, V>(xv, sum);
+    }
+    mean = warp_sum(sum) / C;
+    for (int c = lane * V; c < C; c += 32 * V) fwd_var<X, V>(ldv<X, V>(x + c), mean, var);
+    rstd = rsqrtf(warp_sum(var) / C + kEps);
+    for (int c = lane * V; c < C; c += 32 * V)
+      stv<X, V>(a.out + off + c,
+                fwd_normalise<X, V>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), ldv<X, V>(a.bias + c)));
   } else {
+    auto col = [&](int k) { return (lane + 32 * k) * V; };  // the first column of this lane's vector k
+    Vec<X, V> xv[K];
+    if constexpr (RESID) {
+      Vec<X, V> av[K], bv[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (col(k) < C) av[k] = ldv<X, V>(a.a + off + col(k)), bv[k] = ldv<X, V>(a.b + off + col(k));
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (col(k) < C) {
+          xv[k] = fwd_residual<X, V>(av[k], bv[k]);
+          stv<X, V>(a.residual + off + col(k), xv[k]);
+        }
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (col(k) < C) xv[k] = ldv<X, V>(a.inp + off + col(k));
+    }
 #pragma unroll
     for (int k = 0; k < K; ++k)
-      if (col(k) < C) xv[k] = ldv<X, V>(a.inp + off + col(k));
+      if (col(k) < C) fwd_sum<X, V>(xv[k], sum);
+    mean = warp_sum(sum) / C;
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (col(k) < C) fwd_var<X, V>(xv[k], mean, var);
+    rstd = rsqrtf(warp_sum(var) / C + kEps);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (col(k) < C)
+        stv<X, V>(a.out + off + col(k),
+                  fwd_normalise<X, V>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), ldv<X, V>(a.bias + col(k))));
   }
-  float sum = 0.0f;
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (col(k) < C) fwd_sum<X, V>(xv[k], sum);
-  const float mean = warp_sum(sum) / C;
-  float var = 0.0f;
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (col(k) < C) fwd_var<X, V>(xv[k], mean, var);
-  const float rstd = rsqrtf(warp_sum(var) / C + kEps);
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (col(k) < C)
-      stv<X, V>(a.out + off + col(k),
-                fwd_normalise<X, V>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), ldv<X, V>(a.bias + col(k))));
   if (lane == 0) {
     if (a.mean) a.mean[row] = mean;
     if (a.rstd) a.rstd[row] = rstd;
@@ -453,27 +440,14 @@ void launch_tma(const LayerNormBwdArgs<bf16>& a, const TmaGrid& t, cudaStream_t 
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(t.g.smem)));
   kernel<<<t.g.blocks, t.g.rows * t.g.tpr, t.g.smem, s>>>(a, t.g.tpr, t.stages);
 }
-constexpr int kFwdMaxVecsPerLane = 8;
-template <int V, int K>
-void launch_fwd_reg_k(const LayerNormFwdArgs<bf16>& a, bool resid, unsigned grid, unsigned block, cudaStream_t s) {
+constexpr int kFwdMaxVecsPerLane = 8;  // rows held in registers: K = 1..8
+template <class X, int V, int K>
+void launch_fwd(const LayerNormFwdArgs<X>& a, bool resid, cudaStream_t s) {
+  const unsigned grid = unsigned(ceil_div(a.N, kFwdWarps)), block = kFwdWarps * 32;
   if (resid)
-    layernorm_fwd_reg_kernel<bf16, V, K, true><<<grid, block, 0, s>>>(a);
+    layernorm_fwd_kernel<X, V, K, true><<<grid, block, 0, s>>>(a);
   else
-    layernorm_fwd_reg_kernel<bf16, V, K, false><<<grid, block, 0, s>>>(a);
-}
-template <int V>
-void launch_fwd_reg(const LayerNormFwdArgs<bf16>& a, int per_lane, bool resid, unsigned grid, unsigned block,
-                    cudaStream_t s) {
-  switch (per_lane) {
-    case 1: launch_fwd_reg_k<V, 1>(a, resid, grid, block, s); break;
-    case 2: launch_fwd_reg_k<V, 2>(a, resid, grid, block, s); break;
-    case 3: launch_fwd_reg_k<V, 3>(a, resid, grid, block, s); break;
-    case 4: launch_fwd_reg_k<V, 4>(a, resid, grid, block, s); break;
-    case 5: launch_fwd_reg_k<V, 5>(a, resid, grid, block, s); break;
-    case 6: launch_fwd_reg_k<V, 6>(a, resid, grid, block, s); break;
-    case 7: launch_fwd_reg_k<V, 7>(a, resid, grid, block, s); break;
-    default: launch_fwd_reg_k<V, 8>(a, resid, grid, block, s); break;
-  }
+    layernorm_fwd_kernel<X, V, K, false><<<grid, block, 0, s>>>(a);
 }
 }  // namespace
 
@@ -486,26 +460,22 @@ void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
     vec = vec && is_aligned(a.residual, 16) && is_aligned(a.a, 16) && is_aligned(a.b, 16);
   else
     vec = vec && is_aligned(a.inp, 16);
-  const unsigned grid = unsigned(ceil_div(a.N, kFwdWarps));
-  const unsigned block = kFwdWarps * 32;
-  if constexpr (std::is_same_v<X, bf16>) {  // bf16 rows of up to 32 x 8 vectors: in registers
-    const int per_lane = vec ? int(ceil_div(a.C / V, 32)) : 0;
-    if (per_lane >= 1 && per_lane <= kFwdMaxVecsPerLane) {
-      launch_fwd_reg<V>(a, per_lane, resid, grid, block, s);
-      CUDA_CHECK_LAUNCH();
-      return;
-    }
-  }
-  if (resid) {
-    if (vec)
-      layernorm_fwd_kernel<X, V, true><<<grid, block, 0, s>>>(a);
-    else
-      layernorm_fwd_kernel<X, 1, true><<<grid, block, 0, s>>>(a);
-  } else {
-    if (vec)
-      layernorm_fwd_kernel<X, V, false><<<grid, block, 0, s>>>(a);
-    else
-      layernorm_fwd_kernel<X, 1, false><<<grid, block, 0, s>>>(a);
+  // rows of 16-byte vectors, up to 32 x 8 of them: in registers (per_lane vectors a lane); else the loop
+  const int per_lane = vec ? int(ceil_div(a.C / V, 32)) : 0;
+  switch (per_lane > kFwdMaxVecsPerLane ? 0 : per_lane) {
+    case 1: launch_fwd<X, V, 1>(a, resid, s); break;
+    case 2: launch_fwd<X, V, 2>(a, resid, s); break;
+    case 3: launch_fwd<X, V, 3>(a, resid, s); break;
+    case 4: launch_fwd<X, V, 4>(a, resid, s); break;
+    case 5: launch_fwd<X, V, 5>(a, resid, s); break;
+    case 6: launch_fwd<X, V, 6>(a, resid, s); break;
+    case 7: launch_fwd<X, V, 7>(a, resid, s); break;
+    case 8: launch_fwd<X, V, 8>(a, resid, s); break;
+    default:
+      if (vec)
+        launch_fwd<X, V, 0>(a, resid, s);
+      else
+        launch_fwd<X, 1, 0>(a, resid, s);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -147,8 +147,8 @@ Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, cudaDataT
 // the variants cuBLASLt accepts (cublasLtMatmulAlgoCheck) the same way for up to search_s seconds, then
 // the kFinalists fastest of all kReps times. An accumulating product's output is saved first and
 // restored after, and its aux/GELU outputs are rewritten by the real call that follows, so timing
-// changes no result. The heuristic's first choice when there is
-// nothing to choose from or no memory for the saved output.
+// changes no result. The heuristic's first choice when there is nothing to choose from or no memory
+// for the saved output.
 cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, size_t elem_bytes, void* workspace,
                              size_t workspace_bytes, const GemmArgs& g, const Candidates& cands, double search_s,
