@@ -26,24 +26,27 @@ $(call need,test -f /usr/include/boost/program_options.hpp,Boost.Program_options
 $(call need,test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h,OpenBLAS (cblas.h),apt-get install libopenblas-dev)
 endif
 
-CPPFLAGS := -Isrc -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC)) -DGIT_REV='"$(GIT_REV)"'
+CPPFLAGS := -Isrc -I. -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC)) -DGIT_REV='"$(GIT_REV)"'
 CXXFLAGS ?= -O3 -march=x86-64-v2 -g
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter
 LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lopenblas -lgomp -lpthread
 
-CORE_SRC := $(filter-out src/main.cpp src/cuda_stub.cpp,$(wildcard src/*.cpp))
+# every source under src/ but main and the no-CUDA stub; objects mirror the folders under $(BUILD)/
+CORE_SRC := $(filter-out src/cli/main.cpp src/backend/cuda_stub.cpp,$(shell find src -name '*.cpp'))
 CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
+HEADERS := $(shell find src -name '*.hpp')
+CU_HEADERS := $(wildcard kernels/*.cuh) $(shell find src -name '*.cuh')
 
 ifeq ($(CUDA),1)
 CUDNN_FE_INC ?= $(shell $(PY) -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])' 2>/dev/null)/include
 $(if $(wildcard $(CUDNN_FE_INC)/cudnn_frontend.h),,$(if $(filter clean,$(MAKECMDGOALS)),,$(error cudnn_frontend.h not found in $(CUDNN_FE_INC): pip install nvidia-cudnn-frontend (or run scripts/setup.sh), or set CUDNN_FE_INC)))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr -lineinfo
-NVCCFLAGS += -Isrc -I$(CUDNN_FE_INC) -Xcompiler -fopenmp $(shell pkg-config --cflags-only-I $(HDF5_PC))
-CU_SRC := $(wildcard kernels/*.cu src/cuda/*.cu)
+NVCCFLAGS += -Isrc -I. -I$(CUDNN_FE_INC) -Xcompiler -fopenmp $(shell pkg-config --cflags-only-I $(HDF5_PC))
+CU_SRC := $(wildcard kernels/*.cu src/backend/cuda/*.cu)
 CU_OBJ := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lnvrtc
 else
-CU_OBJ := $(BUILD)/cuda_stub.o
+CU_OBJ := $(BUILD)/backend/cuda_stub.o
 endif
 
 TEST_SRC := $(wildcard tests/cpu/test_*.cpp) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.cpp))
@@ -53,17 +56,18 @@ BENCH_BIN := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/gemm_algos $(BUILD)/bench/a
 .PHONY: all test clean quickstart
 all: $(BIN) $(TEST_BIN) $(BENCH_BIN)
 
-$(BIN): $(BUILD)/main.o $(CORE_OBJ) $(CU_OBJ)
+$(BIN): $(BUILD)/cli/main.o $(CORE_OBJ) $(CU_OBJ)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: src/%.cpp $(wildcard src/*.hpp) | $(BUILD)
+$(BUILD)/%.o: src/%.cpp $(HEADERS)
+	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
 
-$(BUILD)/cu/%.o: %.cu $(wildcard src/*.hpp kernels/*.cuh src/cuda/*.cuh)
+$(BUILD)/cu/%.o: %.cu $(HEADERS) $(CU_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp)
+$(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 
@@ -72,9 +76,6 @@ $(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp)
 $(BUILD)/bench/%: $(BUILD)/cu/bench/%.o $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD):
-	mkdir -p $(BUILD)
 
 test: all
 	$(PY) -m pytest -v -rs tests

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "../kernels/attention.cuh"
-#include "cuda/cuda_check.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/check.cuh"
 
 namespace {
 

@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.cuh"
+#include "kernels/check.cuh"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // With a master copy the fp32 master is updated and the param (compute copy) is written from it; without
 // one, the param is read, updated and written back. bf16 writes round stochastically with a random
 // number from (seed ^ element index) unless nearest rounding was asked for.
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 #include "ops.cuh"
 
 namespace gpt::kern {

@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "attention.cuh"
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 
 namespace gpt::kern {
 

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 #include "ops.cuh"
 
 namespace gpt::kern {

@@ -1,7 +1,7 @@
 // fp32 <-> bf16 conversion and the elementwise add used for gradient accumulation.
 // Each kernel handles V elements per thread with 16-byte (or 8-byte) accesses; a scalar launch covers
 // the tail and unaligned pointers.
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 #include "ops.cuh"
 
 namespace gpt::kern {

@@ -4,7 +4,7 @@
 // run's rows in order and adds the total once. No float atomics.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 #include "ops.cuh"
 
 namespace gpt::kern {

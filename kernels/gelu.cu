@@ -1,6 +1,6 @@
 // GELU, tanh approximation (as GPT-2 and cuBLASLt's GELU epilogue): forward, for recomputation, and the
 // in-place backward used when the matmul epilogue cannot fuse it.
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 #include "ops.cuh"
 
 namespace gpt::kern {

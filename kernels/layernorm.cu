@@ -7,7 +7,7 @@
 #include <optional>
 #include <type_traits>
 
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 #include "ops.cuh"
 
 namespace gpt::kern {

@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 #include "matmul.cuh"
 #include "ops.cuh"
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <memory>
 
-#include "common.hpp"
+#include "base/common.hpp"
 
 struct cublasLtContext;
 

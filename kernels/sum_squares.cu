@@ -1,7 +1,7 @@
 // Sum of squares (for the global gradient norm), deterministic: a fixed grid of blocks, each thread a
 // fixed strided slice in fp32, block partials in a fixed order, then one block sums the partials in
 // double. The grid does not depend on the device, so results match across machines.
-#include "cuda/cuda_check.cuh"
+#include "check.cuh"
 #include "ops.cuh"
 
 namespace gpt::kern {

@@ -11,7 +11,7 @@ set -euo pipefail
 OUT=$(realpath -m "${1:?usage: scripts/bundle.sh DIR}")
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-[[ -f $BUILD/main.o && -d $BUILD/cu ]] || { echo "bundle: no CUDA build in $BUILD (run make first)" >&2; exit 1; }
+[[ -f $BUILD/cli/main.o && -d $BUILD/cu ]] || { echo "bundle: no CUDA build in $BUILD (run make first)" >&2; exit 1; }
 [[ ! -e $OUT ]] || { echo "bundle: $OUT exists (remove it or name another folder)" >&2; exit 1; }
 
 # the Makefile's variables, split into words as its recipes' shell would
@@ -35,7 +35,7 @@ link() {  # output name, inputs...
   strip --strip-debug "$tmp/$name"
   echo "bundle: $name ($(du -h "$tmp/$name" | cut -f1))"
 }
-link train "$BUILD/main.o"
+link train "$BUILD/cli/main.o"
 for t in tests/gpu/test_*.cpp; do link "$(basename "${t%.cpp}")" "$t"; done
 for b in gemm_algos attention_plans; do
   if [[ -f $BUILD/cu/bench/$b.o ]]; then link "$b" "$BUILD/cu/bench/$b.o"; fi

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "check.hpp"
-#include "config.hpp"
-#include "data.hpp"
+#include "config/config.hpp"
+#include "io/data.hpp"
 
 using namespace gpt;
 

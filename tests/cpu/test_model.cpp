@@ -6,13 +6,13 @@
 #include <random>
 #include <unistd.h>
 
-#include "backend.hpp"
+#include "backend/backend.hpp"
 #include "check.hpp"
-#include "config.hpp"
-#include "config_io.hpp"
-#include "model.hpp"
-#include "modelfile.hpp"
-#include "trainer.hpp"
+#include "config/config.hpp"
+#include "config/config_io.hpp"
+#include "model/gpt.hpp"
+#include "io/modelfile.hpp"
+#include "run/trainer.hpp"
 
 using namespace gpt;
 

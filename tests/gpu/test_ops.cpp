@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
-#include "comm.hpp"
-#include "config.hpp"
+#include "backend/backend.hpp"
+#include "dist/comm.hpp"
+#include "config/config.hpp"
 
 namespace {
 

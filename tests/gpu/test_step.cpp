@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
+#include "backend/backend.hpp"
 #include "check.hpp"
-#include "config.hpp"
-#include "model.hpp"
+#include "config/config.hpp"
+#include "model/gpt.hpp"
 
 using namespace gpt;
 

@@ -1,0 +1,120 @@
+// The compute backend: a short list of ops the model is written in, implemented once for the CPU
+// (fp32, OpenMP + BLAS; the reference) and once for CUDA (bf16 or fp32; cuBLASLt, cuDNN, own kernels).
+//
+// Conventions for every op:
+// - Pointers are device pointers of this backend (host memory for the CPU backend).
+// - `void*` tensors hold the backend's activation dtype `act_dtype()` (fp32 on CPU; bf16 on CUDA unless
+//   precision is fp32). `float*` tensors are always fp32, `int*` always int32.
+// - Shapes are row-major; weights are (out, in) as in PyTorch's nn.Linear.
+// - Ops documented "accumulates" add into their output (+=); the others overwrite it.
+// - Ops are asynchronous on the CUDA backend (one compute stream) and ordered; a host read
+//   (`copy_d2h`, `grad_norm_sq`) synchronises.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/common.hpp"
+
+namespace gpt {
+
+struct Config;
+
+struct AdamWArgs {
+  void* param = nullptr;         // (n) act dtype: the compute copy; written from the updated value
+  float* master = nullptr;       // (n) fp32 master weights, or nullptr when the param itself is updated
+  const void* grad = nullptr;    // (n) act dtype
+  float* m = nullptr;            // (n) fp32 first moment
+  float* v = nullptr;            // (n) fp32 second moment
+  size_t n = 0;
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
+  float grad_scale = 1.0f;       // multiplies the gradient first (clipping)
+  int step = 1;                  // 1-based, for bias correction
+  uint64_t seed = 0;             // stochastic rounding of bf16 params: random bits from seed ^ (index_offset + i)
+  uint64_t index_offset = 0;     // logical index of element 0, so rounding does not depend on sharding
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;          // "cpu" or "cuda"
+  virtual std::string hardware() const = 0;      // e.g. "NVIDIA H200" or "cpu: 2 threads"
+  virtual DType act_dtype() const = 0;
+  virtual double peak_flops() const = 0;         // per device, for MFU; 0 when unknown
+
+  // ---- memory
+  virtual void* alloc(size_t bytes) = 0;         // throws Error(kExitOutOfMemory) naming the bytes
+  virtual void free(void* p) = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+  virtual void copy_h2d(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_d2h(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_d2d(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  virtual size_t bytes_in_use() const = 0;       // allocated through this backend now
+  virtual size_t peak_bytes() const = 0;         // peak device memory (CPU: peak RSS)
+  virtual void reset_peak() = 0;
+  virtual void* stream() { return nullptr; }     // cudaStream_t of the compute stream, if any
+  // log.op_profile: each op's GPU time per step since the last reset, as a table ("" when off or none)
+  virtual std::string op_profile() const { return ""; }
+  virtual void op_profile_reset() {}
+  virtual void op_profile_pause(bool paused) {}  // ops queued while paused are not timed
+
+  // ---- conversions and elementwise
+  virtual void f32_to_act(void* dst, const float* src, size_t n) = 0;   // round to nearest
+  virtual void act_to_f32(float* dst, const void* src, size_t n) = 0;
+  virtual void add_inplace(void* dst, const void* src, size_t n) = 0;  // dst += src (act dtype)
+
+  // ---- model ops
+  // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T); wte (Vp,C); wpe (maxT,C)
+  virtual void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T,
+                           int C) = 0;
+  // accumulates dwte (Vp,C), dwpe (maxT,C) from dout (B,T,C); deterministic on every backend
+  virtual void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T,
+                           int C) = 0;
+  // out (N,C) = LN(inp) * w + b; mean, rstd (N) fp32
+  virtual void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w,
+                             const void* b, int N, int C) = 0;
+  // residual (N,C) = a + b; out = LN(residual) * w + bias
+  virtual void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a,
+                                      const void* b, const void* w, const void* bias, int N, int C) = 0;
+  // accumulates dinp (N,C), dw (C), db (C). With dinp_colsum (C, fp32) non-null it is overwritten with
+  // the column sums of dinp after the update: the bias gradient of the product that wrote the residual
+  // stream here (passed on to that product's matmul_bwd as dout_colsum).
+  virtual void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp,
+                             const void* w, const float* mean, const float* rstd, int N, int C,
+                             float* dinp_colsum) = 0;
+  // out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, nullable).
+  // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu) (a fused epilogue).
+  virtual void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
+                          void* pre_gelu) = 0;
+  // dinp (N,IC) = dout (N,OC) @ w (overwrites; with pre_gelu (N,IC) non-null it is multiplied by
+  // gelu_tanh'(pre_gelu)); accumulates dw (OC,IC) += dout^T @ inp and dbias (OC, nullable) += sum dout,
+  // taken from dout_colsum (OC, fp32) when the op that wrote dout already summed its columns.
+  // dinp may be nullptr (skip).
+  virtual void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w,
+                          int N, int IC, int OC, const void* pre_gelu, const float* dout_colsum) = 0;
+  // Causal self-attention. qkv (B,T,3,NH,HS); out (B,T,NH,HS); lse (B,NH,T) fp32 log-sum-exp of the
+  // scaled scores (softmax scale 1/sqrt(HS)), kept for the backward pass.
+  virtual void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) = 0;
+  // dqkv (B,T,3,NH,HS) overwritten
+  virtual void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                             int B, int T, int NH, int HS) = 0;
+  // out (n) = gelu_tanh(inp)
+  virtual void gelu_fwd(void* out, const void* inp, size_t n) = 0;
+  // Fused softmax + cross-entropy over logits (N,Vp) of which the first V columns are real:
+  // losses (N) fp32 = -log p[target]. With dloss != 0, logits is overwritten by its gradient
+  // (p - onehot(target)) * dloss (padded columns 0).
+  virtual void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp,
+                          float dloss) = 0;
+  // sum of squares of x (n), act dtype, returned to the host in double (synchronises)
+  virtual double sum_squares(const void* x, size_t n) = 0;
+  virtual void adamw(const AdamWArgs& a) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const Config& cfg);
+// Declared always; defined by the CUDA build (a stub that throws otherwise).
+std::unique_ptr<Backend> make_cuda_backend(const Config& cfg, int local_rank);
+int cuda_device_count();  // 0 when built without CUDA or when no GPU is present
+
+}  // namespace gpt

@@ -1,0 +1,414 @@
+// The CPU backend: the fp32 reference every other backend is tested against. OpenMP over rows,
+// OpenBLAS for matrix products. Reductions are written so that results do not depend on the
+// number of threads' finishing order (fixed partitions, summed in order).
+#include <cblas.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "config/config.hpp"
+#include "backend/op_tally.hpp"
+
+namespace gpt {
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+inline float gelu(float x) {
+  float cube = 0.044715f * x * x * x;
+  return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+}
+inline float gelu_grad(float x) {
+  float cube = 0.044715f * x * x * x;
+  float t = std::tanh(kGeluScale * (x + cube));
+  float sech2 = 1.0f - t * t;
+  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// Runs fn(lo, hi) on a fixed share of [0, n) per OpenMP thread. Matrix products are split this way
+// over their output rows and each share runs single-threaded BLAS: one thread pool instead of
+// OpenMP's and OpenBLAS's competing for the same cores.
+template <class Fn>
+void split_rows(int n, Fn fn) {
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int lo = int(int64_t(n) * t / nt), hi = int(int64_t(n) * (t + 1) / nt);
+    if (hi > lo) fn(lo, hi);
+  }
+}
+
+// out (C) = the column sums of x (N, C), each in double over the rows in order.
+void column_sums(float* out, const float* x, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; ++c) {
+    double s = 0;
+    for (int i = 0; i < N; ++i) s += x[size_t(i) * C + c];
+    out[c] = float(s);
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(bool op_profile) : tally_(op_profile) { openblas_set_num_threads(1); }
+  ~CpuBackend() override {
+    for (auto& [p, n] : sizes_) std::free(p);
+  }
+  std::string name() const override { return "cpu"; }
+  std::string hardware() const override { return "cpu: " + std::to_string(omp_get_max_threads()) + " threads"; }
+  DType act_dtype() const override { return DType::F32; }
+  double peak_flops() const override { return 0; }
+
+  void* alloc(size_t bytes) override {
+    size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, n);
+    if (!p)
+      throw Error(kExitOutOfMemory, "out of host memory: could not allocate " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, n);
+    std::lock_guard<std::mutex> g(mu_);
+    sizes_[p] = n;
+    in_use_ += n;
+    peak_in_use_ = std::max(peak_in_use_, in_use_);
+    return p;
+  }
+  void free(void* p) override {
+    if (!p) return;
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    in_use_ -= it->second;
+    sizes_.erase(it);
+    std::free(p);
+  }
+  void zero(void* p, size_t bytes) override {
+    WallScope t(tally_, "zero");
+    std::memset(p, 0, bytes);
+  }
+  void copy_h2d(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
+  void copy_d2h(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
+  void copy_d2d(void* d, const void* s, size_t n) override { std::memmove(d, s, n); }
+  void synchronize() override { tally_.end_window(); }  // ops are synchronous: only the step's end to mark
+  std::string op_profile() const override { return tally_.table(); }
+  void op_profile_reset() override { tally_.reset(); }
+  void op_profile_pause(bool paused) override { tally_.pause(paused); }
+  size_t bytes_in_use() const override { return in_use_; }
+  size_t peak_bytes() const override {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return size_t(ru.ru_maxrss) * 1024;  // peak resident set size
+  }
+  void reset_peak() override { peak_in_use_ = in_use_; }
+
+  void f32_to_act(void* dst, const float* src, size_t n) override { std::memmove(dst, src, n * 4); }
+  void act_to_f32(float* dst, const void* src, size_t n) override { std::memmove(dst, src, n * 4); }
+  void add_inplace(void* dst, const void* src, size_t n) override {
+    WallScope t(tally_, "add_inplace");
+    float* d = F(dst);
+    const float* s = cF(src);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) d[i] += s[i];
+  }
+
+  void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) override {
+    WallScope t(tally_, "encoder_fwd");
+    float* o = F(out);
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; ++bt) {
+      const int t = bt % T;
+      const float* we = cF(wte) + size_t(tokens[bt]) * C;
+      const float* pe = cF(wpe) + size_t(t) * C;
+      for (int c = 0; c < C; ++c) o[size_t(bt) * C + c] = we[c] + pe[c];
+    }
+  }
+  void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T, int C) override {
+    WallScope t(tally_, "encoder_bwd");
+    float *gw = F(dwte), *gp = F(dwpe);
+    const float* d = cF(dout);
+    // each thread owns a slice of channels: no two threads touch one address, order is fixed
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; ++c) {
+      for (int bt = 0; bt < B * T; ++bt) {
+        const float g = d[size_t(bt) * C + c];
+        gw[size_t(tokens[bt]) * C + c] += g;
+        gp[size_t(bt % T) * C + c] += g;
+      }
+    }
+  }
+  void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
+                     int C) override {
+    WallScope t(tally_, "layernorm_fwd");
+    const float *x = cF(inp), *wt = cF(w), *bs = cF(b);
+    float* o = F(out);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      const float* xi = x + size_t(i) * C;
+      double m = 0;
+      for (int c = 0; c < C; ++c) m += xi[c];
+      m /= C;
+      double v = 0;
+      for (int c = 0; c < C; ++c) v += (xi[c] - m) * (xi[c] - m);
+      v /= C;
+      const float s = float(1.0 / std::sqrt(v + 1e-5));
+      for (int c = 0; c < C; ++c) o[size_t(i) * C + c] = float((xi[c] - m) * s) * wt[c] + bs[c];
+      mean[i] = float(m);
+      rstd[i] = s;
+    }
+  }
+  void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
+                              const void* w, const void* bias, int N, int C) override {
+    WallScope t(tally_, "residual_layernorm_fwd");
+    float* r = F(residual);
+    const float *x = cF(a), *y = cF(b);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < size_t(N) * C; ++i) r[i] = x[i] + y[i];
+    layernorm_fwd(out, mean, rstd, residual, w, bias, N, C);
+  }
+  void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
+                     const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
+    WallScope t(tally_, "layernorm_bwd");
+    const float *g = cF(dout), *x = cF(inp), *wt = cF(w);
+    float* dx = F(dinp);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      const float* gi = g + size_t(i) * C;
+      const float* xi = x + size_t(i) * C;
+      double dmean = 0, dnorm_mean = 0;
+      for (int c = 0; c < C; ++c) {
+        const float norm = (xi[c] - mean[i]) * rstd[i];
+        const float dn = gi[c] * wt[c];
+        dmean += dn;
+        dnorm_mean += dn * norm;
+      }
+      dmean /= C;
+      dnorm_mean /= C;
+      for (int c = 0; c < C; ++c) {
+        const float norm = (xi[c] - mean[i]) * rstd[i];
+        const float dn = gi[c] * wt[c];
+        dx[size_t(i) * C + c] += float((dn - dmean - norm * dnorm_mean) * rstd[i]);
+      }
+    }
+    float *gw = F(dw), *gb = F(db);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; ++c) {
+      double sw = 0, sb = 0;
+      for (int i = 0; i < N; ++i) {
+        const float norm = (x[size_t(i) * C + c] - mean[i]) * rstd[i];
+        sw += g[size_t(i) * C + c] * norm;
+        sb += g[size_t(i) * C + c];
+      }
+      gw[c] += float(sw);
+      gb[c] += float(sb);
+    }
+    if (dinp_colsum) column_sums(dinp_colsum, dx, N, C);
+  }
+  void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
+                  void* pre_gelu) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
+    float* dst = pre_gelu ? F(pre_gelu) : F(out);
+    split_rows(N, [&](int lo, int hi) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, OC, IC, 1.0f, cF(inp) + size_t(lo) * IC, IC, cF(w),
+                  IC, 0.0f, dst + size_t(lo) * OC, OC);
+    });
+    if (bias) {
+      const float* bs = cF(bias);
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < N; ++i)
+        for (int o = 0; o < OC; ++o) dst[size_t(i) * OC + o] += bs[o];
+    }
+    if (pre_gelu) gelu_fwd(out, pre_gelu, size_t(N) * OC);
+  }
+  void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
+                  int OC, const void* pre_gelu, const float* dout_colsum) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
+    if (dinp) {
+      float* dx = F(dinp);
+      split_rows(N, [&](int lo, int hi) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1.0f, cF(dout) + size_t(lo) * OC, OC,
+                    cF(w), IC, 0.0f, dx + size_t(lo) * IC, IC);
+      });
+      if (pre_gelu) {
+        const float* pg = cF(pre_gelu);
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < size_t(N) * IC; ++i) dx[i] *= gelu_grad(pg[i]);
+      }
+    }
+    split_rows(OC, [&](int lo, int hi) {  // dw rows [lo, hi) = dout[:, lo:hi]^T @ inp
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1.0f, cF(dout) + lo, OC, cF(inp), IC, 1.0f,
+                  F(dw) + size_t(lo) * IC, IC);
+    });
+    if (dbias) {
+      std::vector<float> sums;
+      if (!dout_colsum) {
+        sums.resize(OC);
+        column_sums(sums.data(), cF(dout), N, OC);
+      }
+      const float* s = dout_colsum ? dout_colsum : sums.data();
+      float* gb = F(dbias);
+      for (int o = 0; o < OC; ++o) gb[o] += s[o];
+    }
+  }
+  void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {
+    WallScope t(tally_, "attention_fwd");
+    const float* q = cF(qkv);
+    float* o = F(out);
+    const size_t C = size_t(NH) * HS, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(float(HS));
+#pragma omp parallel
+    {
+      std::vector<float> s(T);
+#pragma omp for schedule(static) collapse(2)
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < NH; ++h)
+          for (int t = 0; t < T; ++t) {
+            const float* qt = q + (size_t(b) * T + t) * C3 + size_t(h) * HS;
+            float mx = -INFINITY;
+            for (int j = 0; j <= t; ++j) {
+              const float* kj = q + (size_t(b) * T + j) * C3 + C + size_t(h) * HS;
+              float d = 0;
+              for (int i = 0; i < HS; ++i) d += qt[i] * kj[i];
+              s[j] = d * scale;
+              mx = std::max(mx, s[j]);
+            }
+            double sum = 0;
+            for (int j = 0; j <= t; ++j) sum += std::exp(double(s[j] - mx));
+            const float l = mx + float(std::log(sum));
+            lse[(size_t(b) * NH + h) * T + t] = l;
+            float* ot = o + (size_t(b) * T + t) * C + size_t(h) * HS;
+            for (int i = 0; i < HS; ++i) ot[i] = 0;
+            for (int j = 0; j <= t; ++j) {
+              const float p = std::exp(s[j] - l);
+              const float* vj = q + (size_t(b) * T + j) * C3 + 2 * C + size_t(h) * HS;
+              for (int i = 0; i < HS; ++i) ot[i] += p * vj[i];
+            }
+          }
+    }
+  }
+  void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B, int T,
+                     int NH, int HS) override {
+    WallScope t(tally_, "attention_bwd");
+    const float *q = cF(qkv), *g = cF(dout), *o = cF(out);
+    float* dq = F(dqkv);
+    const size_t C = size_t(NH) * HS, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(float(HS));
+    std::memset(dq, 0, sizeof(float) * size_t(B) * T * C3);
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int t = 0; t < T; ++t) {
+          const float* qt = q + (size_t(b) * T + t) * C3 + size_t(h) * HS;
+          const float* gt = g + (size_t(b) * T + t) * C + size_t(h) * HS;
+          const float* ot = o + (size_t(b) * T + t) * C + size_t(h) * HS;
+          float* dqt = dq + (size_t(b) * T + t) * C3 + size_t(h) * HS;
+          const float l = lse[(size_t(b) * NH + h) * T + t];
+          float D = 0;
+          for (int i = 0; i < HS; ++i) D += gt[i] * ot[i];
+          for (int j = 0; j <= t; ++j) {
+            const float* kj = q + (size_t(b) * T + j) * C3 + C + size_t(h) * HS;
+            const float* vj = kj + C;
+            float* dkj = dq + (size_t(b) * T + j) * C3 + C + size_t(h) * HS;
+            float* dvj = dkj + C;
+            float sdot = 0, dp = 0;
+            for (int i = 0; i < HS; ++i) {
+              sdot += qt[i] * kj[i];
+              dp += gt[i] * vj[i];
+            }
+            const float p = std::exp(sdot * scale - l);
+            const float ds = p * (dp - D) * scale;
+            for (int i = 0; i < HS; ++i) {
+              dqt[i] += ds * kj[i];
+              dkj[i] += ds * qt[i];
+              dvj[i] += p * gt[i];
+            }
+          }
+        }
+  }
+  void gelu_fwd(void* out, const void* inp, size_t n) override {
+    WallScope t(tally_, "gelu_fwd");
+    float* o = F(out);
+    const float* x = cF(inp);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) o[i] = gelu(x[i]);
+  }
+  void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) override {
+    WallScope t(tally_, "classifier");
+    float* z = F(logits);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; ++i) {
+      float* zi = z + size_t(i) * Vp;
+      float mx = -INFINITY;
+      for (int j = 0; j < V; ++j) mx = std::max(mx, zi[j]);
+      const float target_logit = zi[targets[i]];
+      double sum = 0;
+      if (dloss != 0.0f) {
+        for (int j = 0; j < V; ++j) {  // keep exp(z - max) for the gradient
+          zi[j] = std::exp(zi[j] - mx);
+          sum += zi[j];
+        }
+        const float scale = float(dloss / sum);
+        for (int j = 0; j < V; ++j) zi[j] *= scale;
+        zi[targets[i]] -= dloss;
+        for (int j = V; j < Vp; ++j) zi[j] = 0;
+      } else {
+        for (int j = 0; j < V; ++j) sum += std::exp(zi[j] - mx);
+      }
+      losses[i] = mx + float(std::log(sum)) - target_logit;
+    }
+  }
+  double sum_squares(const void* x, size_t n) override {
+    WallScope t(tally_, "sum_squares");
+    const float* v = cF(x);
+    const int parts = 64;  // fixed partition: the sum does not depend on the thread count
+    double partial[parts];
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < parts; ++p) {
+      const size_t lo = n * p / parts, hi = n * (p + 1) / parts;
+      double s = 0;
+      for (size_t i = lo; i < hi; ++i) s += double(v[i]) * v[i];
+      partial[p] = s;
+    }
+    double s = 0;
+    for (int p = 0; p < parts; ++p) s += partial[p];
+    return s;
+  }
+  void adamw(const AdamWArgs& a) override {
+    WallScope t(tally_, "adamw");
+    float* p = a.master ? a.master : F(a.param);
+    const float* g = cF(a.grad);
+    const float bc1 = 1.0f - std::pow(a.beta1, float(a.step)), bc2 = 1.0f - std::pow(a.beta2, float(a.step));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < a.n; ++i) {
+      const float gi = g[i] * a.grad_scale;
+      const float m = a.beta1 * a.m[i] + (1.0f - a.beta1) * gi;
+      const float v = a.beta2 * a.v[i] + (1.0f - a.beta2) * gi * gi;
+      a.m[i] = m;
+      a.v[i] = v;
+      const float mhat = m / bc1, vhat = v / bc2;
+      p[i] -= a.lr * (mhat / (std::sqrt(vhat) + a.eps) + a.weight_decay * p[i]);
+    }
+    if (a.master && a.param) std::memcpy(a.param, a.master, a.n * 4);
+  }
+
+ private:
+  static float* F(void* p) { return static_cast<float*>(p); }
+  static const float* cF(const void* p) { return static_cast<const float*>(p); }
+  std::mutex mu_;
+  std::unordered_map<void*, size_t> sizes_;
+  OpTally tally_;
+  size_t in_use_ = 0, peak_in_use_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const Config& cfg) {
+  return std::make_unique<CpuBackend>(cfg.log.op_profile);
+}
+
+}  // namespace gpt

@@ -1,0 +1,374 @@
+// The CUDA backend: activations in bf16 (precision bf16) or fp32 (precision fp32, TF32 matmuls).
+// One compute stream; every op is queued on it and none synchronises with the host except copy_d2h,
+// copy_h2d (its host buffer may be reused on return) and sum_squares.
+//
+// Memory: plain cudaMalloc. bytes_in_use()/peak_bytes() are this backend's own tally of what it has
+// allocated: model buffers and its internal ones (cuBLASLt workspace, kernel scratch, cuDNN workspace).
+// The CUDA context and the libraries' own handle state are not included.
+//
+// Attention in fp32 precision: cuDNN's flash attention has no fp32 path, so q, k, v (and dout) are
+// rounded to bf16 in scratch memory, attention runs in bf16 with fp32 softmax statistics, and the
+// results are widened back to fp32. That op alone therefore has bf16 input rounding in fp32 mode.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backend/backend.hpp"
+#include "config/config.hpp"
+#include "kernels/check.cuh"
+#include "backend/cuda/op_profiler.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/ops.cuh"
+
+namespace gpt {
+
+namespace {
+
+using kern::bf16;
+
+constexpr size_t kCublasWorkspaceBytes = 32ull << 20;  // what cuBLASLt asks for on Hopper
+constexpr size_t kScratchGranule = 8ull << 20;          // scratch grows in these steps
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Config& cfg, int local_rank) : prof_(cfg.log.op_profile) {
+    int count = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    // One GPU per local rank: rank i takes GPU i, or the only GPU it sees when the launcher binds one
+    // GPU to each task (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank).
+    if (count == 1) local_rank = 0;
+    if (local_rank < 0 || local_rank >= count)
+      throw Error(kExitBadInput, "local rank " + std::to_string(local_rank) + " has no GPU: " +
+                                     std::to_string(count) + " visible (one GPU per local rank)");
+    device_ = local_rank;
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
+    const std::string& p = cfg.training.precision;
+    if (p != "bf16" && p != "fp32") throw input_error("training.precision must be bf16 or fp32, got '" + p + "'");
+    dtype_ = p == "fp32" ? DType::F32 : DType::BF16;
+    stochastic_ = cfg.training.stochastic_rounding;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    lt_ws_ = alloc(kCublasWorkspaceBytes);
+    // deterministic: cuBLASLt's first-choice algorithm for each shape and cuDNN's deterministic
+    // attention backward, so a run and its resumption compute bit-identical steps. Otherwise the
+    // fastest: matmul algorithms timed on first use, attention backward with atomics.
+    const bool det = cfg.training.deterministic;
+    lt_ = std::make_unique<kern::CublasLt>(dtype_, lt_ws_, kCublasWorkspaceBytes, /*autotune=*/!det,
+                                           double(cfg.training.matmul_search_s));
+    attn_ = std::make_unique<kern::CudnnAttention>([this](size_t n) { return alloc(n); },
+                                                   [this](void* q) { free(q); }, det);
+    sumsq_ = static_cast<double*>(alloc(sizeof(double)));
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    attn_.reset();
+    lt_.reset();
+    for (auto& [p, n] : sizes_) cudaFree(p);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  std::string hardware() const override { return prop_.name; }
+  DType act_dtype() const override { return dtype_; }
+  double peak_flops() const override {
+    // dense tensor-core peaks: bf16, or TF32 in fp32 precision (H100/H200 SXM; A100)
+    const bool f32 = dtype_ == DType::F32;
+    if (prop_.major == 9) return f32 ? 494.7e12 : 989.5e12;
+    if (prop_.major == 8 && prop_.minor == 0) return f32 ? 156e12 : 312e12;
+    return 0;
+  }
+
+  // ---- memory
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw Error(kExitOutOfMemory, "out of GPU memory on device " + std::to_string(device_) + ": needed " +
+                                        std::to_string(bytes) + " bytes, " + std::to_string(free_b) +
+                                        " free of " + std::to_string(total_b) + " (" +
+                                        std::to_string(in_use_) + " allocated by this backend)");
+    }
+    CUDA_CHECK(e);
+    std::lock_guard<std::mutex> g(mu_);
+    sizes_[p] = bytes;
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+  void free(void* p) override {
+    if (!p) return;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = sizes_.find(p);
+      if (it == sizes_.end()) throw Error(kExitFailure, "CudaBackend::free of a pointer it did not allocate");
+      in_use_ -= it->second;
+      sizes_.erase(it);
+    }
+    CUDA_CHECK(cudaFree(p));
+  }
+  void zero(void* p, size_t bytes) override {
+    OpProfiler::Scope t(prof_, stream_, "zero");
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  }
+  void copy_h2d(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_d2h(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_d2d(void* dst, const void* src, size_t bytes) override {
+    OpProfiler::Scope t(prof_, stream_, "copy_d2d");
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    prof_.harvest();
+  }
+  std::string op_profile() const override { return prof_.table(); }
+  void op_profile_reset() override { prof_.reset(); }
+  void op_profile_pause(bool paused) override { prof_.pause(paused); }
+  size_t bytes_in_use() const override { return in_use_; }
+  size_t peak_bytes() const override { return peak_; }
+  void reset_peak() override { peak_ = in_use_; }
+  void* stream() override { return stream_; }
+
+  // ---- conversions and elementwise
+  void f32_to_act(void* dst, const float* src, size_t n) override {
+    OpProfiler::Scope t(prof_, stream_, "f32_to_act");
+    if (dtype_ == DType::F32)
+      copy_d2d(dst, src, n * sizeof(float));
+    else
+      kern::f32_to_bf16(static_cast<bf16*>(dst), src, n, stream_);
+  }
+  void act_to_f32(float* dst, const void* src, size_t n) override {
+    OpProfiler::Scope t(prof_, stream_, "act_to_f32");
+    if (dtype_ == DType::F32)
+      copy_d2d(dst, src, n * sizeof(float));
+    else
+      kern::bf16_to_f32(dst, static_cast<const bf16*>(src), n, stream_);
+  }
+  void add_inplace(void* dst, const void* src, size_t n) override {
+    OpProfiler::Scope t(prof_, stream_, "add_inplace");
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::add_inplace<X>(static_cast<X*>(dst), static_cast<const X*>(src), n, stream_);
+    });
+  }
+
+  // ---- model ops
+  void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) override {
+    OpProfiler::Scope t(prof_, stream_, "encoder_fwd");
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::encoder_fwd<X>(static_cast<X*>(out), tokens, static_cast<const X*>(wte), static_cast<const X*>(wpe), B,
+                           T, C, stream_);
+    });
+  }
+  void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T, int C) override {
+    OpProfiler::Scope t(prof_, stream_, "encoder_bwd");
+    void* scratch = scratch_for(kern::encoder_bwd_scratch_bytes(B * T));
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::EncoderBwdArgs<X> a;
+      a.dwte = static_cast<X*>(dwte), a.dwpe = static_cast<X*>(dwpe), a.dout = static_cast<const X*>(dout);
+      a.tokens = tokens, a.B = B, a.T = T, a.C = C, a.scratch = scratch;
+      kern::encoder_bwd<X>(a, stream_);
+    });
+  }
+  void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
+                     int C) override {
+    OpProfiler::Scope t(prof_, stream_, "layernorm_fwd");
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::LayerNormFwdArgs<X> a;
+      a.out = static_cast<X*>(out), a.mean = mean, a.rstd = rstd, a.inp = static_cast<const X*>(inp);
+      a.w = static_cast<const X*>(w), a.bias = static_cast<const X*>(b), a.N = N, a.C = C;
+      kern::layernorm_fwd<X>(a, stream_);
+    });
+  }
+  void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a_, const void* b_,
+                              const void* w, const void* bias, int N, int C) override {
+    OpProfiler::Scope t(prof_, stream_, "residual_layernorm_fwd");
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::LayerNormFwdArgs<X> a;
+      a.out = static_cast<X*>(out), a.mean = mean, a.rstd = rstd, a.residual = static_cast<X*>(residual);
+      a.a = static_cast<const X*>(a_), a.b = static_cast<const X*>(b_);
+      a.w = static_cast<const X*>(w), a.bias = static_cast<const X*>(bias), a.N = N, a.C = C;
+      kern::layernorm_fwd<X>(a, stream_);
+    });
+  }
+  void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
+                     const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
+    OpProfiler::Scope t(prof_, stream_, "layernorm_bwd");
+    float* scratch = static_cast<float*>(scratch_for(kern::layernorm_bwd_scratch_bytes(N, C, num_sms())));
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::LayerNormBwdArgs<X> a;
+      a.dinp = static_cast<X*>(dinp), a.dw = static_cast<X*>(dw), a.db = static_cast<X*>(db);
+      a.dout = static_cast<const X*>(dout), a.inp = static_cast<const X*>(inp), a.w = static_cast<const X*>(w);
+      a.mean = mean, a.rstd = rstd, a.N = N, a.C = C, a.dinp_colsum = dinp_colsum;
+      a.scratch = scratch, a.num_sms = num_sms();
+      kern::layernorm_bwd<X>(a, stream_);
+    });
+  }
+  void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
+                  void* pre_gelu) override {
+    OpProfiler::Scope t(prof_, stream_, prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
+    kern::MatmulFwdArgs a;
+    a.out = out, a.inp = inp, a.w = w, a.bias = bias, a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu;
+    by_dtype([&](auto x) { kern::matmul_fwd<decltype(x)>(*lt_, a, stream_); });
+  }
+  void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
+                  int OC, const void* pre_gelu, const float* dout_colsum) override {
+    OpProfiler::Scope t(prof_, stream_,
+                        prof_.enabled() ? matmul_op_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
+    kern::MatmulBwdArgs a;
+    a.dinp = dinp, a.dw = dw, a.dbias = dbias, a.dout = dout, a.inp = inp, a.w = w;
+    a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu, a.dout_colsum = dout_colsum, a.num_sms = num_sms();
+    if (dbias && !dout_colsum)  // the bias gradient's own column sums need scratch
+      a.scratch = static_cast<float*>(scratch_for(kern::bias_grad_scratch_bytes(N, OC, num_sms())));
+    by_dtype([&](auto x) { kern::matmul_bwd<decltype(x)>(*lt_, a, stream_); });
+  }
+  void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {
+    OpProfiler::Scope t(prof_, stream_, "attention_fwd");
+    const kern::AttentionShape sh{B, T, NH, HS};
+    if (dtype_ == DType::BF16) {
+      attn_->fwd(static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), sh, stream_);
+      return;
+    }
+    const size_t n_out = size_t(B) * T * NH * HS, n_qkv = 3 * n_out;
+    bf16* buf = static_cast<bf16*>(scratch_for((n_qkv + n_out) * sizeof(bf16)));
+    bf16 *q = buf, *o = buf + n_qkv;
+    kern::f32_to_bf16(q, static_cast<const float*>(qkv), n_qkv, stream_);
+    attn_->fwd(o, lse, q, sh, stream_);
+    kern::bf16_to_f32(static_cast<float*>(out), o, n_out, stream_);
+  }
+  void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B, int T,
+                     int NH, int HS) override {
+    OpProfiler::Scope t(prof_, stream_, "attention_bwd");
+    const kern::AttentionShape sh{B, T, NH, HS};
+    if (dtype_ == DType::BF16) {
+      attn_->bwd(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv),
+                 static_cast<const bf16*>(out), lse, sh, stream_);
+      return;
+    }
+    const size_t n_out = size_t(B) * T * NH * HS, n_qkv = 3 * n_out;
+    bf16* buf = static_cast<bf16*>(scratch_for((2 * n_qkv + 2 * n_out) * sizeof(bf16)));
+    bf16 *q = buf, *dq = buf + n_qkv, *o = buf + 2 * n_qkv, *dout_b = o + n_out;
+    kern::f32_to_bf16(q, static_cast<const float*>(qkv), n_qkv, stream_);
+    kern::f32_to_bf16(o, static_cast<const float*>(out), n_out, stream_);
+    kern::f32_to_bf16(dout_b, static_cast<const float*>(dout), n_out, stream_);
+    attn_->bwd(dq, dout_b, q, o, lse, sh, stream_);
+    kern::bf16_to_f32(static_cast<float*>(dqkv), dq, n_qkv, stream_);
+  }
+  void gelu_fwd(void* out, const void* inp, size_t n) override {
+    OpProfiler::Scope t(prof_, stream_, "gelu_fwd");
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::gelu_fwd<X>(static_cast<X*>(out), static_cast<const X*>(inp), n, stream_);
+    });
+  }
+  void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) override {
+    OpProfiler::Scope t(prof_, stream_, "classifier");
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::ClassifierArgs<X> a;
+      a.logits = static_cast<X*>(logits), a.losses = losses, a.targets = targets;
+      a.N = N, a.V = V, a.Vp = Vp, a.dloss = dloss;
+      kern::classifier<X>(a, stream_);
+    });
+  }
+  double sum_squares(const void* x, size_t n) override {
+    void* scratch = scratch_for(kern::sum_squares_scratch_bytes());
+    {
+      OpProfiler::Scope t(prof_, stream_, "sum_squares");
+      by_dtype([&](auto tag) {
+        using X = decltype(tag);
+        kern::sum_squares<X>(sumsq_, static_cast<const X*>(x), n, scratch, stream_);
+      });
+    }
+    double h = 0;
+    copy_d2h(&h, sumsq_, sizeof(double));
+    return h;
+  }
+  void adamw(const AdamWArgs& w) override {
+    OpProfiler::Scope t(prof_, stream_, "adamw");
+    by_dtype([&](auto x) {
+      using X = decltype(x);
+      kern::AdamWLaunch<X> a;
+      a.param = static_cast<X*>(w.param), a.master = w.master, a.grad = static_cast<const X*>(w.grad);
+      a.m = w.m, a.v = w.v, a.n = w.n;
+      a.lr = w.lr, a.beta1 = w.beta1, a.beta2 = w.beta2, a.eps = w.eps, a.weight_decay = w.weight_decay;
+      a.grad_scale = w.grad_scale;
+      a.bc1 = 1.0f - std::pow(w.beta1, float(w.step));
+      a.bc2 = 1.0f - std::pow(w.beta2, float(w.step));
+      a.seed = w.seed, a.index_offset = w.index_offset, a.stochastic = stochastic_;
+      kern::adamw<X>(a, stream_);
+    });
+  }
+
+ private:
+  template <class Fn>
+  void by_dtype(Fn&& fn) {
+    if (dtype_ == DType::BF16)
+      fn(bf16{});
+    else
+      fn(float{});
+  }
+  int num_sms() const { return prop_.multiProcessorCount; }
+  // One scratch buffer shared by the ops (one stream: no two ops use it at once). It only grows, in
+  // kScratchGranule steps, so after the first step of a run nothing is allocated.
+  void* scratch_for(size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      if (scratch_) free(scratch_);
+      scratch_bytes_ = (bytes + kScratchGranule - 1) / kScratchGranule * kScratchGranule;
+      scratch_ = alloc(scratch_bytes_);
+    }
+    return scratch_;
+  }
+
+  int device_ = 0;
+  cudaDeviceProp prop_{};
+  DType dtype_ = DType::BF16;
+  bool stochastic_ = true;
+  cudaStream_t stream_ = nullptr;
+  void* lt_ws_ = nullptr;
+  std::unique_ptr<kern::CublasLt> lt_;
+  std::unique_ptr<kern::CudnnAttention> attn_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  double* sumsq_ = nullptr;
+  std::mutex mu_;
+  std::unordered_map<void*, size_t> sizes_;
+  size_t in_use_ = 0, peak_ = 0;
+  OpProfiler prof_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Config& cfg, int local_rank) {
+  return std::make_unique<CudaBackend>(cfg, local_rank);
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: clear the sticky error, report none
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace gpt

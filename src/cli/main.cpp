@@ -1,0 +1,37 @@
+// train: GPT-2 training on CPUs or GPUs, one run or a sweep described in YAML.
+//   ./train --yaml experiments/quickstart.yaml          (see --help and docs/FORMATS.md)
+//   ./train sample --ckpt DIR --prompt-ids 1,2,3 --tokens 64
+//   ./train export --ckpt DIR --out model.bin [--dtype bf16]
+#include <boost/program_options.hpp>
+
+#include <iostream>
+
+#include "cli/app.hpp"
+#include "dist/comm.hpp"
+#include "base/common.hpp"
+#include "run/trainer.hpp"
+
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  gpt::install_stop_signals();
+  std::unique_ptr<gpt::HostComm> host = gpt::make_host_comm(&argc, &argv);
+  int code = 0;
+  try {
+    code = gpt::run_app(argc, argv, *host);
+  } catch (const po::error& e) {
+    if (host->rank() == 0) std::cerr << "error: " << e.what() << " (see --help)\n";
+    code = gpt::kExitBadInput;
+  } catch (const gpt::Error& e) {
+    std::cerr << (host->world() > 1 ? "[rank " + std::to_string(host->rank()) + "] " : std::string()) << "error: "
+              << e.what() << "\n";
+    code = e.code();
+    if (host->world() > 1) host->abort(code);  // never leave the other ranks waiting
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << host->rank() << "] internal error: " << e.what() << "\n";
+    code = gpt::kExitFailure;
+    if (host->world() > 1) host->abort(code);
+  }
+  host.reset();
+  return code;
+}

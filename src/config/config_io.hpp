@@ -1,0 +1,34 @@
+// Reading, overriding, validating and printing the typed Config.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace gpt {
+
+// One `--set key.path=value` (or one sweep value): a dotted key and a YAML scalar.
+struct Override {
+  std::string key;
+  std::string value;
+};
+
+// Parses YAML text into a Config: unknown keys, wrong types and malformed YAML are input errors naming
+// the key and the line. The top-level `sweep:` section is left to the sweep parser.
+Config config_from_yaml(const std::string& yaml_text, const std::string& source_name);
+void apply_override(Config& cfg, const Override& ov);
+Override parse_override(const std::string& key_eq_value);  // "a.b=c"
+bool is_config_key(const std::string& dotted_key);
+// Checks every field and every combination; throws input_error naming the key. Needs the world size
+// for batch arithmetic.
+void validate(const Config& cfg, int world_size);
+// The resolved config as YAML (every field, documented order).
+std::string config_to_yaml(const Config& cfg);
+// A value of a field as text, for tables.
+std::string config_value(const Config& cfg, const std::string& dotted_key);
+// The run directory: <out_dir>/<name>.
+std::string run_dir(const Config& cfg);
+
+std::string read_text_file(const std::string& path);
+
+}  // namespace gpt

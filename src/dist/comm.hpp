@@ -1,0 +1,55 @@
+// Collectives between ranks. One interface; MPI carries it on the CPU (host buffers), NCCL on GPUs
+// (device buffers, on a communication stream that overlaps the compute stream).
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "base/common.hpp"
+
+namespace gpt {
+
+class Backend;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+
+  // Data collectives on the backend's buffers. On the GPU they are queued on the communication stream
+  // after all compute queued so far; on the CPU they complete before returning.
+  virtual void all_reduce_sum(void* buf, size_t count, DType t) = 0;
+  // send holds world()*count elements; rank r receives the sum of every rank's r-th piece.
+  virtual void reduce_scatter_sum(const void* send, void* recv, size_t count, DType t) = 0;
+  // send holds count elements; recv gets world()*count, rank r's piece at r*count.
+  virtual void all_gather(const void* send, void* recv, size_t count, DType t) = 0;
+  // Events on the communication stream: record(slot) after some collectives; wait(slot) makes the
+  // compute stream wait for them. join() makes compute wait for every collective queued so far.
+  virtual void record(int slot) = 0;
+  virtual void wait(int slot) = 0;
+  virtual void join() = 0;
+};
+
+// Host-side agreement between ranks (always MPI, or trivial for one process).
+class HostComm {
+ public:
+  virtual ~HostComm() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual int local_rank() const = 0;
+  virtual double sum(double x) = 0;
+  virtual long max(long x) = 0;
+  virtual void barrier() = 0;
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  // Ends every rank now with this status (MPI_Abort), after the caller printed why.
+  [[noreturn]] virtual void abort(int status) = 0;
+  virtual void* mpi_comm() = 0;  // MPI_Comm*, for building NCCL on top
+};
+
+std::unique_ptr<HostComm> make_host_comm(int* argc, char*** argv);
+// MPI collectives on host buffers (the CPU backend).
+std::unique_ptr<Communicator> make_mpi_communicator(HostComm& host);
+// NCCL collectives on device buffers, bootstrapped through MPI; defined by the CUDA build.
+std::unique_ptr<Communicator> make_nccl_communicator(HostComm& host, Backend& backend);
+
+}  // namespace gpt

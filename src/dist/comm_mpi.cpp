@@ -1,0 +1,127 @@
+// MPI: host agreement for every run, and the data collectives of the CPU backend.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <vector>
+
+#include "dist/comm.hpp"
+
+#define MPI_CHECK(call)                                                                    \
+  do {                                                                                     \
+    int rc_ = (call);                                                                      \
+    if (rc_ != MPI_SUCCESS) {                                                              \
+      char msg_[MPI_MAX_ERROR_STRING];                                                     \
+      int len_ = 0;                                                                        \
+      MPI_Error_string(rc_, msg_, &len_);                                                  \
+      ::gpt::throw_check_failure("MPI", #call, std::string(msg_, len_), __FILE__, __LINE__); \
+    }                                                                                      \
+  } while (0)
+
+namespace gpt {
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  if (t != DType::F32) throw Error(kExitFailure, "MPI collectives carry fp32 only (the CPU backend's dtype)");
+  return MPI_FLOAT;
+}
+
+int as_int(size_t n) {
+  if (n > size_t(INT32_MAX)) throw Error(kExitFailure, "MPI message of " + std::to_string(n) + " elements is too large");
+  return int(n);
+}
+
+class MpiHostComm final : public HostComm {
+ public:
+  MpiHostComm(int* argc, char*** argv) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+      own_ = true;
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &world_);
+    MPI_Comm local;
+    MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_free(&local);
+  }
+  ~MpiHostComm() override {
+    MPI_Comm_free(&comm_);
+    if (own_) MPI_Finalize();
+  }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  int local_rank() const override { return local_rank_; }
+  double sum(double x) override {
+    double r = 0;
+    MPI_CHECK(MPI_Allreduce(&x, &r, 1, MPI_DOUBLE, MPI_SUM, comm_));
+    return r;
+  }
+  long max(long x) override {
+    long r = 0;
+    MPI_CHECK(MPI_Allreduce(&x, &r, 1, MPI_LONG, MPI_MAX, comm_));
+    return r;
+  }
+  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+  void broadcast(void* buf, size_t bytes, int root) override {
+    MPI_CHECK(MPI_Bcast(buf, as_int(bytes), MPI_BYTE, root, comm_));
+  }
+  [[noreturn]] void abort(int status) override {
+    std::cerr.flush();
+    std::cout.flush();
+    if (world_ > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    std::_Exit(status);
+  }
+  void* mpi_comm() override { return &comm_; }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, world_ = 1, local_rank_ = 0;
+  bool own_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(HostComm& host) : comm_(*static_cast<MPI_Comm*>(host.mpi_comm())) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &world_);
+  }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  void all_reduce_sum(void* buf, size_t count, DType t) override {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_int(count), mpi_type(t), MPI_SUM, comm_));
+  }
+  void reduce_scatter_sum(const void* send, void* recv, size_t count, DType t) override {
+    tmp_.resize(count * dtype_size(t));
+    MPI_CHECK(MPI_Reduce_scatter_block(send, tmp_.data(), as_int(count), mpi_type(t), MPI_SUM, comm_));
+    std::memcpy(recv, tmp_.data(), tmp_.size());
+  }
+  void all_gather(const void* send, void* recv, size_t count, DType t) override {
+    const size_t bytes = count * dtype_size(t);
+    if (send == static_cast<char*>(recv) + bytes * rank_) {
+      MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, as_int(count), mpi_type(t), comm_));
+    } else {
+      MPI_CHECK(MPI_Allgather(send, as_int(count), mpi_type(t), recv, as_int(count), mpi_type(t), comm_));
+    }
+  }
+  void record(int) override {}
+  void wait(int) override {}
+  void join() override {}
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, world_ = 1;
+  std::vector<char> tmp_;
+};
+
+}  // namespace
+
+std::unique_ptr<HostComm> make_host_comm(int* argc, char*** argv) { return std::make_unique<MpiHostComm>(argc, argv); }
+std::unique_ptr<Communicator> make_mpi_communicator(HostComm& host) { return std::make_unique<MpiCommunicator>(host); }
+
+}  // namespace gpt

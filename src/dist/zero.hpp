@@ -1,0 +1,112 @@
+// ZeRO: where parameters, gradients and optimizer state live across ranks, and the optimizer step.
+// Buckets (model.hpp) are split into world-size pieces of equal length (the tail padded with zeros);
+// rank r owns piece r of every bucket. Stage 0 shards nothing; stage 1 shards master weights and
+// AdamW moments; stage 2 also gradients (reduce-scattered bucket by bucket as backward finishes
+// them); stage 3 also the parameters (gathered bucket by bucket just before use, next one prefetched).
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "dist/comm.hpp"
+#include "model/gpt.hpp"
+
+namespace gpt {
+
+// Bytes per rank by component; the memory model (predicted) and the allocation tally (measured).
+struct MemoryBreakdown {
+  size_t params = 0, grads = 0, master = 0, adam_m = 0, adam_v = 0, activations = 0, workspace = 0, comm = 0;
+  size_t total() const { return params + grads + master + adam_m + adam_v + activations + workspace + comm; }
+};
+
+// Sizes of one bucket under a stage and world size.
+struct BucketShape {
+  size_t size = 0;       // logical elements
+  size_t shard = 0;      // elements per rank (stage 0: size)
+  size_t cap = 0;        // elements of a full-bucket buffer (world * shard, or size)
+};
+std::vector<BucketShape> bucket_shapes(const ParamLayout& layout, int world, int stage);
+// Predicted state bytes per rank (params, grads, master, m, v, comm buffers) for a stage.
+MemoryBreakdown predict_state_bytes(const ParamLayout& layout, int world, int stage, DType act, bool master);
+
+struct OptimizerHyper {
+  float lr, beta1, beta2, eps, weight_decay;
+  float grad_scale;
+  int step;              // 1-based
+  uint64_t seed;
+};
+
+class ZeroEngine final : public ParamStore {
+ public:
+  ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host, int stage,
+             bool master_weights);
+  ~ZeroEngine() override;
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  // ParamStore
+  const void* params(int b) override;
+  void prefetch(int b) override;
+  void* grads(int b) override;
+  void grads_done(int b) override;
+
+  // The step, in order: begin_step, {begin_micro_step, forward, backward}..., end_backward,
+  // grad_norm, update.
+  void begin_step();
+  void begin_micro_step(bool last);
+  void end_backward();
+  double grad_norm();                     // global L2 norm over all ranks' gradients
+  void update(const OptimizerHyper& h);   // AdamW on the local shard, then parameters made whole
+
+  // State exchange with checkpoints and initialisation, bucket by bucket, in fp32 on the host.
+  // The local piece of bucket b covers logical elements [piece_begin(b), piece_end(b)) of the bucket.
+  int stage() const { return stage_; }
+  size_t piece_begin(int b) const;
+  size_t piece_end(int b) const;
+  // Sets the whole bucket's parameters (every rank passes the same full bucket values).
+  void set_bucket_params(int b, const float* full);
+  // Reads/writes this rank's piece (length piece_end-piece_begin) of each state kind.
+  enum class State { param, master, m, v };  // master without master weights = param
+  void get_piece(int b, State s, float* out);
+  void set_piece(int b, State s, const float* in);
+  // The full bucket's parameters in fp32 (gathers at stage 3; collective).
+  void get_bucket_params(int b, float* full);
+  bool has_master() const { return master_ != nullptr; }
+  const MemoryBreakdown& allocated() const { return alloc_; }
+
+ private:
+  char* act_ptr(void* base, size_t elems) const;
+  void* gather_buffer(int b);
+  void* grad_temp(int b);
+  void finish_pending_grad(int b);
+  void* param_piece(int b);
+  void* grad_piece(int b);
+
+  const ParamLayout& layout_;
+  Backend& be_;
+  Communicator& comm_;
+  HostComm& host_;
+  int stage_, world_, rank_;
+  size_t esz_;
+  std::vector<BucketShape> shape_;
+  std::vector<size_t> full_off_, shard_off_;
+  size_t full_total_ = 0, shard_total_ = 0, max_layer_cap_ = 0;
+  // buffers
+  void* params_full_ = nullptr;   // stages 0-2: (sum cap) act
+  void* params_shard_ = nullptr;  // stage 3: (sum shard) act
+  void* grads_full_ = nullptr;    // stages 0-1: (sum cap) act
+  void* grads_shard_ = nullptr;   // stages 2-3: (sum shard) act
+  float* master_ = nullptr;       // (sum shard) fp32, when act is bf16 and master weights are on
+  float* m_ = nullptr;            // (sum shard) fp32
+  float* v_ = nullptr;            // (sum shard) fp32
+  std::vector<void*> gather_bufs_;  // stage 3: [embedding, final, layer even, layer odd]
+  std::vector<void*> grad_temps_;   // stages 2-3: same four roles
+  std::vector<int> gathered_;       // stage 3: bucket is in its gather buffer
+  std::vector<int> temp_owner_;     // stages 2-3: which bucket occupies each grad temp (-1 none)
+  std::vector<int> pending_;        // stages 2-3: bucket's reduce-scatter issued, not yet added
+  std::vector<int> touched_;        // bucket's grad temp zeroed this micro-step
+  bool last_micro_ = true;
+  MemoryBreakdown alloc_;
+};
+
+}  // namespace gpt

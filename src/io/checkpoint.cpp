@@ -1,0 +1,387 @@
+#include "io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "io/h5util.hpp"
+
+namespace fs = std::filesystem;
+
+namespace gpt {
+namespace {
+
+constexpr const char* kFormat = "gpt2-train checkpoint";
+constexpr int64_t kFormatVersion = 1;
+const char* kKinds[] = {"param", "master", "m", "v"};
+const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
+                                     ZeroEngine::State::v};
+
+// FNV-1a 64 over the data taken as 8-byte little-endian words (an odd last float as one word of its
+// own): any flipped bit changes it, at memory speed rather than a byte at a time.
+int64_t checksum(const float* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const size_t words = n / 2;
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, p + 2 * i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  if (n % 2) {
+    uint32_t w;
+    std::memcpy(&w, p + n - 1, 4);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  return int64_t(h);
+}
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(kExitFailure, "cannot open '" + path + "' to sync it");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw Error(kExitFailure, "fsync of '" + path + "' failed");
+}
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
+  return buf;
+}
+// The step of a complete checkpoint folder's name (step_ and digits only), or -1.
+int64_t step_of(const std::string& n) {
+  if (n.size() <= 5 || n.compare(0, 5, "step_") != 0 || n.size() > 5 + 18) return -1;
+  for (size_t i = 5; i < n.size(); ++i)
+    if (n[i] < '0' || n[i] > '9') return -1;
+  return std::stoll(n.substr(5));
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+// Deletes a checkpoint folder so that a kill part-way never leaves a partial folder under a complete
+// one's name: renamed out of the way first, then removed.
+void discard(const std::string& dir) {
+  const std::string gone = dir + ".deleting";
+  fs::remove_all(gone);
+  fs::rename(dir, gone);
+  fs::remove_all(gone);
+}
+
+std::string rank_file(const std::string& dir, int r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "/rank_%05d.h5", r);
+  return dir + buf;
+}
+
+void write_rank_file(const std::string& path, const TrainState& st, ZeroEngine& e, const ParamLayout& L, int rank,
+                     int world) {
+  h5::Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!f.valid()) throw Error(kExitFailure, "cannot create checkpoint file '" + path + "'");
+  const ModelDims& d = L.dims();
+  h5::set_attr(f, "format", std::string(kFormat));
+  h5::set_attr(f, "format_version", kFormatVersion);
+  h5::set_attr(f, "step", st.step);
+  h5::set_attr(f, "world_size", int64_t(world));
+  h5::set_attr(f, "rank", int64_t(rank));
+  h5::set_attr(f, "zero_stage", int64_t(e.stage()));
+  h5::set_attr(f, "n_layer", int64_t(d.n_layer));
+  h5::set_attr(f, "n_head", int64_t(d.n_head));
+  h5::set_attr(f, "n_embd", int64_t(d.n_embd));
+  h5::set_attr(f, "vocab_size", int64_t(d.vocab_size));
+  h5::set_attr(f, "padded_vocab", int64_t(d.padded_vocab));
+  h5::set_attr(f, "max_seq_len", int64_t(d.max_seq_len));
+  h5::set_attr(f, "data_shard", st.data.shard);
+  h5::set_attr(f, "data_offset", st.data.offset);
+  h5::set_attr(f, "data_epoch", st.data.epoch);
+  h5::set_attr(f, "seed", int64_t(st.seed));
+  h5::set_attr(f, "config_yaml", st.config_yaml);
+  h5::set_attr(f, "n_buckets", int64_t(L.n_buckets()));
+  std::vector<float> buf;
+  for (int b = 0; b < L.n_buckets(); ++b) {
+    char g[16];
+    std::snprintf(g, sizeof g, "b%04d", b);
+    h5::Id grp = h5::create_group(f, g);
+    const size_t plo = e.piece_begin(b), phi = e.piece_end(b);
+    // Stage 0 replicates the state on every rank: each rank writes an equal slice of it, so the files
+    // tile every bucket exactly once, as for the sharded stages.
+    size_t lo = plo, hi = phi;
+    if (e.stage() == 0) {
+      const size_t n = phi - plo, per = (n + world - 1) / world;
+      lo = plo + std::min(n, size_t(rank) * per);
+      hi = plo + std::min(n, size_t(rank + 1) * per);
+    }
+    h5::set_attr(grp, "begin", int64_t(lo));
+    h5::set_attr(grp, "end", int64_t(hi));
+    h5::set_attr(grp, "bucket_size", int64_t(L.bucket(b).size));
+    buf.resize(phi - plo);
+    for (int k = 0; k < 4; ++k) {
+      if (kStates[k] == ZeroEngine::State::master && !e.has_master()) continue;
+      e.get_piece(b, kStates[k], buf.data());
+      const float* data = buf.data() + (lo - plo);
+      h5::write_array(grp, kKinds[k], H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, data, hi - lo);
+      h5::Id ds(H5_CHECK(H5Dopen2(grp, kKinds[k], H5P_DEFAULT)));
+      h5::set_attr(ds, "checksum", checksum(data, hi - lo));
+    }
+  }
+  H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
+  f.reset();
+  fsync_path(path);
+}
+
+// One old rank file, opened and checked.
+struct OldFile {
+  std::string path;
+  h5::Id f;
+  int64_t world = 0;
+};
+
+std::vector<OldFile> open_checkpoint(const std::string& dir, const ParamLayout& L, TrainState& st) {
+  std::vector<OldFile> files;
+  h5::silence_errors();  // a damaged file gets one named error from here, not HDF5's stack on stderr
+  if (!fs::is_directory(dir)) throw input_error("checkpoint '" + dir + "' does not exist");
+  const std::string first = rank_file(dir, 0);
+  auto open_one = [&](const std::string& p) {
+    if (!fs::exists(p)) throw input_error("checkpoint '" + dir + "' is incomplete: '" + p + "' is missing");
+    OldFile o;
+    o.path = p;
+    o.f = h5::Id(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    if (!o.f.valid()) throw input_error("checkpoint file '" + p + "' is unreadable (truncated or not HDF5)");
+    try {
+      if (h5::get_attr_str(o.f, "format") != kFormat) throw input_error("not a checkpoint of this program");
+      if (h5::get_attr_i64(o.f, "format_version") != kFormatVersion)
+        throw input_error("format version " + std::to_string(h5::get_attr_i64(o.f, "format_version")) + ", expected " +
+                          std::to_string(kFormatVersion));
+      o.world = h5::get_attr_i64(o.f, "world_size");
+    } catch (const Error& e) {
+      throw input_error("checkpoint file '" + p + "': " + e.what());
+    }
+    return o;
+  };
+  files.push_back(open_one(first));
+  const hid_t f0 = files[0].f;
+  const ModelDims& d = L.dims();
+  const std::pair<const char*, int64_t> dims[] = {{"n_layer", d.n_layer},           {"n_head", d.n_head},
+                                                  {"n_embd", d.n_embd},             {"vocab_size", d.vocab_size},
+                                                  {"padded_vocab", d.padded_vocab}, {"max_seq_len", d.max_seq_len}};
+  for (auto& [k, v] : dims) {
+    const int64_t got = h5::get_attr_i64(f0, k);
+    if (got != v)
+      throw input_error("checkpoint '" + dir + "' holds a different model: " + k + " is " + std::to_string(got) +
+                        " there and " + std::to_string(v) + " in this config");
+  }
+  for (int r = 1; r < files[0].world; ++r) files.push_back(open_one(rank_file(dir, r)));
+  st.step = h5::get_attr_i64(f0, "step");
+  st.data.shard = h5::get_attr_i64(f0, "data_shard");
+  st.data.offset = h5::get_attr_i64(f0, "data_offset");
+  st.data.epoch = h5::get_attr_i64(f0, "data_epoch");
+  st.seed = uint64_t(h5::get_attr_i64(f0, "seed"));
+  st.config_yaml = h5::get_attr_str(f0, "config_yaml");
+  for (auto& o : files)
+    if (h5::get_attr_i64(o.f, "step") != st.step)
+      throw input_error("checkpoint '" + dir + "' mixes steps: '" + o.path + "' is from another step");
+  return files;
+}
+
+// Fills out[0, hi-lo) with logical elements [lo, hi) of bucket b's state `kind`, from every old piece
+// that overlaps; verifies each piece read against its checksum.
+void read_range(std::vector<OldFile>& files, int b, size_t bucket_size, const char* kind, size_t lo, size_t hi,
+                float* out) {
+  char g[16];
+  std::snprintf(g, sizeof g, "b%04d", b);
+  std::vector<float> piece;
+  std::vector<char> seen(hi - lo, 0);  // pieces may overlap (they hold equal values); every element once at least
+  for (auto& o : files) {
+    if (!h5::exists(o.f, g)) throw input_error("checkpoint file '" + o.path + "' lacks bucket " + g);
+    h5::Id grp = h5::open_group(o.f, g);
+    const int64_t plo_i = h5::get_attr_i64(grp, "begin"), phi_i = h5::get_attr_i64(grp, "end");
+    const int64_t size_i = h5::get_attr_i64(grp, "bucket_size");
+    if (size_i != int64_t(bucket_size) || plo_i < 0 || phi_i < plo_i || phi_i > size_i)
+      throw input_error("checkpoint file '" + o.path + "' " + g + ": piece [" + std::to_string(plo_i) + ", " +
+                        std::to_string(phi_i) + ") of a bucket of " + std::to_string(size_i) + " elements (expected " +
+                        std::to_string(bucket_size) + ")");
+    const size_t plo = size_t(plo_i), phi = size_t(phi_i);
+    const size_t a = std::max(lo, plo), z = std::min(hi, phi);
+    if (z <= a) continue;
+    std::string name = kind;
+    if (!h5::exists(grp, name)) {
+      if (name == "master") name = "param";  // written without master weights
+      else throw input_error("checkpoint file '" + o.path + "' lacks " + g + "/" + kind);
+    }
+    piece.resize(phi - plo);
+    try {
+      h5::read_array(grp, name, H5T_NATIVE_FLOAT, piece.data(), piece.size());
+    } catch (const Error& e) {
+      throw input_error("checkpoint file '" + o.path + "' " + g + "/" + name + ": " + e.what());
+    }
+    h5::Id ds(H5_CHECK(H5Dopen2(grp, name.c_str(), H5P_DEFAULT)));
+    if (h5::get_attr_i64(ds, "checksum") != checksum(piece.data(), piece.size()))
+      throw input_error("checkpoint file '" + o.path + "' " + g + "/" + name + ": checksum mismatch (corrupt data)");
+    std::copy(piece.begin() + (a - plo), piece.begin() + (z - plo), out + (a - lo));
+    std::fill(seen.begin() + (a - lo), seen.begin() + (z - lo), 1);
+  }
+  if (std::find(seen.begin(), seen.end(), 0) != seen.end())
+    throw input_error("checkpoint pieces of bucket " + std::string(g) + " do not cover elements [" +
+                      std::to_string(lo) + ", " + std::to_string(hi) + ")");
+}
+
+}  // namespace
+
+std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
+  return run_dir + "/checkpoints/" + step_name(step);
+}
+
+void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngine& e, const ParamLayout& L,
+                     HostComm& host, int keep_last) {
+  const std::string root = run_dir + "/checkpoints";
+  const std::string final_dir = checkpoint_dir(run_dir, st.step), tmp = final_dir + ".tmp";
+  std::string err;
+  if (host.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    fs::remove_all(tmp, ec);
+    if (!fs::create_directories(tmp, ec)) err = "cannot create '" + tmp + "': " + ec.message();
+  }
+  if (host.max(err.empty() ? 0 : 1)) throw Error(kExitFailure, "checkpoint: " + (err.empty() ? "rank 0 failed to prepare " + tmp : err));
+  try {
+    write_rank_file(rank_file(tmp, host.rank()), st, e, L, host.rank(), host.world());
+  } catch (const std::exception& ex) {
+    err = ex.what();
+  }
+  if (host.max(err.empty() ? 0 : 1))
+    throw Error(kExitFailure, "checkpoint write failed" + (err.empty() ? std::string(" on another rank") : ": " + err));
+  if (host.rank() == 0) {
+    try {
+      fsync_path(tmp);
+      if (fs::exists(final_dir)) discard(final_dir);
+      fs::rename(tmp, final_dir);
+      fsync_path(root);
+      {
+        std::ofstream out(root + "/latest.tmp", std::ios::trunc);
+        out << step_name(st.step) << "\n";
+        if (!out.flush()) throw Error(kExitFailure, "cannot write '" + root + "/latest.tmp'");
+      }
+      fsync_path(root + "/latest.tmp");
+      fs::rename(root + "/latest.tmp", root + "/latest");
+      fsync_path(root);
+      // Keep the newest keep_last up to this step. Newer ones are left from a timeline this run abandoned
+      // (it resumed past them because they were damaged): drop them too, so they neither displace good
+      // checkpoints from the count nor get tried first by the next resume.
+      size_t kept = 0;
+      for (const std::string& p : list_checkpoints(run_dir))
+        if (step_of(fs::path(p).filename().string()) > st.step || ++kept > size_t(keep_last)) discard(p);
+      // leftovers of writes or deletions that a killed process did not finish
+      for (auto& ent : fs::directory_iterator(root)) {
+        const std::string n = ent.path().filename().string();
+        if (n.rfind("step_", 0) == 0 && step_of(n) < 0 && (ends_with(n, ".tmp") || ends_with(n, ".deleting")))
+          fs::remove_all(ent.path());
+      }
+    } catch (const std::exception& ex) {
+      err = std::string("publishing checkpoint '") + final_dir + "': " + ex.what();
+    }
+  }
+  if (host.max(err.empty() ? 0 : 1))  // also the barrier: nobody continues before the checkpoint is published
+    throw Error(kExitFailure, err.empty() ? "checkpoint: rank 0 failed to publish " + final_dir : err);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  const std::string root = run_dir + "/checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return {};
+  for (auto& ent : fs::directory_iterator(root, ec)) {
+    const int64_t step = step_of(ent.path().filename().string());
+    if (step >= 0 && ent.is_directory(ec)) found.emplace_back(step, ent.path().string());
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLayout& L, HostComm& host) {
+  TrainState st;
+  std::vector<OldFile> files;
+  std::string err;
+  try {
+    files = open_checkpoint(dir, L, st);
+  } catch (const std::exception& ex) {  // whatever a damaged file provokes, every rank learns of it
+    err = ex.what();
+  }
+  if (host.max(err.empty() ? 0 : 1)) throw input_error(err.empty() ? "checkpoint '" + dir + "' failed on another rank" : err);
+  std::vector<float> buf;
+  for (int b = 0; b < L.n_buckets(); ++b) {
+    const size_t lo = e.piece_begin(b), hi = e.piece_end(b);
+    buf.resize(hi - lo);
+    for (int k = 0; k < 4; ++k) {
+      if (kStates[k] == ZeroEngine::State::master && !e.has_master()) continue;
+      // Without master weights of its own, the engine takes its parameters from the checkpoint's master
+      // weights when it has them (fp32, where "param" may be rounded to bf16); read_range falls back to param.
+      const char* kind = kStates[k] == ZeroEngine::State::param && !e.has_master() ? "master" : kKinds[k];
+      try {
+        if (hi > lo) read_range(files, b, L.bucket(b).size, kind, lo, hi, buf.data());
+      } catch (const std::exception& ex) {
+        err = ex.what();
+      }
+      if (host.max(err.empty() ? 0 : 1))
+        throw input_error(err.empty() ? "checkpoint '" + dir + "' failed to load on another rank" : err);
+      e.set_piece(b, kStates[k], buf.data());
+    }
+  }
+  return st;
+}
+
+bool load_latest_checkpoint(const std::string& run_dir, ZeroEngine& e, const ParamLayout& L, HostComm& host,
+                            TrainState& out) {
+  // Newest first. Every step_NNNNNNNN folder is complete (it is renamed from .tmp only after all ranks
+  // wrote and synced their files), so one newer than `latest` (a kill between the rename and the update
+  // of `latest`) is as good and loses less work.
+  auto all = list_checkpoints(run_dir);
+  if (all.empty()) {
+    if (host.rank() == 0) std::cout << "no checkpoint in " << run_dir << "/checkpoints: starting from scratch\n";
+    return false;
+  }
+  std::string reasons;
+  for (auto& dir : all) {
+    try {
+      out = load_checkpoint(dir, e, L, host);
+      return true;
+    } catch (const Error& ex) {
+      if (ex.code() != kExitBadInput) throw;
+      if (host.rank() == 0)
+        std::cerr << "warning: checkpoint '" << dir << "' is unusable (" << ex.what()
+                  << "); falling back to the previous one\n";
+      reasons += "\n  " + dir + ": " + ex.what();
+    }
+  }
+  throw input_error("no usable checkpoint in " + run_dir + "/checkpoints:" + reasons);
+}
+
+std::vector<float> read_checkpoint_params(const std::string& dir, const ParamLayout& L) {
+  TrainState st;
+  auto files = open_checkpoint(dir, L, st);
+  std::vector<float> out(L.total(), 0.0f);
+  for (int b = 0; b < L.n_buckets(); ++b)
+    read_range(files, b, L.bucket(b).size, "master", 0, L.bucket(b).size, out.data() + L.logical_offset(b));
+  return out;
+}
+
+std::string read_checkpoint_config(const std::string& dir) {
+  const std::string p = rank_file(dir, 0);
+  h5::silence_errors();
+  if (!fs::exists(p)) throw input_error("checkpoint '" + dir + "' is incomplete or not a checkpoint: '" + p + "' is missing");
+  h5::Id f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!f.valid()) throw input_error("checkpoint file '" + p + "' is unreadable (truncated or not HDF5)");
+  try {
+    return h5::get_attr_str(f, "config_yaml");
+  } catch (const Error& e) {
+    throw input_error("checkpoint file '" + p + "': " + e.what());
+  }
+}
+
+}  // namespace gpt

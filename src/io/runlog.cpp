@@ -1,0 +1,159 @@
+#include "io/runlog.hpp"
+
+#include <cstdio>
+
+#include "io/h5util.hpp"
+
+namespace gpt {
+
+namespace {
+const char* kTrainCols[] = {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu"};
+}
+
+struct RunLog::Impl {
+  std::string path;
+  h5::Id file;
+  h5::Id train[7];
+  h5::Id eval_step, eval_loss;
+  bool finished = false;
+
+  void open_series() {
+    for (int i = 0; i < 7; ++i)
+      train[i] = h5::Id(H5_CHECK(H5Dopen2(file, (std::string("/train/") + kTrainCols[i]).c_str(), H5P_DEFAULT)));
+    eval_step = h5::Id(H5_CHECK(H5Dopen2(file, "/eval/step", H5P_DEFAULT)));
+    eval_loss = h5::Id(H5_CHECK(H5Dopen2(file, "/eval/val_loss", H5P_DEFAULT)));
+  }
+  void close_series() {
+    for (auto& d : train) d.reset();
+    eval_step.reset();
+    eval_loss.reset();
+  }
+  static h5::Id fapl() {
+    h5::Id p(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+    H5_CHECK(H5Pset_libver_bounds(p, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
+    return p;
+  }
+};
+
+void write_memory_attrs(long long loc, const MemoryBreakdown& m) {
+  const hid_t g = hid_t(loc);
+  h5::set_attr(g, "params", int64_t(m.params));
+  h5::set_attr(g, "grads", int64_t(m.grads));
+  h5::set_attr(g, "master", int64_t(m.master));
+  h5::set_attr(g, "adam_m", int64_t(m.adam_m));
+  h5::set_attr(g, "adam_v", int64_t(m.adam_v));
+  h5::set_attr(g, "activations", int64_t(m.activations));
+  h5::set_attr(g, "workspace", int64_t(m.workspace));
+  h5::set_attr(g, "comm", int64_t(m.comm));
+  h5::set_attr(g, "total", int64_t(m.total()));
+}
+
+RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdown& predicted, int64_t resume_step)
+    : p_(new Impl) {
+  h5::silence_errors();
+  p_->path = path;
+  h5::Id fapl = Impl::fapl();
+  FILE* probe = resume_step >= 0 ? std::fopen(path.c_str(), "rb") : nullptr;
+  if (probe) {
+    std::fclose(probe);
+    p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+    if (!p_->file.valid()) {
+      // A writer killed mid-run leaves the file marked open for SWMR writing: clear that mark and
+      // the end-of-file it recorded (what `h5clear -s --increment` does), then reopen.
+      hbool_t clear = 1;
+      H5_CHECK(H5Pset(fapl, "clear_status_flags", &clear));
+      p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+      if (p_->file.valid()) H5_CHECK(H5Fincrement_filesize(p_->file, 0));
+    }
+    if (!p_->file.valid()) throw input_error("cannot reopen run log '" + path + "' to continue it (corrupt?)");
+    p_->open_series();
+    // drop rows after the checkpoint's step: the continued run writes them again
+    auto steps = h5::read_all<int64_t>(p_->train[0], H5T_NATIVE_INT64);
+    hsize_t keep = 0;
+    while (keep < steps.size() && steps[keep] <= resume_step) ++keep;
+    for (auto& d : p_->train) h5::truncate(d, keep);
+    auto esteps = h5::read_all<int64_t>(p_->eval_step, H5T_NATIVE_INT64);
+    hsize_t ekeep = 0;
+    while (ekeep < esteps.size() && esteps[ekeep] <= resume_step) ++ekeep;
+    h5::truncate(p_->eval_step, ekeep);
+    h5::truncate(p_->eval_loss, ekeep);
+    h5::set_attr(p_->file, "status", std::string("running"));
+    h5::set_attr(p_->file, "message", std::string(""));
+    h5::set_attr(p_->file, "resumed_from_step", resume_step);
+  } else {
+    const std::string tmp = path + ".tmp";
+    h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    if (!f.valid()) throw input_error("cannot create run log '" + tmp + "'");
+    h5::set_attr(f, "name", info.name);
+    h5::set_attr(f, "config_yaml", info.config_yaml);
+    h5::set_attr(f, "n_params", info.n_params);
+    h5::set_attr(f, "flops_per_token", info.flops_per_token);
+    h5::set_attr(f, "tokens_per_step", info.tokens_per_step);
+    h5::set_attr(f, "world_size", info.world_size);
+    h5::set_attr(f, "zero_stage", info.zero_stage);
+    h5::set_attr(f, "device", info.device);
+    h5::set_attr(f, "hardware", info.hardware);
+    h5::set_attr(f, "peak_flops", info.peak_flops);
+    h5::set_attr(f, "git_rev", info.git_rev);
+    h5::set_attr(f, "status", std::string("running"));
+    h5::set_attr(f, "message", std::string(""));
+    h5::set_attr(f, "point_index", info.point_index);
+    h5::set_attr(f, "point_values", info.point_values);
+    {
+      h5::Id tg = h5::create_group(f, "train");
+      for (int i = 0; i < 7; ++i) h5::create_series(tg, kTrainCols[i], i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE);
+      h5::Id eg = h5::create_group(f, "eval");
+      h5::create_series(eg, "step", H5T_STD_I64LE);
+      h5::create_series(eg, "val_loss", H5T_IEEE_F64LE);
+      h5::Id mg = h5::create_group(f, "memory");
+      h5::Id pg = h5::create_group(mg, "predicted");
+      write_memory_attrs(pg.get(), predicted);
+      h5::Id meas = h5::create_group(mg, "measured");
+      h5::set_attr(meas, "peak", int64_t(0));
+    }
+    f.reset();
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw input_error("cannot rename '" + tmp + "' to '" + path + "'");
+    p_->file = h5::Id(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl)));
+    p_->open_series();
+  }
+  H5_CHECK(H5Fstart_swmr_write(p_->file));
+}
+
+RunLog::~RunLog() {
+  if (!p_->finished) {
+    // an exception unwound past the trainer: leave the file closed and readable
+    p_->close_series();
+    p_->file.reset();
+  }
+}
+
+void RunLog::train_row(const TrainRow& r) {
+  h5::append(p_->train[0], &r.step, H5T_NATIVE_INT64);
+  const double v[6] = {r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.mfu};
+  for (int i = 0; i < 6; ++i) h5::append(p_->train[i + 1], &v[i], H5T_NATIVE_DOUBLE);
+  for (auto& d : p_->train) H5_CHECK(H5Dflush(d));
+}
+
+void RunLog::eval_row(int64_t step, double val_loss) {
+  h5::append(p_->eval_step, &step, H5T_NATIVE_INT64);
+  h5::append(p_->eval_loss, &val_loss, H5T_NATIVE_DOUBLE);
+  H5_CHECK(H5Dflush(p_->eval_step));
+  H5_CHECK(H5Dflush(p_->eval_loss));
+}
+
+void RunLog::finish(const std::string& status, const std::string& message, const MemoryBreakdown& measured,
+                    size_t peak) {
+  p_->close_series();
+  p_->file.reset();
+  h5::Id fapl = Impl::fapl();
+  h5::Id f(H5Fopen(p_->path.c_str(), H5F_ACC_RDWR, fapl));
+  if (!f.valid()) throw Error(kExitFailure, "cannot reopen run log '" + p_->path + "' to record its outcome");
+  h5::set_attr(f, "status", status);
+  h5::set_attr(f, "message", message);
+  h5::Id mg = h5::open_group(f, "/memory/measured");
+  write_memory_attrs(mg.get(), measured);
+  h5::set_attr(mg, "peak", int64_t(peak));
+  p_->finished = true;
+}
+
+}  // namespace gpt

@@ -1,0 +1,40 @@
+// The run log, <run dir>/log.h5 (layout in docs/FORMATS.md). Rank 0 writes it; it is readable with
+// h5py while the run goes on (SWMR), and its status says how the run ended.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dist/zero.hpp"
+
+namespace gpt {
+
+struct RunInfo {
+  std::string name, config_yaml, device, hardware, git_rev, point_values;
+  int64_t n_params = 0, tokens_per_step = 0, world_size = 1, zero_stage = 0, point_index = -1;
+  double flops_per_token = 0, peak_flops = 0;
+};
+
+struct TrainRow {
+  int64_t step;
+  double loss, lr, grad_norm, step_ms, tokens_per_s, mfu;
+};
+
+class RunLog {
+ public:
+  // Creates the log, or with resume_step >= 0 reopens it and drops rows after that step.
+  RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdown& predicted, int64_t resume_step);
+  ~RunLog();
+  void train_row(const TrainRow& r);
+  void eval_row(int64_t step, double val_loss);
+  // Ends SWMR writing and records the outcome and the measured memory.
+  void finish(const std::string& status, const std::string& message, const MemoryBreakdown& measured,
+              size_t measured_peak);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> p_;
+};
+
+void write_memory_attrs(long long loc, const MemoryBreakdown& m);  // hid_t
+
+}  // namespace gpt

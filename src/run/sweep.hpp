@@ -1,0 +1,37 @@
+// Sweeps: a `sweep:` section in the experiment YAML with `grid:` (cartesian product over dotted
+// keys) and `zip:` (lists varied together), combinable. Each point is a run in <out_dir>/<name>/pNNN.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "dist/comm.hpp"
+#include "config/config_io.hpp"
+
+namespace gpt {
+
+struct SweepPoint {
+  int index = 0;
+  std::string dir_name;                // pNNN
+  std::vector<Override> values;        // the varied keys of this point
+  std::string values_text() const;     // "key=value" lines
+};
+
+struct Sweep {
+  bool is_sweep = false;
+  std::vector<std::string> keys;       // varied keys, grid keys then zip keys
+  std::vector<SweepPoint> points;      // one point with no values when the YAML has no sweep
+};
+
+// Parses the `sweep:` section; unknown keys, unequal zip lengths and empty lists are named errors.
+Sweep parse_sweep(const std::string& yaml_text, const std::string& source);
+// The config of one point: base config, then command-line overrides, then the point's values.
+Config point_config(const Config& base, const Sweep& sw, const SweepPoint& p);
+
+// Runs the given points in turn in this process (all ranks together), recording failures and going
+// on; rank 0 then writes the summary. Returns the process exit status.
+int run_sweep(const Config& base, const Sweep& sw, const std::vector<int>& indices, HostComm& host, bool resume,
+              const std::string& yaml_text);
+// (Re)writes <out_dir>/<name>/summary.{h5,csv} from the points' logs.
+void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_text);
+
+}  // namespace gpt
