@@ -19,7 +19,15 @@
 
 namespace gpt {
 
-struct Config;
+// What a backend is built with: chosen once by the run's plan (run/plan.hpp), never the whole Config.
+struct BackendOptions {
+  DType act = DType::F32;           // activation dtype: bf16 or fp32 on CUDA; the CPU backend is always fp32
+  int local_rank = 0;               // which GPU of the node (one GPU per local rank)
+  bool stochastic_rounding = true;  // bf16 parameter writes rounded stochastically
+  bool deterministic = false;       // bit-reproducible GPU steps at some speed
+  double matmul_search_s = 0;       // seconds a matmul's cuBLASLt configurations may be timed on first use
+  bool op_profile = false;          // time every op (log.op_profile)
+};
 
 struct AdamWArgs {
   void* param = nullptr;         // (n) act dtype: the compute copy; written from the updated value
@@ -112,9 +120,9 @@ class Backend {
   virtual void adamw(const AdamWArgs& a) = 0;
 };
 
-std::unique_ptr<Backend> make_cpu_backend(const Config& cfg);
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);
 // Declared always; defined by the CUDA build (a stub that throws otherwise).
-std::unique_ptr<Backend> make_cuda_backend(const Config& cfg, int local_rank);
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& o);
 int cuda_device_count();  // 0 when built without CUDA or when no GPU is present
 
 }  // namespace gpt

@@ -3,7 +3,7 @@
 #include "dist/comm.hpp"
 
 namespace gpt {
-std::unique_ptr<Backend> make_cuda_backend(const Config&, int) {
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&) {
   throw input_error("training.device: this binary was built without CUDA (make CUDA=0); use device: cpu");
 }
 int cuda_device_count() { return 0; }

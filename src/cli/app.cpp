@@ -66,7 +66,7 @@ int run_sample(int argc, char** argv, HostComm& host) {
   }
   if (ids.empty()) throw input_error("--prompt-ids: give at least one token id");
   const int T = std::min<int>(plan.dims.max_seq_len, int(ids.size()) + tokens);
-  auto be = plan.device == "cuda" ? make_cuda_backend(cfg, 0) : make_cpu_backend(cfg);
+  auto be = plan.device == "cuda" ? make_cuda_backend(plan.backend) : make_cpu_backend(plan.backend);
   auto comm = plan.device == "cuda" ? make_nccl_communicator(host, *be) : make_mpi_communicator(host);
   ZeroEngine engine(layout, *be, *comm, host, 0, false);
   for (int b = 0; b < layout.n_buckets(); ++b) engine.set_bucket_params(b, params.data() + layout.logical_offset(b));

@@ -76,6 +76,11 @@ Plan make_plan(const Config& cfg, int world) {
   p.tokens_per_step = int64_t(std::max(p.micro_batch, 0)) * p.seq_len * p.grad_accum * world;
   ParamLayout layout(p.dims);
   p.n_params = layout.n_params();
+  p.backend.act = p.act;
+  p.backend.stochastic_rounding = cfg.training.stochastic_rounding;
+  p.backend.deterministic = cfg.training.deterministic;
+  p.backend.matmul_search_s = cfg.training.matmul_search_s;
+  p.backend.op_profile = cfg.log.op_profile;
   p.flops_per_token = 6.0 * double(p.n_params) + 6.0 * p.dims.n_layer * p.dims.n_embd * double(p.seq_len);
   return p;
 }
@@ -314,7 +319,9 @@ class Trainer {
       times += buf;
     };
     timed("allocation", [&] {
-      be_ = plan_.device == "cuda" ? make_cuda_backend(cfg_, host_.local_rank()) : make_cpu_backend(cfg_);
+      BackendOptions bo = plan_.backend;
+      bo.local_rank = host_.local_rank();
+      be_ = plan_.device == "cuda" ? make_cuda_backend(bo) : make_cpu_backend(bo);
       comm_ = make_comm(plan_, host_, *be_);
       be_->op_profile_pause(true);  // set-up is not profiled; train_step turns the profile on
       layout_ = std::make_unique<ParamLayout>(plan_.dims);

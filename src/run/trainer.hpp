@@ -20,6 +20,7 @@ struct Plan {
   int64_t tokens_per_step = 0;
   double flops_per_token = 0;
   size_t n_params = 0;
+  BackendOptions backend;  // what the backend is built with (local_rank filled in per rank)
 };
 Plan make_plan(const Config& cfg, int world);
 MemoryBreakdown predict_memory(const Config& cfg, const Plan& plan);

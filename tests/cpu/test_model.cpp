@@ -70,8 +70,7 @@ std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
 }  // namespace
 
 TEST(gradients_match_finite_differences) {
-  Config cfg;
-  auto be = make_cpu_backend(cfg);
+  auto be = make_cpu_backend(BackendOptions{});
   const ModelDims d = small_dims();
   ParamLayout L(d);
   const int B = 2, T = 5;
@@ -122,8 +121,7 @@ TEST(gradients_match_finite_differences) {
 }
 
 TEST(accumulated_micro_batches_equal_one_large_batch) {
-  Config cfg;
-  auto be = make_cpu_backend(cfg);
+  auto be = make_cpu_backend(BackendOptions{});
   const ModelDims d = small_dims();
   ParamLayout L(d);
   const int T = 6, k = 3, b = 2;
@@ -160,8 +158,7 @@ TEST(accumulated_micro_batches_equal_one_large_batch) {
 }
 
 TEST(recompute_levels_give_identical_gradients) {
-  Config cfg;
-  auto be = make_cpu_backend(cfg);
+  auto be = make_cpu_backend(BackendOptions{});
   const ModelDims d = small_dims();
   ParamLayout L(d);
   const int B = 2, T = 7;
@@ -190,8 +187,7 @@ TEST(clip_scale_bounds_the_global_norm) {
 }
 
 TEST(adamw_applies_grad_scale_bias_correction_and_decay) {
-  Config cfg;
-  auto be = make_cpu_backend(cfg);
+  auto be = make_cpu_backend(BackendOptions{});
   std::vector<float> p = {1.0f, -2.0f}, g = {0.5f, -0.25f}, m = {0, 0}, v = {0, 0};
   AdamWArgs a;
   a.param = p.data();

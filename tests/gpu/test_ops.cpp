@@ -496,10 +496,10 @@ void guarded(F&& f) {
 }
 
 void run_checks(const char* prec) {
-  Config cfg;
-  cfg.training.precision = prec;
-  auto cpu = make_cpu_backend(cfg);
-  auto gpu = make_cuda_backend(cfg, 0);
+  BackendOptions opt;
+  opt.act = std::string(prec) == "bf16" ? DType::BF16 : DType::F32;
+  auto cpu = make_cpu_backend(BackendOptions{});
+  auto gpu = make_cuda_backend(opt);
   Ctx c{*cpu, *gpu, std::string(prec) == "bf16", prec};
   std::printf("== %s on %s\n", prec, gpu->hardware().c_str());
   guarded([&] { test_conversions(c, 1000003); });
@@ -536,9 +536,9 @@ void run_checks(const char* prec) {
   guarded([&] { test_nccl_single(c); });
   // products of 10 GFLOP and more with the configuration search on: whatever configuration wins computes
   // the same products
-  Config scfg = cfg;
-  scfg.training.matmul_search_s = 0.2f;
-  auto sgpu = make_cuda_backend(scfg, 0);
+  BackendOptions sopt = opt;
+  sopt.matmul_search_s = 0.2;
+  auto sgpu = make_cuda_backend(sopt);
   Ctx sc{*cpu, *sgpu, c.bf16, prec};
   guarded([&] { test_matmul(sc, 4096, 768, 3072, true, true); });
   guarded([&] { test_matmul(sc, 4096, 3072, 768, true, false); });
@@ -576,8 +576,9 @@ void fill_random(Backend& b, void* p, size_t n) {
 }
 
 void bench(const char* label, int B, int T, int C, int NH, int L) {
-  Config cfg;
-  auto gb = make_cuda_backend(cfg, 0);
+  BackendOptions opt;
+  opt.act = DType::BF16;
+  auto gb = make_cuda_backend(opt);
   Backend& g = *gb;
   Timer tm{g};
   const int N = B * T, HS = C / NH, Vp = 50304, V = 50257;

@@ -67,10 +67,10 @@ constexpr double kTolBf16Grad = 4e-2, kTolF32Grad = 1.5e-2;
 constexpr double kTolBf16Loss = 5e-3, kTolF32Loss = 1e-3;  // relative, on a loss near ln(50257)
 
 void one_step(const std::string& precision) {
-  Config cfg;
-  cfg.training.precision = precision;
-  auto cpu = make_cpu_backend(cfg);
-  auto gpu = make_cuda_backend(cfg, 0);
+  BackendOptions opt;
+  opt.act = precision == "bf16" ? DType::BF16 : DType::F32;
+  auto cpu = make_cpu_backend(BackendOptions{});
+  auto gpu = make_cuda_backend(opt);
   const bool bf16 = gpu->act_dtype() == DType::BF16;
   ModelConfig mc;
   mc.n_layer = 2;

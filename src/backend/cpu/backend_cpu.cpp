@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "config/config.hpp"
 #include "backend/op_tally.hpp"
 
 namespace gpt {
@@ -407,8 +406,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Config& cfg) {
-  return std::make_unique<CpuBackend>(cfg.log.op_profile);
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o) {
+  return std::make_unique<CpuBackend>(o.op_profile);
 }
 
 }  // namespace gpt

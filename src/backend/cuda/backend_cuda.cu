@@ -18,7 +18,6 @@
 #include <unordered_map>
 
 #include "backend/backend.hpp"
-#include "config/config.hpp"
 #include "kernels/check.cuh"
 #include "backend/cuda/op_profiler.cuh"
 #include "kernels/attention.cuh"
@@ -36,7 +35,8 @@ constexpr size_t kScratchGranule = 8ull << 20;          // scratch grows in thes
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Config& cfg, int local_rank) : prof_(cfg.log.op_profile) {
+  explicit CudaBackend(const BackendOptions& o) : prof_(o.op_profile) {
+    int local_rank = o.local_rank;
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     // One GPU per local rank: rank i takes GPU i, or the only GPU it sees when the launcher binds one
@@ -48,18 +48,16 @@ class CudaBackend final : public Backend {
     device_ = local_rank;
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
-    const std::string& p = cfg.training.precision;
-    if (p != "bf16" && p != "fp32") throw input_error("training.precision must be bf16 or fp32, got '" + p + "'");
-    dtype_ = p == "fp32" ? DType::F32 : DType::BF16;
-    stochastic_ = cfg.training.stochastic_rounding;
+    dtype_ = o.act;
+    stochastic_ = o.stochastic_rounding;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     lt_ws_ = alloc(kCublasWorkspaceBytes);
     // deterministic: cuBLASLt's first-choice algorithm for each shape and cuDNN's deterministic
     // attention backward, so a run and its resumption compute bit-identical steps. Otherwise the
     // fastest: matmul algorithms timed on first use, attention backward with atomics.
-    const bool det = cfg.training.deterministic;
+    const bool det = o.deterministic;
     lt_ = std::make_unique<kern::CublasLt>(dtype_, lt_ws_, kCublasWorkspaceBytes, /*autotune=*/!det,
-                                           double(cfg.training.matmul_search_s));
+                                           o.matmul_search_s);
     attn_ = std::make_unique<kern::CudnnAttention>([this](size_t n) { return alloc(n); },
                                                    [this](void* q) { free(q); }, det);
     sumsq_ = static_cast<double*>(alloc(sizeof(double)));
@@ -358,8 +356,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const Config& cfg, int local_rank) {
-  return std::make_unique<CudaBackend>(cfg, local_rank);
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& o) {
+  return std::make_unique<CudaBackend>(o);
 }
 
 int cuda_device_count() {
