@@ -1,7 +1,16 @@
 // The command line: parses arguments and dispatches to train / sweep / sample / export.
 #pragma once
+#include <string>
+
+#include "config/config.hpp"
 #include "dist/comm.hpp"
 
 namespace gpt {
 int run_app(int argc, char** argv, HostComm& host);
-}
+
+// The subcommands (cli/sample.cpp, cli/export.cpp); argv[1] is the subcommand's name.
+int run_sample(int argc, char** argv, HostComm& host);
+int run_export(int argc, char** argv);
+// A checkpoint's model as a one-process config (no sharding, no master copy), for sampling and export.
+Config checkpoint_config(const std::string& ckpt_dir);
+}  // namespace gpt

@@ -9,7 +9,7 @@
 #include "cli/app.hpp"
 #include "dist/comm.hpp"
 #include "base/common.hpp"
-#include "run/trainer.hpp"
+#include "run/signals.hpp"
 
 namespace po = boost::program_options;
 

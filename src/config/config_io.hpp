@@ -24,8 +24,8 @@ bool is_config_key(const std::string& dotted_key);
 void validate(const Config& cfg, int world_size);
 // The resolved config as YAML (every field, documented order).
 std::string config_to_yaml(const Config& cfg);
-// A value of a field as text, for tables.
-std::string config_value(const Config& cfg, const std::string& dotted_key);
+// docs/CONFIG.md: every key with its type, default and documentation, from the field table.
+std::string config_reference();
 // The run directory: <out_dir>/<name>.
 std::string run_dir(const Config& cfg);
 

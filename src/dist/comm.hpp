@@ -39,7 +39,6 @@ class HostComm {
   virtual int local_rank() const = 0;
   virtual double sum(double x) = 0;
   virtual long max(long x) = 0;
-  virtual void barrier() = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   // Ends every rank now with this status (MPI_Abort), after the caller printed why.
   [[noreturn]] virtual void abort(int status) = 0;

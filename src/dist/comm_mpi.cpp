@@ -67,7 +67,6 @@ class MpiHostComm final : public HostComm {
     MPI_CHECK(MPI_Allreduce(&x, &r, 1, MPI_LONG, MPI_MAX, comm_));
     return r;
   }
-  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
   void broadcast(void* buf, size_t bytes, int root) override {
     MPI_CHECK(MPI_Bcast(buf, as_int(bytes), MPI_BYTE, root, comm_));
   }

@@ -10,11 +10,11 @@ constexpr size_t kShardAlign = 64;  // elements; keeps every piece 128-byte alig
 size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
-std::vector<BucketShape> bucket_shapes(const ParamLayout& layout, int world, int stage) {
+std::vector<BucketShape> bucket_shapes(const ParamLayout& layout, int world, const ZeroPolicy& policy) {
   std::vector<BucketShape> s(layout.n_buckets());
   for (int b = 0; b < layout.n_buckets(); ++b) {
     s[b].size = layout.bucket(b).size;
-    if (stage == 0 || world == 1) {
+    if (!policy.shard_optimizer || world == 1) {
       s[b].shard = s[b].size;
       s[b].cap = s[b].size;
     } else {
@@ -31,39 +31,44 @@ static int role_of(const ParamLayout& layout, int b) {
   if (b == layout.final_bucket()) return 1;
   return 2 + (b - 1) % 2;
 }
-static size_t role_cap(const std::vector<BucketShape>& s, int role) {
-  if (role == 0) return s.front().cap;
-  if (role == 1) return s.back().cap;
-  size_t m = 0;
-  for (size_t b = 1; b + 1 < s.size(); ++b) m = std::max(m, s[b].cap);
-  return m;
-}
-
-MemoryBreakdown predict_state_bytes(const ParamLayout& layout, int world, int stage, DType act, bool master) {
-  auto s = bucket_shapes(layout, world, stage);
-  size_t cap = 0, shard = 0;
-  for (auto& x : s) {
-    cap += x.cap;
-    shard += x.shard;
+EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy& policy) {
+  EngineSizes z;
+  z.shape = bucket_shapes(layout, world, policy);
+  for (auto& x : z.shape) {
+    z.full_total += x.cap;
+    z.shard_total += x.shard;
   }
+  z.params = policy.shard_params ? z.shard_total : z.full_total;
+  z.grads = policy.shard_grads ? z.shard_total : z.full_total;
+  z.role_cap[0] = z.shape.front().cap;
+  z.role_cap[1] = z.shape.back().cap;
+  for (size_t b = 1; b + 1 < z.shape.size(); ++b) z.role_cap[2] = std::max(z.role_cap[2], z.shape[b].cap);
+  z.role_cap[3] = z.role_cap[2];
+  z.grad_temps = policy.shard_grads;
+  z.gather_bufs = policy.shard_params;
+  return z;
+}
+
+MemoryBreakdown EngineSizes::bytes(DType act, bool master_weights) const {
   const size_t e = dtype_size(act);
-  size_t temps = 0;
-  for (int r = 0; r < 4; ++r) temps += role_cap(s, r);
+  size_t roles = 0;
+  for (size_t c : role_cap) roles += c;
   MemoryBreakdown m;
-  m.params = e * (stage == 3 ? shard : cap);
-  m.grads = e * (stage >= 2 ? shard : cap);
-  m.master = (master && act != DType::F32) ? 4 * shard : 0;
-  m.adam_m = 4 * shard;
-  m.adam_v = 4 * shard;
-  m.comm = (stage >= 2 ? e * temps : 0) + (stage == 3 ? e * temps : 0);
+  m.params = e * params;
+  m.grads = e * grads;
+  m.master = has_master(act, master_weights) ? 4 * shard_total : 0;
+  m.adam_m = 4 * shard_total;
+  m.adam_v = 4 * shard_total;
+  m.comm = (grad_temps ? e * roles : 0) + (gather_bufs ? e * roles : 0);
   return m;
 }
 
-ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host, int stage,
-                       bool master_weights)
-    : layout_(layout), be_(be), comm_(comm), host_(host), stage_(stage), world_(comm.world()),
+ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host,
+                       const ZeroPolicy& policy, bool master_weights)
+    : layout_(layout), be_(be), comm_(comm), host_(host), policy_(policy), world_(comm.world()),
       rank_(comm.rank()), esz_(dtype_size(be.act_dtype())) {
-  shape_ = bucket_shapes(layout, world_, stage_);
+  const EngineSizes z = engine_sizes(layout, world_, policy_);
+  shape_ = z.shape;
   const int nb = layout.n_buckets();
   full_off_.resize(nb);
   shard_off_.resize(nb);
@@ -79,18 +84,16 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
     tally += bytes;
     return p;
   };
-  if (stage_ < 3) params_full_ = take(esz_ * full_total_, alloc_.params);
-  else params_shard_ = take(esz_ * shard_total_, alloc_.params);
-  if (stage_ < 2) grads_full_ = take(esz_ * full_total_, alloc_.grads);
-  else grads_shard_ = take(esz_ * shard_total_, alloc_.grads);
-  if (master_weights && be.act_dtype() != DType::F32)
+  (policy_.shard_params ? params_shard_ : params_full_) = take(esz_ * z.params, alloc_.params);
+  (policy_.shard_grads ? grads_shard_ : grads_full_) = take(esz_ * z.grads, alloc_.grads);
+  if (EngineSizes::has_master(be.act_dtype(), master_weights))
     master_ = static_cast<float*>(take(4 * shard_total_, alloc_.master));
   m_ = static_cast<float*>(take(4 * shard_total_, alloc_.adam_m));
   v_ = static_cast<float*>(take(4 * shard_total_, alloc_.adam_v));
-  if (stage_ >= 2)
-    for (int r = 0; r < 4; ++r) grad_temps_.push_back(take(esz_ * role_cap(shape_, r), alloc_.comm));
-  if (stage_ == 3)
-    for (int r = 0; r < 4; ++r) gather_bufs_.push_back(take(esz_ * role_cap(shape_, r), alloc_.comm));
+  if (z.grad_temps)
+    for (size_t c : z.role_cap) grad_temps_.push_back(take(esz_ * c, alloc_.comm));
+  if (z.gather_bufs)
+    for (size_t c : z.role_cap) gather_bufs_.push_back(take(esz_ * c, alloc_.comm));
   gathered_.assign(nb, 0);
   pending_.assign(nb, 0);
   touched_.assign(nb, 0);
@@ -107,27 +110,28 @@ ZeroEngine::~ZeroEngine() {
 
 char* ZeroEngine::act_ptr(void* base, size_t elems) const { return static_cast<char*>(base) + esz_ * elems; }
 
-size_t ZeroEngine::piece_begin(int b) const {
-  return stage_ == 0 ? 0 : std::min(shape_[b].size, size_t(rank_) * shape_[b].shard);
+size_t ZeroEngine::piece_start(int b) const {
+  return policy_.shard_optimizer ? size_t(rank_) * shape_[b].shard : 0;
 }
+size_t ZeroEngine::piece_begin(int b) const { return std::min(shape_[b].size, piece_start(b)); }
 size_t ZeroEngine::piece_end(int b) const {
-  return stage_ == 0 ? shape_[b].size : std::min(shape_[b].size, size_t(rank_ + 1) * shape_[b].shard);
+  return policy_.shard_optimizer ? std::min(shape_[b].size, size_t(rank_ + 1) * shape_[b].shard) : shape_[b].size;
 }
 
 void* ZeroEngine::param_piece(int b) {
-  if (stage_ == 3) return act_ptr(params_shard_, shard_off_[b]);
-  return act_ptr(params_full_, full_off_[b] + (stage_ == 0 ? 0 : size_t(rank_) * shape_[b].shard));
+  if (policy_.shard_params) return act_ptr(params_shard_, shard_off_[b]);
+  return act_ptr(params_full_, full_off_[b] + piece_start(b));
 }
 void* ZeroEngine::grad_piece(int b) {
-  if (stage_ >= 2) return act_ptr(grads_shard_, shard_off_[b]);
-  return act_ptr(grads_full_, full_off_[b] + (stage_ == 0 ? 0 : size_t(rank_) * shape_[b].shard));
+  if (policy_.shard_grads) return act_ptr(grads_shard_, shard_off_[b]);
+  return act_ptr(grads_full_, full_off_[b] + piece_start(b));
 }
 
 // ---- parameters
 void* ZeroEngine::gather_buffer(int b) { return gather_bufs_[role_of(layout_, b)]; }
 
 void ZeroEngine::prefetch(int b) {
-  if (stage_ != 3 || gathered_[b]) return;
+  if (!policy_.shard_params || gathered_[b]) return;
   // the buffer's previous occupant is done: compute using it was queued before this call
   for (int o = 0; o < layout_.n_buckets(); ++o)
     if (o != b && gathered_[o] && role_of(layout_, o) == role_of(layout_, b)) gathered_[o] = 0;
@@ -137,7 +141,7 @@ void ZeroEngine::prefetch(int b) {
 }
 
 const void* ZeroEngine::params(int b) {
-  if (stage_ < 3) return act_ptr(params_full_, full_off_[b]);
+  if (!policy_.shard_params) return act_ptr(params_full_, full_off_[b]);
   prefetch(b);
   comm_.wait(b);
   return gather_buffer(b);
@@ -154,7 +158,7 @@ void ZeroEngine::finish_pending_grad(int b) {
 }
 
 void* ZeroEngine::grads(int b) {
-  if (stage_ < 2) return act_ptr(grads_full_, full_off_[b]);
+  if (!policy_.shard_grads) return act_ptr(grads_full_, full_off_[b]);
   if (!touched_[b]) {
     const int role = role_of(layout_, b);
     if (temp_owner_[role] >= 0) finish_pending_grad(temp_owner_[role]);
@@ -167,10 +171,10 @@ void* ZeroEngine::grads(int b) {
 
 void ZeroEngine::grads_done(int b) {
   const DType t = be_.act_dtype();
-  if (stage_ < 2) {
+  if (!policy_.shard_grads) {
     if (!last_micro_ || world_ == 1) return;
     void* g = act_ptr(grads_full_, full_off_[b]);
-    if (stage_ == 0) comm_.all_reduce_sum(g, shape_[b].cap, t);
+    if (!policy_.shard_optimizer) comm_.all_reduce_sum(g, shape_[b].cap, t);
     else comm_.reduce_scatter_sum(g, act_ptr(g, size_t(rank_) * shape_[b].shard), shape_[b].shard, t);
     return;
   }
@@ -181,8 +185,8 @@ void ZeroEngine::grads_done(int b) {
 }
 
 void ZeroEngine::begin_step() {
-  if (stage_ < 2) be_.zero(grads_full_, esz_ * full_total_);
-  else be_.zero(grads_shard_, esz_ * shard_total_);
+  if (policy_.shard_grads) be_.zero(grads_shard_, esz_ * shard_total_);
+  else be_.zero(grads_full_, esz_ * full_total_);
 }
 
 void ZeroEngine::begin_micro_step(bool last) {
@@ -191,7 +195,7 @@ void ZeroEngine::begin_micro_step(bool last) {
 }
 
 void ZeroEngine::end_backward() {
-  if (stage_ >= 2)
+  if (policy_.shard_grads)
     for (int b = 0; b < layout_.n_buckets(); ++b) finish_pending_grad(b);
   comm_.join();
   std::fill(temp_owner_.begin(), temp_owner_.end(), -1);
@@ -199,9 +203,9 @@ void ZeroEngine::end_backward() {
 
 double ZeroEngine::grad_norm() {
   double s = 0;
-  if (stage_ == 0) {
+  if (!policy_.shard_optimizer) {
     s = be_.sum_squares(grads_full_, full_total_);
-  } else if (stage_ >= 2) {
+  } else if (policy_.shard_grads) {
     s = host_.sum(be_.sum_squares(grads_shard_, shard_total_));
   } else {
     double local = 0;
@@ -222,7 +226,7 @@ void ZeroEngine::update(const OptimizerHyper& h) {
         break;
       }
     const size_t lo = piece_begin(b), hi = piece_end(b);
-    const size_t base = stage_ == 0 ? 0 : size_t(rank_) * shape_[b].shard;  // logical start of the piece
+    const size_t base = piece_start(b);  // logical start of the piece
     for (int part = 0; part < 2; ++part) {
       const size_t s0 = std::max(lo, part == 0 ? size_t(0) : split);
       const size_t s1 = std::min(hi, part == 0 ? split : bk.size);
@@ -247,7 +251,7 @@ void ZeroEngine::update(const OptimizerHyper& h) {
       be_.adamw(a);
     }
   }
-  if (stage_ == 1 || stage_ == 2) {
+  if (policy_.gathers_after_update()) {
     if (world_ > 1)
       for (int b = 0; b < layout_.n_buckets(); ++b) {
         void* p = act_ptr(params_full_, full_off_[b]);
@@ -261,13 +265,13 @@ void ZeroEngine::update(const OptimizerHyper& h) {
 // ---- state exchange (initialisation, checkpoints)
 void ZeroEngine::set_bucket_params(int b, const float* full) {
   const size_t lo = piece_begin(b), hi = piece_end(b), n = shape_[b].size;
-  float* stage_buf = static_cast<float*>(be_.alloc(4 * n));
-  be_.copy_h2d(stage_buf, full, 4 * n);
-  if (stage_ < 3) be_.f32_to_act(act_ptr(params_full_, full_off_[b]), stage_buf, n);
-  else if (hi > lo) be_.f32_to_act(params_shard_ ? act_ptr(params_shard_, shard_off_[b]) : nullptr, stage_buf + lo, hi - lo);
-  if (master_ && hi > lo) be_.copy_d2d(master_ + shard_off_[b], stage_buf + lo, 4 * (hi - lo));
+  float* staged = static_cast<float*>(be_.alloc(4 * n));
+  be_.copy_h2d(staged, full, 4 * n);
+  if (!policy_.shard_params) be_.f32_to_act(act_ptr(params_full_, full_off_[b]), staged, n);
+  else if (hi > lo) be_.f32_to_act(params_shard_ ? act_ptr(params_shard_, shard_off_[b]) : nullptr, staged + lo, hi - lo);
+  if (master_ && hi > lo) be_.copy_d2d(master_ + shard_off_[b], staged + lo, 4 * (hi - lo));
   be_.synchronize();
-  be_.free(stage_buf);
+  be_.free(staged);
 }
 
 void ZeroEngine::get_piece(int b, State s, float* out) {
@@ -297,7 +301,7 @@ void ZeroEngine::set_piece(int b, State s, const float* in) {
       be_.synchronize();
       be_.free(tmp);
     }
-    if ((stage_ == 1 || stage_ == 2) && world_ > 1) {  // every rank needs the whole bucket
+    if (policy_.gathers_after_update() && world_ > 1) {  // every rank needs the whole bucket
       void* p = act_ptr(params_full_, full_off_[b]);
       comm_.all_gather(act_ptr(p, size_t(rank_) * shape_[b].shard), p, shape_[b].shard, be_.act_dtype());
       comm_.join();
@@ -313,7 +317,7 @@ void ZeroEngine::get_bucket_params(int b, float* full) {
   const size_t n = shape_[b].size;
   float* tmp = static_cast<float*>(be_.alloc(4 * n));
   const void* src;
-  if (stage_ < 3) {
+  if (!policy_.shard_params) {
     src = act_ptr(params_full_, full_off_[b]);
   } else {
     gathered_[b] = 0;
@@ -322,7 +326,7 @@ void ZeroEngine::get_bucket_params(int b, float* full) {
   be_.act_to_f32(tmp, src, n);
   be_.copy_d2h(full, tmp, 4 * n);
   be_.free(tmp);
-  if (stage_ == 3) gathered_[b] = 0;
+  if (policy_.shard_params) gathered_[b] = 0;
 }
 
 }  // namespace gpt

@@ -1,23 +1,21 @@
 // ZeRO: where parameters, gradients and optimizer state live across ranks, and the optimizer step.
-// Buckets (model.hpp) are split into world-size pieces of equal length (the tail padded with zeros);
-// rank r owns piece r of every bucket. Stage 0 shards nothing; stage 1 shards master weights and
-// AdamW moments; stage 2 also gradients (reduce-scattered bucket by bucket as backward finishes
-// them); stage 3 also the parameters (gathered bucket by bucket just before use, next one prefetched).
+// Buckets (model/layout.hpp) are split into world-size pieces of equal length (the tail padded with
+// zeros); rank r owns piece r of every bucket. What is sharded is the ZeroPolicy's (dist/zero_policy.hpp):
+// stage 0 nothing; stage 1 master weights and AdamW moments; stage 2 also gradients (reduce-scattered
+// bucket by bucket as backward finishes them); stage 3 also the parameters (gathered bucket by bucket
+// just before use, next one prefetched).
 #pragma once
-#include <functional>
+#include <array>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "base/memory.hpp"
 #include "dist/comm.hpp"
-#include "model/gpt.hpp"
+#include "dist/zero_policy.hpp"
+#include "model/layout.hpp"
+#include "model/param_store.hpp"
 
 namespace gpt {
-
-// Bytes per rank by component; the memory model (predicted) and the allocation tally (measured).
-struct MemoryBreakdown {
-  size_t params = 0, grads = 0, master = 0, adam_m = 0, adam_v = 0, activations = 0, workspace = 0, comm = 0;
-  size_t total() const { return params + grads + master + adam_m + adam_v + activations + workspace + comm; }
-};
 
 // Sizes of one bucket under a stage and world size.
 struct BucketShape {
@@ -25,9 +23,20 @@ struct BucketShape {
   size_t shard = 0;      // elements per rank (stage 0: size)
   size_t cap = 0;        // elements of a full-bucket buffer (world * shard, or size)
 };
-std::vector<BucketShape> bucket_shapes(const ParamLayout& layout, int world, int stage);
-// Predicted state bytes per rank (params, grads, master, m, v, comm buffers) for a stage.
-MemoryBreakdown predict_state_bytes(const ParamLayout& layout, int world, int stage, DType act, bool master);
+std::vector<BucketShape> bucket_shapes(const ParamLayout& layout, int world, const ZeroPolicy& policy);
+
+// The buffers a ZeroEngine allocates, in elements: the engine allocates exactly these, and the memory
+// prediction is their bytes().
+struct EngineSizes {
+  std::vector<BucketShape> shape;
+  size_t full_total = 0, shard_total = 0;  // sums of the buckets' cap and shard
+  size_t params = 0, grads = 0;            // the parameter and gradient buffers (full or shard)
+  std::array<size_t, 4> role_cap{};        // each gather / gradient-temp buffer: embedding, final, even, odd layer
+  bool grad_temps = false, gather_bufs = false;
+  static bool has_master(DType act, bool master_weights) { return master_weights && act != DType::F32; }
+  MemoryBreakdown bytes(DType act, bool master_weights) const;  // state bytes per rank (no activations)
+};
+EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy& policy);
 
 struct OptimizerHyper {
   float lr, beta1, beta2, eps, weight_decay;
@@ -38,7 +47,7 @@ struct OptimizerHyper {
 
 class ZeroEngine final : public ParamStore {
  public:
-  ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host, int stage,
+  ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host, const ZeroPolicy& policy,
              bool master_weights);
   ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
@@ -60,7 +69,7 @@ class ZeroEngine final : public ParamStore {
 
   // State exchange with checkpoints and initialisation, bucket by bucket, in fp32 on the host.
   // The local piece of bucket b covers logical elements [piece_begin(b), piece_end(b)) of the bucket.
-  int stage() const { return stage_; }
+  const ZeroPolicy& policy() const { return policy_; }
   size_t piece_begin(int b) const;
   size_t piece_end(int b) const;
   // Sets the whole bucket's parameters (every rank passes the same full bucket values).
@@ -76,6 +85,7 @@ class ZeroEngine final : public ParamStore {
 
  private:
   char* act_ptr(void* base, size_t elems) const;
+  size_t piece_start(int b) const;  // logical start of this rank's piece (unclamped)
   void* gather_buffer(int b);
   void* grad_temp(int b);
   void finish_pending_grad(int b);
@@ -86,7 +96,8 @@ class ZeroEngine final : public ParamStore {
   Backend& be_;
   Communicator& comm_;
   HostComm& host_;
-  int stage_, world_, rank_;
+  ZeroPolicy policy_;
+  int world_, rank_;
   size_t esz_;
   std::vector<BucketShape> shape_;
   std::vector<size_t> full_off_, shard_off_;

@@ -89,7 +89,7 @@ void write_rank_file(const std::string& path, const TrainState& st, ZeroEngine& 
   h5::set_attr(f, "step", st.step);
   h5::set_attr(f, "world_size", int64_t(world));
   h5::set_attr(f, "rank", int64_t(rank));
-  h5::set_attr(f, "zero_stage", int64_t(e.stage()));
+  h5::set_attr(f, "zero_stage", int64_t(e.policy().stage));
   h5::set_attr(f, "n_layer", int64_t(d.n_layer));
   h5::set_attr(f, "n_head", int64_t(d.n_head));
   h5::set_attr(f, "n_embd", int64_t(d.n_embd));
@@ -108,10 +108,10 @@ void write_rank_file(const std::string& path, const TrainState& st, ZeroEngine& 
     std::snprintf(g, sizeof g, "b%04d", b);
     h5::Id grp = h5::create_group(f, g);
     const size_t plo = e.piece_begin(b), phi = e.piece_end(b);
-    // Stage 0 replicates the state on every rank: each rank writes an equal slice of it, so the files
+    // Without sharding every rank holds the whole state: each writes an equal slice of it, so the files
     // tile every bucket exactly once, as for the sharded stages.
     size_t lo = plo, hi = phi;
-    if (e.stage() == 0) {
+    if (!e.policy().shard_optimizer) {
       const size_t n = phi - plo, per = (n + world - 1) / world;
       lo = plo + std::min(n, size_t(rank) * per);
       hi = plo + std::min(n, size_t(rank + 1) * per);

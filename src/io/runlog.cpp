@@ -35,18 +35,19 @@ struct RunLog::Impl {
   }
 };
 
-void write_memory_attrs(long long loc, const MemoryBreakdown& m) {
-  const hid_t g = hid_t(loc);
-  h5::set_attr(g, "params", int64_t(m.params));
-  h5::set_attr(g, "grads", int64_t(m.grads));
-  h5::set_attr(g, "master", int64_t(m.master));
-  h5::set_attr(g, "adam_m", int64_t(m.adam_m));
-  h5::set_attr(g, "adam_v", int64_t(m.adam_v));
-  h5::set_attr(g, "activations", int64_t(m.activations));
-  h5::set_attr(g, "workspace", int64_t(m.workspace));
-  h5::set_attr(g, "comm", int64_t(m.comm));
+namespace {
+// One attribute per memory component (bytes), the total, and `components`: their names in order, one a
+// line, so readers need no list of their own.
+void write_memory_attrs(hid_t g, const MemoryBreakdown& m) {
+  std::string names;
+  for (const MemoryComponent& c : kMemoryComponents) {
+    h5::set_attr(g, c.name, int64_t(m.*c.bytes));
+    names += std::string(c.name) + "\n";
+  }
   h5::set_attr(g, "total", int64_t(m.total()));
+  h5::set_attr(g, "components", names);
 }
+}  // namespace
 
 RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdown& predicted, int64_t resume_step)
     : p_(new Impl) {
@@ -107,7 +108,7 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
       h5::create_series(eg, "val_loss", H5T_IEEE_F64LE);
       h5::Id mg = h5::create_group(f, "memory");
       h5::Id pg = h5::create_group(mg, "predicted");
-      write_memory_attrs(pg.get(), predicted);
+      write_memory_attrs(pg, predicted);
       h5::Id meas = h5::create_group(mg, "measured");
       h5::set_attr(meas, "peak", int64_t(0));
     }
@@ -151,7 +152,7 @@ void RunLog::finish(const std::string& status, const std::string& message, const
   h5::set_attr(f, "status", status);
   h5::set_attr(f, "message", message);
   h5::Id mg = h5::open_group(f, "/memory/measured");
-  write_memory_attrs(mg.get(), measured);
+  write_memory_attrs(mg, measured);
   h5::set_attr(mg, "peak", int64_t(peak));
   p_->finished = true;
 }

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/zero.hpp"
+#include "base/memory.hpp"
 
 namespace gpt {
 
@@ -34,7 +34,5 @@ class RunLog {
   struct Impl;
   std::unique_ptr<Impl> p_;
 };
-
-void write_memory_attrs(long long loc, const MemoryBreakdown& m);  // hid_t
 
 }  // namespace gpt

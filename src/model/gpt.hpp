@@ -1,87 +1,14 @@
-// GPT-2: dimensions, the layer-major parameter layout, and forward/backward written once over the
-// Backend ops (see backend.hpp) and a ParamStore that hands out each layer's parameters and gradients
-// (see zero.hpp: ZeRO stages decide where those live).
+// GPT-2's forward and backward, written once over the Backend ops (backend/backend.hpp) and a
+// ParamStore that hands out each layer's parameters and gradients (model/param_store.hpp).
 #pragma once
 #include <cstddef>
-#include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "model/layout.hpp"
+#include "model/param_store.hpp"
 
 namespace gpt {
-
-struct ModelConfig;
-
-struct ModelDims {
-  int n_layer = 0, n_head = 0, n_embd = 0;
-  int vocab_size = 0;         // V: real tokens
-  int padded_vocab = 0;       // Vp: V rounded up to a multiple of 128
-  int max_seq_len = 0;
-  int head_dim() const { return n_embd / n_head; }
-};
-
-// Resolves model.preset or the explicit dims; throws an input error naming the key.
-ModelDims resolve_dims(const ModelConfig& m);
-
-// Parameter tensors. Each layer's bucket lists its decayed 2-D weights first so that the decayed and
-// non-decayed parts of any range are two runs.
-enum class P : int {
-  wte, wpe,                                                 // embedding bucket
-  qkvw, attprojw, fcw, fcprojw,                             // layer bucket, weight-decayed
-  ln1w, ln1b, qkvb, attprojb, ln2w, ln2b, fcb, fcprojb,     // layer bucket, not decayed
-  lnfw, lnfb                                                // final bucket
-};
-
-struct TensorInfo {
-  P id;
-  const char* name;           // llm.c name
-  size_t offset;              // within its bucket, elements
-  size_t numel;
-  std::vector<int> shape;
-  bool decay;                 // AdamW weight decay applies
-};
-
-// Buckets: 0 = embedding (wte, wpe), 1..L = layers, L+1 = final LayerNorm. Offsets within a bucket
-// are aligned to kAlign elements; bucket sizes are independent of the world size.
-struct Bucket {
-  size_t size = 0;            // elements incl. alignment gaps (gaps are always zero)
-  std::vector<TensorInfo> tensors;
-  const TensorInfo& tensor(P id) const;
-};
-
-class ParamLayout {
- public:
-  static constexpr size_t kAlign = 64;
-  explicit ParamLayout(const ModelDims& d);
-  int n_buckets() const { return int(buckets_.size()); }
-  const Bucket& bucket(int b) const { return buckets_[b]; }
-  int layer_bucket(int l) const { return 1 + l; }
-  int final_bucket() const { return n_buckets() - 1; }
-  size_t total() const;              // sum of bucket sizes (the logical flat length)
-  size_t logical_offset(int b) const;  // start of bucket b in the logical flat index
-  size_t n_params() const;           // real parameters (no alignment gaps, no vocab padding rows)
-  const ModelDims& dims() const { return d_; }
-
- private:
-  ModelDims d_;
-  std::vector<Bucket> buckets_;
-};
-
-// Who owns the parameters and gradients (ZeRO stages): the model asks per bucket.
-class ParamStore {
- public:
-  virtual ~ParamStore() = default;
-  // The bucket's full parameters (act dtype), valid until release(b). May gather (stage 3).
-  virtual const void* params(int b) = 0;
-  virtual void release(int b) { (void)b; }
-  // Announces that params(b) comes next, so a gather can start early.
-  virtual void prefetch(int b) { (void)b; }
-  // The buffer the backward pass accumulates bucket b's gradients into (act dtype, zeroed per step
-  // or per micro-step as the store decides).
-  virtual void* grads(int b) = 0;
-  // The backward pass will not touch bucket b again in this micro-step.
-  virtual void grads_done(int b) { (void)b; }
-};
 
 // Activation memory for one micro-batch shape, in bytes (what GPT allocates).
 struct ActivationBytes {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io/h5util.hpp"
+#include "run/plan.hpp"
 #include "run/trainer.hpp"
 
 namespace fs = std::filesystem;
@@ -156,8 +157,9 @@ int run_sweep(const Config& base, const Sweep& sw, const std::vector<int>& indic
         for (auto& v : p.values) std::cout << " " << v.key << "=" << v.value;
         std::cout << "\n" << std::flush;
       }
-      if (host.rank() == 0) print_plan(c, make_plan(c, host.world()), predict_memory(c, make_plan(c, host.world())));
-      r = train(c, host, PointInfo{sw.is_sweep ? p.index : -1, p.values_text()}, resume);
+      const Plan plan = make_plan(c, host.world());  // validates the point's config
+      if (host.rank() == 0) print_plan(c, plan);
+      r = train(c, plan, host, PointInfo{sw.is_sweep ? p.index : -1, p.values_text()}, resume);
     } catch (const Error& e) {
       if (e.code() != kExitBadInput && e.code() != kExitOutOfMemory) throw;
       r = {e.code() == kExitOutOfMemory ? "oom" : "failed", e.what(), e.code()};
@@ -181,167 +183,6 @@ int run_sweep(const Config& base, const Sweep& sw, const std::vector<int>& indic
   }
   if (!failed) return kExitOk;
   return indices.size() == 1 ? last_code : kExitFailure;
-}
-
-// ---------------------------------------------------------------------------------------------------
-namespace {
-
-struct Row {
-  std::map<std::string, std::string> text;
-  std::map<std::string, double> num;
-};
-
-const char* kComponents[] = {"params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "total"};
-
-Row summarize_point(const std::string& dir, const SweepPoint& p) {
-  Row r;
-  r.text["index"] = std::to_string(p.index);
-  r.text["dir"] = p.dir_name;
-  for (auto& v : p.values) r.text[v.key] = v.value;
-  const std::string path = dir + "/log.h5";
-  auto nan = std::nan("");
-  for (const char* k : {"world_size", "n_params", "flops_per_token", "median_step_ms", "tokens_per_s",
-                        "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch", "meas_peak"})
-    r.num[k] = nan;
-  for (const char* c : kComponents) {
-    r.num[std::string("pred_") + c] = nan;
-    r.num[std::string("meas_") + c] = nan;
-  }
-  if (!fs::exists(path)) {
-    r.text["status"] = "missing";
-    r.text["message"] = "no log.h5 (point not run yet)";
-    return r;
-  }
-  h5::silence_errors();
-  h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS));
-  h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl));
-  if (!f.valid()) f = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!f.valid()) {
-    r.text["status"] = "failed";
-    r.text["message"] = "unreadable log.h5";
-    return r;
-  }
-  auto attr_or = [&](const char* k, const std::string& dflt) {
-    try { return h5::get_attr_str(f, k); } catch (const Error&) { return dflt; }
-  };
-  r.text["status"] = attr_or("status", "unknown");
-  r.text["message"] = attr_or("message", "");
-  if (!h5::exists(f, "/train/step")) return r;
-  const double world = double(h5::get_attr_i64(f, "world_size"));
-  r.num["world_size"] = world;
-  r.num["n_params"] = double(h5::get_attr_i64(f, "n_params"));
-  r.num["flops_per_token"] = h5::get_attr_f64(f, "flops_per_token");
-  const double tps_step = double(h5::get_attr_i64(f, "tokens_per_step"));
-  const double peak = h5::get_attr_f64(f, "peak_flops");
-  {
-    YAML::Node cy = YAML::Load(h5::get_attr_str(f, "config_yaml"));
-    r.num["micro_batch"] = cy["training"]["micro_batch"].as<double>(nan);
-  }
-  h5::Id ms(H5Dopen2(f, "/train/step_ms", H5P_DEFAULT));
-  auto v = h5::read_all<double>(ms, H5T_NATIVE_DOUBLE);
-  if (v.size() > 1) v.erase(v.begin());  // the first step includes warm-up
-  if (!v.empty()) {
-    std::sort(v.begin(), v.end());
-    const double med = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-    r.num["median_step_ms"] = med;
-    r.num["tokens_per_s"] = tps_step / (med / 1000.0);
-    r.num["tokens_per_s_per_gpu"] = r.num["tokens_per_s"] / world;
-    if (peak > 0) r.num["mfu"] = r.num["flops_per_token"] * r.num["tokens_per_s"] / (peak * world);
-  }
-  h5::Id loss(H5Dopen2(f, "/train/loss", H5P_DEFAULT));
-  auto l = h5::read_all<double>(loss, H5T_NATIVE_DOUBLE);
-  if (!l.empty()) r.num["final_train_loss"] = l.back();
-  h5::Id vl(H5Dopen2(f, "/eval/val_loss", H5P_DEFAULT));
-  auto e = h5::read_all<double>(vl, H5T_NATIVE_DOUBLE);
-  if (!e.empty()) r.num["final_val_loss"] = e.back();
-  for (const char* which : {"predicted", "measured"}) {
-    h5::Id g(H5Gopen2(f, (std::string("/memory/") + which).c_str(), H5P_DEFAULT));
-    if (!g.valid()) continue;
-    for (const char* c : kComponents) {
-      if (H5Aexists(g, c) > 0)
-        r.num[std::string(which[0] == 'p' ? "pred_" : "meas_") + c] = double(h5::get_attr_i64(g, c));
-    }
-    if (which[0] == 'm' && H5Aexists(g, "peak") > 0) r.num["meas_peak"] = double(h5::get_attr_i64(g, "peak"));
-  }
-  return r;
-}
-
-}  // namespace
-
-void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_text) {
-  const std::string root = base.run.out_dir + "/" + base.run.name;
-  fs::create_directories(root);
-  std::vector<Row> rows;
-  for (auto& p : sw.points) rows.push_back(summarize_point(root + "/" + p.dir_name, p));
-  std::vector<std::string> text_cols = {"index", "dir"};
-  for (auto& k : sw.keys) text_cols.push_back(k);
-  text_cols.push_back("status");
-  text_cols.push_back("message");
-  std::vector<std::string> num_cols = {"world_size", "n_params", "flops_per_token", "median_step_ms", "tokens_per_s",
-                                       "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch"};
-  for (const char* c : kComponents) num_cols.push_back(std::string("pred_") + c);
-  for (const char* c : kComponents) num_cols.push_back(std::string("meas_") + c);
-  num_cols.push_back("meas_peak");
-
-  // temp names unique to this process, then rename: readers see the old or the new summary, whole
-  const std::string suffix = ".tmp." + std::to_string(::getpid());
-  const std::string csv_tmp = root + "/summary.csv" + suffix, h5_tmp = root + "/summary.h5" + suffix;
-  // CSV (temp + rename)
-  {
-    std::ofstream out(csv_tmp, std::ios::trunc);
-    auto quote = [](const std::string& s) {
-      if (s.find_first_of(",\"\n") == std::string::npos) return s;
-      std::string q = "\"";
-      for (char ch : s) {
-        if (ch == '"') q += '"';
-        q += ch == '\n' ? ' ' : ch;
-      }
-      return q + "\"";
-    };
-    bool first = true;
-    for (auto& c : text_cols) out << (first ? "" : ",") << quote(c), first = false;
-    for (auto& c : num_cols) out << "," << c;
-    out << "\n";
-    for (auto& r : rows) {
-      first = true;
-      for (auto& c : text_cols) out << (first ? "" : ",") << quote(r.text[c]), first = false;
-      for (auto& c : num_cols) {
-        out << ",";
-        const double v = r.num[c];
-        if (!std::isnan(v)) {
-          char buf[48];
-          std::snprintf(buf, sizeof buf, "%.10g", v);
-          out << buf;
-        }
-      }
-      out << "\n";
-    }
-    if (!out.flush()) throw Error(kExitFailure, "cannot write " + root + "/summary.csv");
-  }
-  fs::rename(csv_tmp, root + "/summary.csv");
-  // HDF5: one dataset per column under /points
-  {
-    h5::silence_errors();
-    const std::string& tmp = h5_tmp;
-    h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!f.valid()) throw Error(kExitFailure, "cannot create " + tmp);
-    h5::set_attr(f, "config_yaml", yaml_text);
-    std::string keys;
-    for (auto& k : sw.keys) keys += k + "\n";
-    h5::set_attr(f, "varied_keys", keys);
-    h5::Id g = h5::create_group(f, "points");
-    for (auto& c : text_cols) {
-      std::vector<std::string> col;
-      for (auto& r : rows) col.push_back(r.text[c]);
-      h5::write_strings(g, c, col);
-    }
-    for (auto& c : num_cols) {
-      std::vector<double> col;
-      for (auto& r : rows) col.push_back(r.num[c]);
-      h5::write_array(g, c, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, col.data(), col.size());
-    }
-  }
-  fs::rename(h5_tmp, root + "/summary.h5");
 }
 
 }  // namespace gpt

@@ -1,22 +1,23 @@
 #include "run/trainer.hpp"
 
-#include <omp.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 
-#include "backend/backend.hpp"
-#include "io/checkpoint.hpp"
 #include "config/config_io.hpp"
+#include "io/checkpoint.hpp"
+#include "io/data.hpp"
 #include "io/modelfile.hpp"
 #include "io/runlog.hpp"
+#include "model/gpt.hpp"
+#include "model/init.hpp"
+#include "run/max_batch.hpp"
+#include "run/schedule.hpp"
+#include "run/signals.hpp"
+#include "run/stack.hpp"
+#include "run/terminal.hpp"
 
 #ifndef GIT_REV
 #define GIT_REV "unknown"
@@ -25,163 +26,6 @@
 namespace gpt {
 
 namespace {
-volatile std::sig_atomic_t g_stop_signal = 0;  // the one process-wide flag a signal handler may set
-void on_stop_signal(int sig) { g_stop_signal = sig; }
-}  // namespace
-
-void install_stop_signals() {
-  struct sigaction sa{};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-}
-bool stop_requested() { return g_stop_signal != 0; }
-
-std::string format_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
-}
-
-static std::string resolve_device(const std::string& d) {
-  if (d == "cpu") return "cpu";
-  if (d == "cuda") {
-    if (cuda_device_count() == 0)
-      throw input_error("training.device: cuda was asked for but no CUDA device is usable here");
-    return "cuda";
-  }
-  return cuda_device_count() > 0 ? "cuda" : "cpu";
-}
-
-Plan make_plan(const Config& cfg, int world) {
-  validate(cfg, world);
-  Plan p;
-  p.dims = resolve_dims(cfg.model);
-  p.device = resolve_device(cfg.training.device);
-  p.act = (p.device == "cuda" && cfg.training.precision == "bf16") ? DType::BF16 : DType::F32;
-  p.world = world;
-  p.micro_batch = cfg.training.micro_batch;
-  p.seq_len = cfg.training.seq_len;
-  p.grad_accum = cfg.training.grad_accum;
-  if (cfg.training.total_batch_tokens > 0 && p.micro_batch > 0)
-    p.grad_accum = int(cfg.training.total_batch_tokens / (int64_t(p.micro_batch) * p.seq_len * world));
-  p.tokens_per_step = int64_t(std::max(p.micro_batch, 0)) * p.seq_len * p.grad_accum * world;
-  ParamLayout layout(p.dims);
-  p.n_params = layout.n_params();
-  p.backend.act = p.act;
-  p.backend.stochastic_rounding = cfg.training.stochastic_rounding;
-  p.backend.deterministic = cfg.training.deterministic;
-  p.backend.matmul_search_s = cfg.training.matmul_search_s;
-  p.backend.op_profile = cfg.log.op_profile;
-  p.flops_per_token = 6.0 * double(p.n_params) + 6.0 * p.dims.n_layer * p.dims.n_embd * double(p.seq_len);
-  return p;
-}
-
-MemoryBreakdown predict_memory(const Config& cfg, const Plan& plan) {
-  ParamLayout layout(plan.dims);
-  MemoryBreakdown m = predict_state_bytes(layout, plan.world, cfg.training.zero_stage, plan.act,
-                                          cfg.training.master_weights);
-  if (plan.micro_batch > 0) {
-    ActivationBytes a = activation_bytes(plan.dims, plan.micro_batch, plan.seq_len, cfg.training.recompute, plan.act);
-    m.activations = a.stored;
-    m.workspace = a.scratch;
-  }
-  if (plan.device == "cuda") m.workspace += size_t(32) << 20;  // cuBLASLt workspace
-  return m;
-}
-
-double lr_at(const TrainingConfig& t, int step) {
-  const double max_lr = t.lr, min_lr = t.lr * double(t.min_lr_frac);
-  if (step < t.warmup_steps) return max_lr * (step + 1) / t.warmup_steps;
-  const int decay_steps = t.steps - t.warmup_steps;
-  const double p = decay_steps > 1 ? double(step - t.warmup_steps) / (decay_steps - 1) : 1.0;
-  if (t.schedule == "constant") return max_lr;
-  if (t.schedule == "linear") return max_lr - (max_lr - min_lr) * p;
-  return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
-}
-
-float clip_scale(double norm, float clip) { return (clip > 0 && norm > clip) ? float(clip / norm) : 1.0f; }
-
-void print_plan(const Config& cfg, const Plan& plan, const MemoryBreakdown& mem) {
-  std::ostringstream os;
-  os << "+-- config " << std::string(58, '-') << "\n";
-  std::istringstream yaml(config_to_yaml(cfg));
-  std::string line, section;
-  while (std::getline(yaml, line)) {
-    if (line.empty()) continue;
-    if (line[0] != ' ') {
-      section = line.substr(0, line.size() - 1);
-      continue;
-    }
-    auto colon = line.find(':');
-    std::string key = section + "." + line.substr(2, colon - 2);
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "| %-30s %s\n", key.c_str(), line.substr(colon + 2).c_str());
-    os << buf;
-  }
-  char buf[640];
-  os << "+-- derived " << std::string(57, '-') << "\n";
-  std::snprintf(buf, sizeof buf,
-                "| model              %d layers x %d heads x %d wide, vocab %d (padded %d)\n"
-                "| parameters         %zu\n"
-                "| device             %s (%s), world size %d, ZeRO stage %d\n"
-                "| batch              micro %d x seq %d x accum %d x ranks %d = %lld tokens/step\n"
-                "| FLOPs per token    %.3g\n",
-                plan.dims.n_layer, plan.dims.n_head, plan.dims.n_embd, plan.dims.vocab_size, plan.dims.padded_vocab,
-                plan.n_params, plan.device.c_str(), dtype_name(plan.act), plan.world, cfg.training.zero_stage,
-                plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world, (long long)plan.tokens_per_step,
-                plan.flops_per_token);
-  os << buf;
-  os << "+-- predicted memory per rank " << std::string(39, '-') << "\n";
-  const std::pair<const char*, size_t> rows[] = {
-      {"params", mem.params},   {"grads", mem.grads},         {"master", mem.master},       {"adam_m", mem.adam_m},
-      {"adam_v", mem.adam_v},   {"activations", mem.activations}, {"workspace", mem.workspace}, {"comm", mem.comm},
-      {"total", mem.total()}};
-  for (auto& [k, v] : rows) {
-    std::snprintf(buf, sizeof buf, "| %-18s %12s\n", k, format_bytes(double(v)).c_str());
-    os << buf;
-  }
-  if (plan.micro_batch < 0) os << "| (activations: micro_batch is 'max', found at start)\n";
-  os << "+" << std::string(69, '-') << "\n";
-  std::cout << os.str() << std::flush;
-}
-
-// ---------------------------------------------------------------------------------------------------
-namespace {
-
-// GPT-2 initialisation, a pure function of (seed, logical index): the same on any world size.
-void init_bucket(const ParamLayout& layout, int b, uint64_t seed, float std, std::vector<float>& out) {
-  const Bucket& bk = layout.bucket(b);
-  const ModelDims& d = layout.dims();
-  out.assign(bk.size, 0.0f);
-  const size_t base = layout.logical_offset(b);
-  for (const TensorInfo& t : bk.tensors) {
-    float* p = out.data() + t.offset;
-    if (t.id == P::ln1w || t.id == P::ln2w || t.id == P::lnfw) {
-      std::fill(p, p + t.numel, 1.0f);
-      continue;
-    }
-    if (t.shape.size() != 2) continue;  // biases stay zero
-    float s = std;
-    if (t.id == P::attprojw || t.id == P::fcprojw) s = std / std::sqrt(2.0f * d.n_layer);
-    size_t n = t.numel;
-    if (t.id == P::wte) n = size_t(d.vocab_size) * d.n_embd;  // padded rows stay zero
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t h1 = splitmix64(seed ^ splitmix64(base + t.offset + i)), h2 = splitmix64(h1);
-      const double u1 = (double(h1 >> 11) + 1.0) * 0x1.0p-53, u2 = double(h2 >> 11) * 0x1.0p-53;
-      p[i] = float(s * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-    }
-  }
-}
 
 // "2.31 GB in 1.2 s (1.9 GB/s)" for the checkpoint of a step.
 std::string dir_size_text(const std::string& run, int64_t step, double sec) {
@@ -193,83 +37,18 @@ std::string dir_size_text(const std::string& run, int64_t step, double sec) {
   return buf;
 }
 
-// "model 48x1600, micro_batch 16 x seq 1024, ZeRO stage 0, recompute 0, 2 rank(s)" for messages.
-std::string describe(const Config& c, int world) {
-  const ModelDims d = resolve_dims(c.model);
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "model %dx%d, micro_batch %d x seq %d, ZeRO stage %d, recompute %d, %d rank(s)",
-                d.n_layer, d.n_embd, c.training.micro_batch, c.training.seq_len, c.training.zero_stage,
-                c.training.recompute, world);
-  return buf;
-}
-
-class Terminal {
- public:
-  Terminal(bool on, bool progress, int steps) : on_(on), tty_(on && progress && isatty(1)), steps_(steps) {}
-  void step_line(const TrainRow& r, int steps_done, double eta_s) {
-    if (!on_) return;
-    clear_bar();
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "step %6lld/%d | loss %.4f | lr %.2e | norm %.3f | %8.1f ms | %9.0f tok/s%s | ETA %s\n",
-                  (long long)r.step, steps_, r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s,
-                  std::isnan(r.mfu) ? "" : (" | MFU " + fmt_pct(r.mfu)).c_str(), fmt_time(eta_s).c_str());
-    std::cout << buf << std::flush;
-    bar(steps_done, eta_s);
-  }
-  void note(const std::string& s) {
-    if (!on_) return;
-    clear_bar();
-    std::cout << s << "\n" << std::flush;
-  }
-  void bar(int done, double eta_s) {
-    if (!tty_) return;
-    const int w = 40, fill = steps_ ? int(double(done) / steps_ * w) : w;
-    std::cout << "\r[" << std::string(fill, '#') << std::string(w - fill, '.') << "] " << done << "/" << steps_
-              << "  ETA " << fmt_time(eta_s) << std::flush;
-    bar_shown_ = true;
-  }
-  void clear_bar() {
-    if (bar_shown_) std::cout << "\r" << std::string(72, ' ') << "\r";
-    bar_shown_ = false;
-  }
-  static std::string fmt_time(double s) {
-    if (!(s >= 0) || !std::isfinite(s)) return "?";
-    char buf[32];
-    const long t = long(s + 0.5);
-    if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-    else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
-    return buf;
-  }
-  static std::string fmt_pct(double x) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
-    return buf;
-  }
-
- private:
-  bool on_, tty_;
-  int steps_;
-  bool bar_shown_ = false;
-};
-
-std::unique_ptr<Communicator> make_comm(const Plan& plan, HostComm& host, Backend& be) {
-  if (plan.device == "cuda") return make_nccl_communicator(host, be);
-  return make_mpi_communicator(host);
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// One run: set up, then the loop. Members are destroyed in reverse order (model and engine before
-// the communicator and the backend that own their memory).
+// One run: set up, then the loop. Members are destroyed in reverse order (the model before the stack
+// that owns its memory).
 class Trainer {
  public:
-  Trainer(const Config& cfg, HostComm& host, const PointInfo& point, bool resume)
+  Trainer(const Config& cfg, const Plan& plan, HostComm& host, const PointInfo& point, bool resume)
       : cfg_(cfg), t_(cfg.training), resolved_(cfg), host_(host), point_(point), world_(host.world()),
         lead_(host.rank() == 0), resume_(resume || cfg.checkpoint.resume == "auto"), dir_(run_dir(cfg)),
-        plan_(make_plan(cfg, host.world())), term_(lead_, cfg.log.progress, cfg.training.steps) {}
+        plan_(plan), term_(lead_, cfg.log.progress, cfg.training.steps) {}
 
   RunResult run() {
     try {
@@ -281,11 +60,11 @@ class Trainer {
       status_ = e.code() == kExitOutOfMemory ? "oom" : "failed";
       message_ = e.what();
       if (e.code() == kExitOutOfMemory && message_.find("(model ") == std::string::npos)
-        message_ = "out of memory for this config (" + describe(resolved_, world_) + "): " + message_;
+        message_ = "out of memory for this config (" + describe(plan_) + "): " + message_;
       exit_code_ = e.code();
     }
-    if (be_) be_->synchronize();
-    if (log_) log_->finish(status_, message_, measured_, be_ ? be_->peak_bytes() : 0);
+    if (stack_.backend) stack_.backend->synchronize();
+    if (log_) log_->finish(status_, message_, measured_, stack_.backend ? stack_.backend->peak_bytes() : 0);
     if (lead_ && status_ != "ok" && status_ != "checkpointed") std::cerr << "error: " << message_ << "\n";
     return {status_, message_, exit_code_};
   }
@@ -319,20 +98,20 @@ class Trainer {
       times += buf;
     };
     timed("allocation", [&] {
-      BackendOptions bo = plan_.backend;
-      bo.local_rank = host_.local_rank();
-      be_ = plan_.device == "cuda" ? make_cuda_backend(bo) : make_cpu_backend(bo);
-      comm_ = make_comm(plan_, host_, *be_);
-      be_->op_profile_pause(true);  // set-up is not profiled; train_step turns the profile on
-      layout_ = std::make_unique<ParamLayout>(plan_.dims);
       // state first (parameters, gradients, optimizer), then activations for the micro-batch
-      engine_ = std::make_unique<ZeroEngine>(*layout_, *be_, *comm_, host_, t_.zero_stage, t_.master_weights);
+      stack_ = build_stack(plan_, host_);
+      be_ = stack_.backend.get();
+      engine_ = stack_.engine.get();
+      layout_ = stack_.layout.get();
+      be_->op_profile_pause(true);  // set-up is not profiled; train_step turns the profile on
       measured_ = engine_->allocated();
     });
-    if (plan_.micro_batch < 0) {
-      resolved_.training.micro_batch = find_max_micro_batch();
-      plan_ = make_plan(resolved_, world_);
-      term_.note("micro_batch: max -> " + std::to_string(plan_.micro_batch));
+    if (plan_.micro_batch_max) {
+      const double cap = double(t_.memory_limit_gb) * double(1ull << 30);
+      const int B = find_max_micro_batch(plan_, cap, host_, [&](int b) { return runs_at(b, cap); });
+      resolved_.training.micro_batch = MicroBatch::fixed(B);
+      plan_ = with_micro_batch(plan_, B);
+      term_.note("micro_batch: max -> " + std::to_string(B));
     }
     timed("activations", [&] { build_model(plan_.micro_batch); });
     timed("data", [&] { open_data(); });
@@ -353,55 +132,31 @@ class Trainer {
     term_.note("set-up: " + times);
   }
 
-  // micro_batch: max. Doubling sizes, then bisection. A size fits when its predicted memory is within
-  // training.memory_limit_gb (if set) and, on a GPU, a whole forward/backward at that size runs
-  // without running out of memory (and within the limit). Every try is agreed across ranks.
-  int find_max_micro_batch() {
-    const double cap = double(t_.memory_limit_gb) * double(1ull << 30);
-    if (plan_.device != "cuda" && cap <= 0)
-      throw input_error("training.micro_batch: 'max' on the CPU needs training.memory_limit_gb (the search checks "
-                        "the predicted memory against it)");
-    auto fits = [&](int B) {
-      Config cb = cfg_;
-      cb.training.micro_batch = B;
-      if (cap > 0 && double(predict_memory(cb, make_plan(cb, world_)).total()) > cap) return false;  // same everywhere
-      if (plan_.device != "cuda") return true;
-      int ok = 1;
-      try {
-        be_->reset_peak();
-        build_model(B);
-        std::vector<int> tok(size_t(B) * plan_.seq_len, 0);
-        engine_->begin_step();
-        engine_->begin_micro_step(true);
-        model_->forward(*engine_, tok.data(), tok.data(), true, 0.0f);
-        model_->backward(*engine_);
-        engine_->end_backward();
-        be_->synchronize();
-        if (cap > 0 && double(be_->peak_bytes()) > cap) ok = 0;
-      } catch (const Error& e) {
-        if (e.code() != kExitOutOfMemory) throw;
-        ok = 0;
-      }
-      model_.reset();
-      return host_.max(-long(ok)) == -1;  // fits only if it fits on every rank
-    };
-    int lo = 0, hi = 1;
-    while (hi <= 65536 && fits(hi)) {
-      lo = hi;
-      hi *= 2;
+  // micro_batch: max on a GPU: whether a whole forward/backward at micro-batch B runs (within cap).
+  bool runs_at(int B, double cap) {
+    bool ok = true;
+    try {
+      be_->reset_peak();
+      build_model(B);
+      std::vector<int> tok(size_t(B) * plan_.seq_len, 0);
+      engine_->begin_step();
+      engine_->begin_micro_step(true);
+      model_->forward(*engine_, tok.data(), tok.data(), true, 0.0f);
+      model_->backward(*engine_);
+      engine_->end_backward();
+      be_->synchronize();
+      if (cap > 0 && double(be_->peak_bytes()) > cap) ok = false;
+    } catch (const Error& e) {
+      if (e.code() != kExitOutOfMemory) throw;
+      ok = false;
     }
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      (fits(mid) ? lo : hi) = mid;
-    }
-    if (lo == 0)
-      throw Error(kExitOutOfMemory, "training.micro_batch: max: not even micro-batch 1 fits (" + describe(cfg_, world_) + ")");
-    return lo;
+    model_.reset();
+    return ok;
   }
 
   void build_model(int B) {
     model_.reset();
-    model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, t_.recompute);
+    model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute);
     measured_.activations = model_->stored_bytes();
     measured_.workspace = model_->scratch_bytes();
   }
@@ -448,10 +203,10 @@ class Trainer {
     info.n_params = int64_t(plan_.n_params);
     info.tokens_per_step = plan_.tokens_per_step;
     info.world_size = world_;
-    info.zero_stage = t_.zero_stage;
+    info.zero_stage = plan_.zero.stage;
     info.flops_per_token = plan_.flops_per_token;
     info.peak_flops = be_->peak_flops();
-    log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(resolved_, plan_), resumed_ ? st_.step : -1);
+    log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(plan_), resumed_ ? st_.step : -1);
     term_.note("train data: " + train_src_->describe() + (val_src_ ? "; val data: " + val_src_->describe() : ""));
   }
 
@@ -562,10 +317,10 @@ class Trainer {
   Plan plan_;
   Terminal term_;
 
-  std::unique_ptr<Backend> be_;
-  std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<ParamLayout> layout_;
-  std::unique_ptr<ZeroEngine> engine_;
+  Stack stack_;
+  Backend* be_ = nullptr;          // stack_'s, named for the loop
+  ZeroEngine* engine_ = nullptr;
+  const ParamLayout* layout_ = nullptr;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<TokenSource> train_src_, val_src_;
   std::unique_ptr<RunLog> log_;
@@ -580,8 +335,8 @@ class Trainer {
 
 }  // namespace
 
-RunResult train(const Config& cfg, HostComm& host, const PointInfo& point, bool resume) {
-  return Trainer(cfg, host, point, resume).run();
+RunResult train(const Config& cfg, const Plan& plan, HostComm& host, const PointInfo& point, bool resume) {
+  return Trainer(cfg, plan, host, point, resume).run();
 }
 
 }  // namespace gpt

@@ -1,0 +1,32 @@
+// Bytes per rank by component: what the memory model predicts (run/plan.hpp) and what the engine and the
+// model allocate (measured). kMemoryComponents is the one list of the components, in order: the dry-run,
+// the run log (/memory/predicted and /memory/measured, with the list as their `components` attribute),
+// the sweep summary and the Python reader all walk it.
+#pragma once
+#include <cstddef>
+
+namespace gpt {
+
+struct MemoryBreakdown {
+  size_t params = 0, grads = 0, master = 0, adam_m = 0, adam_v = 0, activations = 0, workspace = 0, comm = 0;
+  size_t total() const { return params + grads + master + adam_m + adam_v + activations + workspace + comm; }
+};
+
+struct MemoryComponent {
+  const char* name;
+  size_t MemoryBreakdown::*bytes;
+  const char* doc;
+};
+
+inline constexpr MemoryComponent kMemoryComponents[] = {
+    {"params", &MemoryBreakdown::params, "parameters in the compute dtype (this rank's shard at ZeRO-3)"},
+    {"grads", &MemoryBreakdown::grads, "gradients in the compute dtype (a shard from ZeRO-2 on)"},
+    {"master", &MemoryBreakdown::master, "fp32 master weights (sharded from ZeRO-1 on)"},
+    {"adam_m", &MemoryBreakdown::adam_m, "AdamW first moment, fp32"},
+    {"adam_v", &MemoryBreakdown::adam_v, "AdamW second moment, fp32"},
+    {"activations", &MemoryBreakdown::activations, "activations kept from forward for backward"},
+    {"workspace", &MemoryBreakdown::workspace, "logits chunk, gradient scratch, library workspaces"},
+    {"comm", &MemoryBreakdown::comm, "ZeRO-2/3 gather and reduce-scatter buffers"},
+};
+
+}  // namespace gpt

@@ -1,0 +1,181 @@
+#include "config/fields.hpp"
+
+#include <sstream>
+
+#include "base/common.hpp"
+
+namespace gpt::config {
+
+std::vector<Field> fields_of(Config& c) {
+  RunConfig& r = c.run;
+  ModelConfig& m = c.model;
+  DataConfig& d = c.data;
+  TrainingConfig& t = c.training;
+  return {
+      {"run.name", &r.name, "run directory name under out_dir"},
+      {"run.out_dir", &r.out_dir, "parent of the run directory"},
+      {"run.seed", &r.seed, "initialisation, data order and stochastic rounding"},
+      {"model.preset", &m.preset, "d12 / d24 / d36 / d48 (GPT-2 124M/350M/774M/1558M) / tiny; or the dims below"},
+      {"model.n_layer", &m.n_layer, "transformer blocks (without a preset)"},
+      {"model.n_head", &m.n_head, "attention heads (without a preset); must divide n_embd"},
+      {"model.n_embd", &m.n_embd, "model width (without a preset)"},
+      {"model.vocab_size", &m.vocab_size, "real vocabulary; padded to a multiple of 128 internally"},
+      {"model.max_seq_len", &m.max_seq_len, "positions of the position embedding"},
+      {"model.init_from", &m.init_from, "llm.c model file (fp32 or bf16) to start from"},
+      {"model.init_std", &m.init_std, "normal init std (residual projections scaled by 1/sqrt(2*n_layer))"},
+      {"data.train", &d.train, "glob of llm.c token shards"},
+      {"data.val", &d.val, "glob of llm.c token shards (empty: no validation unless synthetic)"},
+      {"data.synthetic", &d.synthetic, "the built-in Markov corpus (best loss = ln(synthetic_branching))"},
+      {"data.synthetic_vocab", &d.synthetic_vocab, "number of token ids the corpus uses (ids 0..synthetic_vocab-1)"},
+      {"data.synthetic_branching", &d.synthetic_branching, "each token has this many equally likely successors"},
+      {"training.device", &t.device, "auto / cpu / cuda"},
+      {"training.precision", &t.precision, "bf16 / fp32 (on CPU always fp32)"},
+      {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
+      {"training.stochastic_rounding", &t.stochastic_rounding, "round bf16 parameter writes stochastically"},
+      {"training.micro_batch", &t.micro_batch,
+       "sequences per rank per micro-step, or `max`: the largest that fits, found at start (on a GPU by trying "
+       "forward/backward at each size, within `memory_limit_gb` when set; on the CPU by the memory prediction "
+       "against `memory_limit_gb`); the size found is what the log and the summary record"},
+      {"training.seq_len", &t.seq_len, "tokens per sequence"},
+      {"training.grad_accum", &t.grad_accum, "micro-steps per optimizer step"},
+      {"training.total_batch_tokens", &t.total_batch_tokens,
+       "if > 0: grad_accum = total / (micro_batch * seq_len * world)"},
+      {"training.steps", &t.steps, "optimizer steps"},
+      {"training.lr", &t.lr, "peak learning rate"},
+      {"training.warmup_steps", &t.warmup_steps, "linear warm-up steps"},
+      {"training.schedule", &t.schedule, "cosine / linear / constant (after warmup)"},
+      {"training.min_lr_frac", &t.min_lr_frac, "final lr = lr * min_lr_frac"},
+      {"training.beta1", &t.beta1, "AdamW first-moment decay"},
+      {"training.beta2", &t.beta2, "AdamW second-moment decay"},
+      {"training.eps", &t.eps, "AdamW epsilon"},
+      {"training.weight_decay", &t.weight_decay, "on 2-D weights only"},
+      {"training.grad_clip", &t.grad_clip, "global L2 norm; 0 = off"},
+      {"training.zero_stage", &t.zero_stage,
+       "0..3: what is sharded across ranks (1: optimizer state, 2: and gradients, 3: and parameters)"},
+      {"training.recompute", &t.recompute, "0 none, 1 GELU, 2 GELU and LayerNorm"},
+      {"training.memory_limit_gb", &t.memory_limit_gb,
+       "per-rank budget (GiB) for micro_batch max; 0 = the GPU's memory. On CPU the prediction is checked "
+       "against it"},
+      {"training.matmul_search_s", &t.matmul_search_s,
+       "GPU, `deterministic: false`: on a matmul shape's first use, beyond the 8 candidates of cuBLASLt's "
+       "heuristic, time the configurations around them (the algorithm's other tile sizes, cluster shapes and "
+       "custom options) for up to this many seconds, for every product of at least 10 GFLOP; 0 = the "
+       "heuristic's candidates only. With 1 s the step was 0-1.8% faster at GPT-2 124M and 0-1.1% at 1558M on "
+       "an H200, and the first step 15-25 s longer (`bench/RESULTS.md`). 0-60"},
+      {"training.deterministic", &t.deterministic,
+       "GPU: `true` makes steps bit-reproducible across runs and resumes (cuDNN's deterministic attention "
+       "backward, cuBLASLt's first-choice algorithms); `false` takes the fastest (non-deterministic attention "
+       "backward, matmul algorithms timed on first use). The CPU path is always deterministic"},
+      {"eval.every", &c.eval.every, "steps between validations; 0 = only after the last step"},
+      {"eval.batches", &c.eval.batches, "micro-batches per validation"},
+      {"log.every", &c.log.every, "steps between log rows"},
+      {"log.progress", &c.log.progress, "progress bar with ETA on a terminal"},
+      {"log.op_profile", &c.log.op_profile,
+       "time every op of every training step (GPU: CUDA events; CPU: wall clock) and print, at the end, each "
+       "op's milliseconds and share of the step and the idle time between ops; the warm-up step and evaluation "
+       "are left out (slows the step slightly)"},
+      {"checkpoint.every", &c.checkpoint.every, "steps between checkpoints; 0 = none (signals still checkpoint)"},
+      {"checkpoint.keep_last", &c.checkpoint.keep_last, "checkpoints kept; older ones are deleted"},
+      {"checkpoint.resume", &c.checkpoint.resume, "never / auto (continue from the latest valid checkpoint)"},
+  };
+}
+
+const Field* find_field(const std::vector<Field>& fs, const std::string& key) {
+  for (auto& f : fs)
+    if (key == f.key) return &f;
+  return nullptr;
+}
+
+std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+namespace {
+
+std::string where(const std::string& key, int line) {
+  return line >= 0 ? key + " (line " + std::to_string(line + 1) + ")" : key;
+}
+
+template <class T>
+T scalar_as(const YAML::Node& n, const std::string& key, int line, const char* type_name) {
+  if (!n.IsScalar())
+    throw input_error("config error: " + where(key, line) + ": expected a " + type_name + ", got a " +
+                      (n.IsSequence() ? "list" : n.IsMap() ? "mapping" : "null"));
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    throw input_error("config error: " + where(key, line) + ": expected a " + type_name + ", got '" + n.Scalar() +
+                      "'");
+  }
+}
+
+int int_from(const YAML::Node& n, const std::string& key, int line) {
+  const long long v = scalar_as<long long>(n, key, line, "integer");
+  if (v < INT32_MIN || v > INT32_MAX)
+    throw input_error("config error: " + where(key, line) + ": " + n.Scalar() + " is out of range");
+  return int(v);
+}
+
+}  // namespace
+
+void set_field(const Field& f, const YAML::Node& n, int line) {
+  const std::string key = f.key;
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          *p = scalar_as<std::string>(n, key, line, "string");
+        } else if constexpr (std::is_same_v<T, bool>) {
+          *p = scalar_as<bool>(n, key, line, "boolean (true/false)");
+        } else if constexpr (std::is_same_v<T, float>) {
+          *p = static_cast<float>(scalar_as<double>(n, key, line, "number"));
+        } else if constexpr (std::is_same_v<T, int>) {
+          *p = int_from(n, key, line);
+        } else if constexpr (std::is_same_v<T, MicroBatch>) {
+          *p = n.IsScalar() && n.Scalar() == "max" ? MicroBatch{p->size, true} : MicroBatch::fixed(int_from(n, key, line));
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          *p = scalar_as<uint64_t>(n, key, line, "non-negative integer");
+        } else {
+          *p = scalar_as<T>(n, key, line, "integer");
+        }
+      },
+      f.ref);
+}
+
+std::string field_text(const Field& f) {
+  return std::visit(
+      [&](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        std::ostringstream os;
+        if constexpr (std::is_same_v<T, std::string>) {
+          YAML::Emitter e;
+          e << YAML::DoubleQuoted << *p;
+          return e.c_str();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return *p ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, float>) {
+          os.precision(9);
+          os << *p;
+        } else if constexpr (std::is_same_v<T, MicroBatch>) {
+          if (p->max) return "max";
+          os << p->size;
+        } else {
+          os << *p;
+        }
+        return os.str();
+      },
+      f.ref);
+}
+
+const char* type_name(const Field& f) {
+  return std::visit(
+      [](auto* p) -> const char* {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>) return "string";
+        else if constexpr (std::is_same_v<T, bool>) return "bool";
+        else if constexpr (std::is_same_v<T, float>) return "float";
+        else if constexpr (std::is_same_v<T, MicroBatch>) return "int or `max`";
+        else return "int";
+      },
+      f.ref);
+}
+
+}  // namespace gpt::config

@@ -1,0 +1,81 @@
+// Every field and every combination checked once per run, before anything is written.
+#include <cmath>
+
+#include "base/common.hpp"
+#include "config/config_io.hpp"
+#include "model/gpt.hpp"
+
+namespace gpt {
+
+void validate(const Config& cfg, int world) {
+  auto bad = [](const std::string& key, const std::string& why) {
+    throw input_error("config error: " + key + ": " + why);
+  };
+  const auto& t = cfg.training;
+  const auto& m = cfg.model;
+  if (cfg.run.name.empty()) bad("run.name", "must not be empty");
+  if (cfg.run.name.find("..") != std::string::npos) bad("run.name", "must not contain '..'");
+  if (cfg.run.out_dir.empty()) bad("run.out_dir", "must not be empty");
+  // model: a preset or explicit dims
+  ModelDims d;
+  try {
+    d = resolve_dims(m);
+  } catch (const Error& e) {
+    throw input_error(std::string("config error: ") + e.what());
+  }
+  if (t.seq_len < 1) bad("training.seq_len", "must be >= 1");
+  if (t.seq_len > d.max_seq_len)
+    bad("training.seq_len", std::to_string(t.seq_len) + " exceeds model.max_seq_len " + std::to_string(d.max_seq_len));
+  if (!t.micro_batch.max && t.micro_batch.size < 1) bad("training.micro_batch", "must be >= 1 or 'max'");
+  if (t.grad_accum < 1) bad("training.grad_accum", "must be >= 1");
+  if (t.total_batch_tokens < 0) bad("training.total_batch_tokens", "must be >= 0");
+  if (t.total_batch_tokens > 0 && !t.micro_batch.max) {
+    int64_t per = int64_t(t.micro_batch.size) * t.seq_len * world;
+    if (t.total_batch_tokens % per != 0)
+      bad("training.total_batch_tokens", std::to_string(t.total_batch_tokens) +
+                                             " is not a multiple of micro_batch * seq_len * world_size = " +
+                                             std::to_string(per));
+  }
+  if (t.steps < 1) bad("training.steps", "must be >= 1");
+  if (!(t.lr >= 0) || !std::isfinite(t.lr)) bad("training.lr", "must be a finite number >= 0");
+  if (t.warmup_steps < 0) bad("training.warmup_steps", "must be >= 0");
+  if (t.schedule != "cosine" && t.schedule != "linear" && t.schedule != "constant")
+    bad("training.schedule", "'" + t.schedule + "' is not one of cosine, linear, constant");
+  if (t.min_lr_frac < 0 || t.min_lr_frac > 1) bad("training.min_lr_frac", "must be in [0, 1]");
+  if (t.beta1 < 0 || t.beta1 >= 1) bad("training.beta1", "must be in [0, 1)");
+  if (t.beta2 < 0 || t.beta2 >= 1) bad("training.beta2", "must be in [0, 1)");
+  if (!(t.eps > 0)) bad("training.eps", "must be > 0");
+  if (t.weight_decay < 0) bad("training.weight_decay", "must be >= 0");
+  if (t.grad_clip < 0) bad("training.grad_clip", "must be >= 0 (0 = off)");
+  if (t.zero_stage < 0 || t.zero_stage > 3) bad("training.zero_stage", "must be 0, 1, 2 or 3");
+  if (t.recompute < 0 || t.recompute > 2) bad("training.recompute", "must be 0, 1 or 2");
+  if (!(t.matmul_search_s >= 0 && t.matmul_search_s <= 60))
+    bad("training.matmul_search_s", "must be between 0 and 60 (seconds per matmul shape; 0 = no search)");
+  if (t.memory_limit_gb < 0) bad("training.memory_limit_gb", "must be >= 0 (0 = the device's memory)");
+  if (t.micro_batch.max && t.total_batch_tokens > 0)
+    bad("training.micro_batch", "'max' cannot be combined with training.total_batch_tokens (use grad_accum)");
+  if (t.device != "auto" && t.device != "cpu" && t.device != "cuda")
+    bad("training.device", "'" + t.device + "' is not one of auto, cpu, cuda");
+  if (t.precision != "bf16" && t.precision != "fp32")
+    bad("training.precision", "'" + t.precision + "' is not one of bf16, fp32");
+  const auto& dc = cfg.data;
+  if (dc.synthetic) {
+    if (!dc.train.empty()) bad("data.synthetic", "set either data.synthetic or data.train, not both");
+    if (dc.synthetic_vocab < 2 || dc.synthetic_vocab > d.vocab_size)
+      bad("data.synthetic_vocab", "must be in [2, model vocab_size]");
+    if (dc.synthetic_branching < 1 || dc.synthetic_branching > dc.synthetic_vocab)
+      bad("data.synthetic_branching", "must be in [1, data.synthetic_vocab]");
+  } else if (dc.train.empty()) {
+    bad("data.train", "no training data: give a glob of token shards or set data.synthetic: true");
+  }
+  if (cfg.eval.every < 0) bad("eval.every", "must be >= 0");
+  if (cfg.eval.batches < 0) bad("eval.batches", "must be >= 0");
+  if (cfg.log.every < 1) bad("log.every", "must be >= 1");
+  if (cfg.checkpoint.every < 0) bad("checkpoint.every", "must be >= 0");
+  if (cfg.checkpoint.keep_last < 1) bad("checkpoint.keep_last", "must be >= 1");
+  if (cfg.checkpoint.resume != "never" && cfg.checkpoint.resume != "auto")
+    bad("checkpoint.resume", "'" + cfg.checkpoint.resume + "' is not one of never, auto");
+  if (!(m.init_std > 0)) bad("model.init_std", "must be > 0");
+}
+
+}  // namespace gpt

@@ -1,0 +1,142 @@
+#include "run/plan.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "config/config_io.hpp"
+#include "dist/zero.hpp"
+#include "model/gpt.hpp"
+
+namespace gpt {
+
+namespace {
+std::string resolve_device(const std::string& d) {
+  if (d == "cpu") return "cpu";
+  if (d == "cuda") {
+    if (cuda_device_count() == 0)
+      throw input_error("training.device: cuda was asked for but no CUDA device is usable here");
+    return "cuda";
+  }
+  return cuda_device_count() > 0 ? "cuda" : "cpu";
+}
+}  // namespace
+
+Plan make_plan(const Config& cfg, int world) {
+  validate(cfg, world);
+  const TrainingConfig& t = cfg.training;
+  Plan p;
+  p.dims = resolve_dims(cfg.model);
+  p.device = resolve_device(t.device);
+  p.act = (p.device == "cuda" && t.precision == "bf16") ? DType::BF16 : DType::F32;
+  p.world = world;
+  p.micro_batch_max = t.micro_batch.max;
+  p.seq_len = t.seq_len;
+  p.grad_accum = t.grad_accum;
+  p.n_params = ParamLayout(p.dims).n_params();
+  p.flops_per_token = 6.0 * double(p.n_params) + 6.0 * p.dims.n_layer * p.dims.n_embd * double(p.seq_len);
+  p.zero = ZeroPolicy::of_stage(t.zero_stage);
+  p.master_weights = t.master_weights;
+  p.recompute = t.recompute;
+  p.backend.act = p.act;
+  p.backend.stochastic_rounding = t.stochastic_rounding;
+  p.backend.deterministic = t.deterministic;
+  p.backend.matmul_search_s = t.matmul_search_s;
+  p.backend.op_profile = cfg.log.op_profile;
+  if (t.micro_batch.max) return p;
+  p = with_micro_batch(p, t.micro_batch.size);
+  if (t.total_batch_tokens > 0) {
+    p.grad_accum = int(t.total_batch_tokens / (int64_t(p.micro_batch) * p.seq_len * world));
+    p.tokens_per_step = int64_t(p.micro_batch) * p.seq_len * p.grad_accum * world;
+  }
+  return p;
+}
+
+Plan with_micro_batch(Plan p, int micro_batch) {
+  p.micro_batch = micro_batch;
+  p.tokens_per_step = int64_t(micro_batch) * p.seq_len * p.grad_accum * p.world;
+  return p;
+}
+
+MemoryBreakdown predict_memory(const Plan& plan) {
+  ParamLayout layout(plan.dims);
+  MemoryBreakdown m = engine_sizes(layout, plan.world, plan.zero).bytes(plan.act, plan.master_weights);
+  if (plan.micro_batch > 0) {
+    ActivationBytes a = activation_bytes(plan.dims, plan.micro_batch, plan.seq_len, plan.recompute, plan.act);
+    m.activations = a.stored;
+    m.workspace = a.scratch;
+  }
+  if (plan.device == "cuda") m.workspace += size_t(32) << 20;  // cuBLASLt workspace
+  return m;
+}
+
+std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+std::string describe(const Plan& p) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "model %dx%d, micro_batch %d x seq %d, ZeRO stage %d, recompute %d, %d rank(s)",
+                p.dims.n_layer, p.dims.n_embd, p.micro_batch, p.seq_len, p.zero.stage, p.recompute, p.world);
+  return buf;
+}
+
+namespace {
+// "| training.lr                    0.000600000028" rows from the config's YAML
+void print_config_rows(std::ostringstream& os, const Config& cfg) {
+  std::istringstream yaml(config_to_yaml(cfg));
+  std::string line, section;
+  while (std::getline(yaml, line)) {
+    if (line.empty()) continue;
+    if (line[0] != ' ') {
+      section = line.substr(0, line.size() - 1);
+      continue;
+    }
+    auto colon = line.find(':');
+    std::string key = section + "." + line.substr(2, colon - 2);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "| %-30s %s\n", key.c_str(), line.substr(colon + 2).c_str());
+    os << buf;
+  }
+}
+}  // namespace
+
+void print_plan(const Config& cfg, const Plan& plan) {
+  std::ostringstream os;
+  os << "+-- config " << std::string(58, '-') << "\n";
+  print_config_rows(os, cfg);
+  char buf[640];
+  os << "+-- derived " << std::string(57, '-') << "\n";
+  std::snprintf(buf, sizeof buf,
+                "| model              %d layers x %d heads x %d wide, vocab %d (padded %d)\n"
+                "| parameters         %zu\n"
+                "| device             %s (%s), world size %d, ZeRO stage %d\n"
+                "| batch              micro %d x seq %d x accum %d x ranks %d = %lld tokens/step\n"
+                "| FLOPs per token    %.3g\n",
+                plan.dims.n_layer, plan.dims.n_head, plan.dims.n_embd, plan.dims.vocab_size, plan.dims.padded_vocab,
+                plan.n_params, plan.device.c_str(), dtype_name(plan.act), plan.world, plan.zero.stage,
+                plan.micro_batch_max ? -1 : plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
+                (long long)plan.tokens_per_step, plan.flops_per_token);
+  os << buf;
+  os << "+-- predicted memory per rank " << std::string(39, '-') << "\n";
+  const MemoryBreakdown mem = predict_memory(plan);
+  auto row = [&](const char* name, size_t bytes) {
+    std::snprintf(buf, sizeof buf, "| %-18s %12s\n", name, format_bytes(double(bytes)).c_str());
+    os << buf;
+  };
+  for (const MemoryComponent& c : kMemoryComponents) row(c.name, mem.*c.bytes);
+  row("total", mem.total());
+  if (plan.micro_batch_max) os << "| (activations: micro_batch is 'max', found at start)\n";
+  os << "+" << std::string(69, '-') << "\n";
+  std::cout << os.str() << std::flush;
+}
+
+}  // namespace gpt

@@ -1,0 +1,43 @@
+// The plan of a run: everything derived from the config and the world size before any memory is
+// touched (validated once), and the memory it will need per rank.
+#pragma once
+#include <string>
+
+#include "backend/backend.hpp"
+#include "base/memory.hpp"
+#include "config/config.hpp"
+#include "dist/zero_policy.hpp"
+#include "model/layout.hpp"
+
+namespace gpt {
+
+struct Plan {
+  ModelDims dims;
+  std::string device;            // resolved: cpu | cuda
+  DType act = DType::F32;        // activation dtype
+  int micro_batch = 0;           // sequences per rank per micro-step; 0 while `max` is not yet searched
+  bool micro_batch_max = false;  // training.micro_batch was `max`
+  int seq_len = 0, grad_accum = 1, world = 1;
+  int64_t tokens_per_step = 0;
+  double flops_per_token = 0;
+  size_t n_params = 0;
+  ZeroPolicy zero;
+  bool master_weights = true;
+  int recompute = 0;
+  BackendOptions backend;        // what the backend is built with (local_rank filled in per rank)
+};
+
+// Validates the config (every key, every combination) and derives the plan; throws input_error.
+Plan make_plan(const Config& cfg, int world);
+// The same plan at a known micro-batch (micro_batch: max, once searched).
+Plan with_micro_batch(Plan plan, int micro_batch);
+// Predicted bytes per rank by component: the engine's buffers plus the model's activations.
+MemoryBreakdown predict_memory(const Plan& plan);
+// The --dry-run output: the config table, the derived quantities and the memory prediction.
+void print_plan(const Config& cfg, const Plan& plan);
+
+std::string format_bytes(double b);  // "1.50 GiB"
+// "model 48x1600, micro_batch 16 x seq 1024, ZeRO stage 0, recompute 0, 2 rank(s)", for messages
+std::string describe(const Plan& plan);
+
+}  // namespace gpt
