@@ -14,6 +14,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+# The memory components in order: the C++ table kMemoryComponents (src/base/memory.hpp), which every log
+# records as the `components` attribute of /memory/predicted and /memory/measured; read_log takes the
+# log's own list, and tests/integration/test_cli.py keeps this fallback (for plots and older logs) equal to it.
 COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm")
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu")
 EVAL_FIELDS = ("step", "val_loss")
@@ -118,7 +121,7 @@ def read_log(path):
 
     Returns {"path", "attrs", "train", "eval", "memory": {"predicted", "measured"}}:
     attrs are str/int/float, train/eval map dataset names to numpy arrays of equal length,
-    memory groups map component names to bytes (int).
+    memory groups map component names to bytes (int); memory["components"] lists them in order.
     """
     path = find_log(path)
     with open_h5(path) as f:
@@ -126,10 +129,13 @@ def read_log(path):
             attrs = _read_attrs(f)
             train = _read_group(f, "train", TRAIN_FIELDS)
             evals = _read_group(f, "eval", EVAL_FIELDS)
-            memory = {}
+            memory = {"components": list(COMPONENTS)}
             for group in ("predicted", "measured"):
                 name = "memory/" + group
                 memory[group] = _read_attrs(f[name]) if name in f else {}
+                listed = memory[group].pop("components", None)
+                if listed:
+                    memory["components"] = listed.split()
         except (KeyError, OSError) as e:
             raise LogError(f"{path}: unreadable ({e})") from e
     return {"path": str(path), "attrs": attrs, "train": train, "eval": evals, "memory": memory}
@@ -211,7 +217,7 @@ def summary_row(log, index=None, dirname=None):
     }
     for group, prefix in (("predicted", "pred_"), ("measured", "meas_")):
         mem = log["memory"].get(group, {})
-        for c in COMPONENTS + ("total",):
+        for c in log["memory"]["components"] + ["total"]:
             row[prefix + c] = float(mem[c]) if c in mem else nan
     row["meas_peak"] = float(log["memory"].get("measured", {}).get("peak", nan))
     for key, value in parse_point_values(a.get("point_values", "")).items():

@@ -3,7 +3,7 @@
 
 #include "base/common.hpp"
 #include "config/config_io.hpp"
-#include "model/gpt.hpp"
+#include "config/presets.hpp"
 
 namespace gpt {
 

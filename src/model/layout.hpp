@@ -5,20 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "config/presets.hpp"
+
 namespace gpt {
-
-struct ModelConfig;
-
-struct ModelDims {
-  int n_layer = 0, n_head = 0, n_embd = 0;
-  int vocab_size = 0;         // V: real tokens
-  int padded_vocab = 0;       // Vp: V rounded up to a multiple of 128
-  int max_seq_len = 0;
-  int head_dim() const { return n_embd / n_head; }
-};
-
-// Resolves model.preset or the explicit dims; throws an input error naming the key.
-ModelDims resolve_dims(const ModelConfig& m);
 
 // Parameter tensors. Each layer's bucket lists its decayed 2-D weights first so that the decayed and
 // non-decayed parts of any range are two runs.

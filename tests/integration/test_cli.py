@@ -240,3 +240,46 @@ def test_op_profile_accounts_for_the_training_step(tmp_path, train_bin):
     busy = sum(ms for _, ms in rows.values())
     assert abs(busy + idle - window) < 0.01 + 0.001 * window
     assert idle > -0.01 * window, "ops counted outside the step's window"
+
+
+def test_config_reference_is_docs_config_md(tmp_path, train_bin):
+    """docs/CONFIG.md is what --config-reference prints from the field table: it cannot drift."""
+    p = run_train(["--config-reference"], check=True)
+    assert p.stdout == (ROOT / "docs/CONFIG.md").read_text(), \
+        "docs/CONFIG.md is stale: regenerate it with ./train --config-reference > docs/CONFIG.md"
+    rows = [l for l in p.stdout.splitlines() if l.startswith("| `")]
+    keys = set()
+    section = None
+    for line in p.stdout.splitlines():
+        if line.startswith("## `"):
+            section = line[4:-1]
+        elif line.startswith("| `") and section != "sweep":
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            assert len(cells) == 4 and cells[3], f"a field without documentation: {line}"
+            keys.add(f"{section}.{cells[0].strip('`')}")
+    assert len(rows) > 40
+    # the documented keys are exactly the keys of the resolved config
+    y = write_yaml(tmp_path / "ref.yaml", "model: {preset: tiny}\ndata: {synthetic: true}\ntraining: {device: cpu}\n")
+    dry = run_train(["--yaml", y, "--dry-run"], check=True).stdout
+    config_block = dry.split("+-- derived")[0]
+    printed = {l.split()[1] for l in config_block.splitlines() if l.startswith("| ")}
+    assert keys == printed
+
+
+def test_memory_components_are_one_list(tmp_path, train_bin):
+    """The dry-run, the run log and the Python reader name the same memory components in the same order."""
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import h5log
+    y = tiny_yaml(tmp_path, steps=1)
+    dry = run_train(["--yaml", y, "--dry-run"], check=True).stdout
+    block = dry.split("predicted memory per rank")[1].splitlines()[1:]
+    printed = [l.split()[1] for l in block if l.startswith("| ") and not l.startswith("| (")]
+    run_train(["--yaml", y], check=True)
+    log = read_log(tmp_path / "runs" / "t" / "log.h5")
+    for group in ("mem_pred", "mem_meas"):
+        listed = log[group]["components"]
+        listed = (listed.decode() if isinstance(listed, bytes) else listed).split()
+        assert listed == list(h5log.COMPONENTS), group
+        assert all(c in log[group] for c in listed + ["total"])
+    assert printed == list(h5log.COMPONENTS) + ["total"]

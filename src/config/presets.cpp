@@ -1,0 +1,45 @@
+#include "config/presets.hpp"
+
+#include <array>
+#include <map>
+#include <string>
+
+#include "base/common.hpp"
+
+namespace gpt {
+
+ModelDims resolve_dims(const ModelConfig& m) {
+  // name -> (layers, heads, width)
+  static const std::map<std::string, std::array<int, 3>> presets = {
+      {"d12", {12, 12, 768}}, {"d24", {24, 16, 1024}}, {"d36", {36, 20, 1280}}, {"d48", {48, 25, 1600}},
+      {"tiny", {2, 4, 64}}};
+  ModelDims d;
+  if (!m.preset.empty()) {
+    auto it = presets.find(m.preset);
+    if (it == presets.end())
+      throw input_error("model.preset: '" + m.preset + "' is not one of d12, d24, d36, d48, tiny");
+    if (m.n_layer || m.n_head || m.n_embd)
+      throw input_error("model.preset: give either a preset or n_layer/n_head/n_embd, not both");
+    d.n_layer = it->second[0];
+    d.n_head = it->second[1];
+    d.n_embd = it->second[2];
+  } else {
+    if (m.n_layer < 1) throw input_error("model.n_layer: must be >= 1 (or set model.preset)");
+    if (m.n_head < 1) throw input_error("model.n_head: must be >= 1 (or set model.preset)");
+    if (m.n_embd < 1) throw input_error("model.n_embd: must be >= 1 (or set model.preset)");
+    d.n_layer = m.n_layer;
+    d.n_head = m.n_head;
+    d.n_embd = m.n_embd;
+  }
+  if (d.n_embd % d.n_head != 0)
+    throw input_error("model.n_embd: " + std::to_string(d.n_embd) + " is not divisible by n_head " +
+                      std::to_string(d.n_head));
+  if (m.vocab_size < 2) throw input_error("model.vocab_size: must be >= 2");
+  if (m.max_seq_len < 1) throw input_error("model.max_seq_len: must be >= 1");
+  d.vocab_size = m.vocab_size;
+  d.padded_vocab = (m.vocab_size + 127) / 128 * 128;
+  d.max_seq_len = m.max_seq_len;
+  return d;
+}
+
+}  // namespace gpt
