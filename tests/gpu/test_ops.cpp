@@ -461,7 +461,6 @@ class OneRank final : public HostComm {
   int local_rank() const override { return 0; }
   double sum(double x) override { return x; }
   long max(long x) override { return x; }
-  void barrier() override {}
   void broadcast(void*, size_t, int) override {}
   [[noreturn]] void abort(int status) override { std::exit(status); }
   void* mpi_comm() override { return nullptr; }
