@@ -3,7 +3,7 @@
 // one, the param is read, updated and written back. bf16 writes round stochastically with a random
 // number from (seed ^ element index) unless nearest rounding was asked for.
 #include "check.cuh"
-#include "ops.cuh"
+#include "adamw.cuh"
 
 namespace gpt::kern {
 

@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "check.cuh"
-#include "ops.cuh"
+#include "classifier.cuh"
 
 namespace gpt::kern {
 

@@ -2,7 +2,7 @@
 // Each kernel handles V elements per thread with 16-byte (or 8-byte) accesses; a scalar launch covers
 // the tail and unaligned pointers.
 #include "check.cuh"
-#include "ops.cuh"
+#include "conversions.cuh"
 
 namespace gpt::kern {
 

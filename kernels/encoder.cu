@@ -5,7 +5,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "check.cuh"
-#include "ops.cuh"
+#include "encoder.cuh"
 
 namespace gpt::kern {
 
@@ -87,15 +87,16 @@ size_t cub_temp_bytes(int n) {
 }  // namespace
 
 template <class X>
-void encoder_fwd(X* out, const int* tokens, const X* wte, const X* wpe, int B, int T, int C, cudaStream_t s) {
+void encoder_fwd(const EncoderFwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
-  const bool vec = C % V == 0 && is_aligned(out, 16) && is_aligned(wte, 16) && is_aligned(wpe, 16);
-  const long work = long(B) * T * (vec ? C / V : C);
+  const int C = a.C;
+  const bool vec = C % V == 0 && is_aligned(a.out, 16) && is_aligned(a.wte, 16) && is_aligned(a.wpe, 16);
+  const long work = long(a.B) * a.T * (vec ? C / V : C);
   const unsigned grid = unsigned(ceil_div(work, kThreads));
   if (vec)
-    encoder_fwd_kernel<X, V><<<grid, kThreads, 0, s>>>(out, tokens, wte, wpe, B * T, T, C);
+    encoder_fwd_kernel<X, V><<<grid, kThreads, 0, s>>>(a.out, a.tokens, a.wte, a.wpe, a.B * a.T, a.T, C);
   else
-    encoder_fwd_kernel<X, 1><<<grid, kThreads, 0, s>>>(out, tokens, wte, wpe, B * T, T, C);
+    encoder_fwd_kernel<X, 1><<<grid, kThreads, 0, s>>>(a.out, a.tokens, a.wte, a.wpe, a.B * a.T, a.T, C);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -135,8 +136,8 @@ void encoder_bwd(const EncoderBwdArgs<X>& a, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-template void encoder_fwd<float>(float*, const int*, const float*, const float*, int, int, int, cudaStream_t);
-template void encoder_fwd<bf16>(bf16*, const int*, const bf16*, const bf16*, int, int, int, cudaStream_t);
+template void encoder_fwd<float>(const EncoderFwdArgs<float>&, cudaStream_t);
+template void encoder_fwd<bf16>(const EncoderFwdArgs<bf16>&, cudaStream_t);
 template void encoder_bwd<float>(const EncoderBwdArgs<float>&, cudaStream_t);
 template void encoder_bwd<bf16>(const EncoderBwdArgs<bf16>&, cudaStream_t);
 

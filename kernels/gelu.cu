@@ -1,7 +1,7 @@
 // GELU, tanh approximation (as GPT-2 and cuBLASLt's GELU epilogue): forward, for recomputation, and the
 // in-place backward used when the matmul epilogue cannot fuse it.
 #include "check.cuh"
-#include "ops.cuh"
+#include "gelu.cuh"
 
 namespace gpt::kern {
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "check.cuh"
+#include "gelu.cuh"
 #include "matmul.cuh"
-#include "ops.cuh"
 
 namespace gpt::kern {
 

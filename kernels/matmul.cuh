@@ -1,5 +1,6 @@
-// Matrix products through cuBLASLt. All matrices are row-major in the model; cuBLASLt is column-major,
-// so a row-major (r, c) matrix is passed as a column-major (c, r) one (see matmul.cu).
+// Matrix products through cuBLASLt, and the deterministic bias gradient (matmul.cu). All matrices are
+// row-major in the model; cuBLASLt is column-major, so a row-major (r, c) matrix is passed as a
+// column-major (c, r) one (see matmul.cu). X is the activation dtype: float or bf16.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include "base/common.hpp"
+#include "common.cuh"
 
 struct cublasLtContext;
 
@@ -87,5 +89,11 @@ template <class X>
 void matmul_fwd(CublasLt& lt, const MatmulFwdArgs& a, cudaStream_t s);
 template <class X>
 void matmul_bwd(CublasLt& lt, const MatmulBwdArgs& a, cudaStream_t s);
+
+// The bias gradient on its own: dbias (OC) += sum over rows of dout (N, OC); deterministic.
+// scratch: bias_grad_scratch_bytes(N, OC, num_sms) bytes.
+size_t bias_grad_scratch_bytes(int N, int OC, int num_sms);
+template <class X>
+void bias_grad(X* dbias, const X* dout, int N, int OC, float* scratch, int num_sms, cudaStream_t s);
 
 }  // namespace gpt::kern

@@ -2,7 +2,7 @@
 // fixed strided slice in fp32, block partials in a fixed order, then one block sums the partials in
 // double. The grid does not depend on the device, so results match across machines.
 #include "check.cuh"
-#include "ops.cuh"
+#include "sum_squares.cuh"
 
 namespace gpt::kern {
 

@@ -18,11 +18,17 @@
 #include <unordered_map>
 
 #include "backend/backend.hpp"
-#include "kernels/check.cuh"
 #include "backend/cuda/op_profiler.cuh"
+#include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/check.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/conversions.cuh"
+#include "kernels/encoder.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
-#include "kernels/ops.cuh"
+#include "kernels/sum_squares.cuh"
 
 namespace gpt {
 
@@ -169,8 +175,10 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope t(prof_, stream_, "encoder_fwd");
     by_dtype([&](auto x) {
       using X = decltype(x);
-      kern::encoder_fwd<X>(static_cast<X*>(out), tokens, static_cast<const X*>(wte), static_cast<const X*>(wpe), B,
-                           T, C, stream_);
+      kern::EncoderFwdArgs<X> a;
+      a.out = static_cast<X*>(out), a.tokens = tokens;
+      a.wte = static_cast<const X*>(wte), a.wpe = static_cast<const X*>(wpe), a.B = B, a.T = T, a.C = C;
+      kern::encoder_fwd<X>(a, stream_);
     });
   }
   void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T, int C) override {

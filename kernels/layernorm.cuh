@@ -1,0 +1,49 @@
+// LayerNorm, eps 1e-5: the forward (layernorm_fwd.cu), with the residual add fused in, and the
+// deterministic backward (layernorm_bwd.cu), with the column sums of the input gradient fused in.
+// X is the activation dtype: float or bf16; row-major.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "common.cuh"
+
+namespace gpt::kern {
+
+template <class X>
+struct LayerNormFwdArgs {
+  X* out = nullptr;           // (N, C)
+  float* mean = nullptr;      // (N), may be null
+  float* rstd = nullptr;      // (N), may be null
+  const X* inp = nullptr;     // (N, C); unused when residual is set
+  X* residual = nullptr;      // (N, C): if set, residual = a + b is written and normalised
+  const X* a = nullptr;       // (N, C)
+  const X* b = nullptr;       // (N, C)
+  const X* w = nullptr;       // (C)
+  const X* bias = nullptr;    // (C)
+  int N = 0, C = 0;
+};
+template <class X>
+void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s);
+
+template <class X>
+struct LayerNormBwdArgs {
+  X* dinp = nullptr;            // (N, C) accumulated
+  X* dw = nullptr;              // (C) accumulated
+  X* db = nullptr;              // (C) accumulated
+  const X* dout = nullptr;      // (N, C)
+  const X* inp = nullptr;       // (N, C)
+  const X* w = nullptr;         // (C)
+  const float* mean = nullptr;  // (N)
+  const float* rstd = nullptr;  // (N)
+  int N = 0, C = 0;
+  float* dinp_colsum = nullptr;  // (C) or null: overwritten with the column sums of dinp after the update
+  float* scratch = nullptr;      // layernorm_bwd_scratch_bytes(N, C, num_sms) bytes
+  int num_sms = 0;               // the device's multiprocessors: the grid fills them once
+};
+size_t layernorm_bwd_scratch_bytes(int N, int C, int num_sms);
+// throws for rows wider than the kernels take
+template <class X>
+void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s);
+
+}  // namespace gpt::kern
