@@ -42,7 +42,7 @@ for b in gemm_algos attention_plans; do
 done
 
 # the non-system libraries the binaries load, by soname, resolved here
-pattern='yaml-cpp|boost_program_options|hdf5|libsz|libaec|gfortran|quadmath|gomp'
+pattern='yaml-cpp|boost_program_options|xxhash|hdf5|libsz|libaec|gfortran|quadmath|gomp'
 for so in $(ldd "$tmp/train" | awk -v p="$pattern" '$1 ~ p {print $3}'); do cp -L "$so" "$tmp/lib/"; done
 mv "$tmp" "$OUT"
 trap - EXIT

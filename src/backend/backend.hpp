@@ -41,6 +41,9 @@ struct AdamWArgs {
   int step = 1;                  // 1-based, for bias correction
   uint64_t seed = 0;             // stochastic rounding of bf16 params: random bits from seed ^ (index_offset + i)
   uint64_t index_offset = 0;     // logical index of element 0, so rounding does not depend on sharding
+  unsigned* nonfinite = nullptr; // (1) device flag, nullable: set to 1 when an updated value (parameter,
+                                 // master, m or v) is not finite; never cleared here (the optimizer's own
+                                 // pass finds a diverged state, with no extra pass over memory)
 };
 
 class Backend {

@@ -85,6 +85,7 @@ int run_app(int argc, char** argv, HostComm& host) {
     if (host.rank() == 0) write_summary(base, sw, text);
     return kExitOk;
   }
+  const bool resume = vm.count("resume") > 0;
   if (vm.count("dry-run")) {
     for (int i : indices) {  // every point planned (and so validated) before saying yes
       const Config c = point_config(base, sw, sw.points[i]);
@@ -95,7 +96,8 @@ int run_app(int argc, char** argv, HostComm& host) {
     }
     return kExitOk;
   }
-  return run_sweep(base, sw, indices, host, vm.count("resume") > 0, text);
+  const std::vector<PlannedPoint> points = plan_points(base, sw, indices, host, resume);  // before any work
+  return run_sweep(base, sw, points, host, resume, text);
 }
 
 }  // namespace gpt

@@ -20,6 +20,7 @@ struct RunConfig {
   std::string name = "run";
   std::string out_dir = "runs";
   uint64_t seed = 1337;
+  bool overwrite = false;
 };
 
 struct ModelConfig {

@@ -15,6 +15,9 @@ std::vector<Field> fields_of(Config& c) {
       {"run.name", &r.name, "run directory name under out_dir"},
       {"run.out_dir", &r.out_dir, "parent of the run directory"},
       {"run.seed", &r.seed, "initialisation, data order and stochastic rounding"},
+      {"run.overwrite", &r.overwrite,
+       "a run without --resume into a directory that already holds a run (log.h5 or checkpoints) is an error; "
+       "`true` deletes that run first"},
       {"model.preset", &m.preset, "d12 / d24 / d36 / d48 (GPT-2 124M/350M/774M/1558M) / tiny; or the dims below"},
       {"model.n_layer", &m.n_layer, "transformer blocks (without a preset)"},
       {"model.n_head", &m.n_head, "attention heads (without a preset); must divide n_embd"},

@@ -3,14 +3,27 @@
 
 #include "base/common.hpp"
 #include "config/config_io.hpp"
+#include "config/fields.hpp"
 #include "config/presets.hpp"
 
 namespace gpt {
 
+namespace {
+[[noreturn]] void bad(const std::string& key, const std::string& why) {
+  throw input_error("config error: " + key + ": " + why);
+}
+
+// No setting may be NaN or infinite (YAML's .nan and .inf parse as numbers, and 1e39 overflows a float).
+void check_finite(const Config& cfg) {
+  Config c = cfg;
+  for (const config::Field& f : config::fields_of(c))
+    if (float* const* p = std::get_if<float*>(&f.ref); p && !std::isfinite(**p))
+      bad(f.key, "must be a finite number, got " + config::field_text(f));
+}
+}  // namespace
+
 void validate(const Config& cfg, int world) {
-  auto bad = [](const std::string& key, const std::string& why) {
-    throw input_error("config error: " + key + ": " + why);
-  };
+  check_finite(cfg);
   const auto& t = cfg.training;
   const auto& m = cfg.model;
   if (cfg.run.name.empty()) bad("run.name", "must not be empty");

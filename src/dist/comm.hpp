@@ -37,6 +37,7 @@ class HostComm {
   virtual int rank() const = 0;
   virtual int world() const = 0;
   virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;  // ranks on this node
   virtual double sum(double x) = 0;
   virtual long max(long x) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;

@@ -48,6 +48,7 @@ class MpiHostComm final : public HostComm {
     MPI_Comm local;
     MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
   }
   ~MpiHostComm() override {
@@ -57,6 +58,7 @@ class MpiHostComm final : public HostComm {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
   double sum(double x) override {
     double r = 0;
     MPI_CHECK(MPI_Allreduce(&x, &r, 1, MPI_DOUBLE, MPI_SUM, comm_));
@@ -80,7 +82,7 @@ class MpiHostComm final : public HostComm {
 
  private:
   MPI_Comm comm_;
-  int rank_ = 0, world_ = 1, local_rank_ = 0;
+  int rank_ = 0, world_ = 1, local_rank_ = 0, local_size_ = 1;
   bool own_ = false;
 };
 

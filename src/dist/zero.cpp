@@ -90,6 +90,8 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
     master_ = static_cast<float*>(take(4 * shard_total_, alloc_.master));
   m_ = static_cast<float*>(take(4 * shard_total_, alloc_.adam_m));
   v_ = static_cast<float*>(take(4 * shard_total_, alloc_.adam_v));
+  size_t flag_bytes = 0;  // not a memory component: 4 bytes
+  nonfinite_ = static_cast<unsigned*>(take(sizeof(unsigned), flag_bytes));
   if (z.grad_temps)
     for (size_t c : z.role_cap) grad_temps_.push_back(take(esz_ * c, alloc_.comm));
   if (z.gather_bufs)
@@ -102,7 +104,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
 
 ZeroEngine::~ZeroEngine() {
   for (void* p : {params_full_, params_shard_, grads_full_, grads_shard_, static_cast<void*>(master_),
-                  static_cast<void*>(m_), static_cast<void*>(v_)})
+                  static_cast<void*>(m_), static_cast<void*>(v_), static_cast<void*>(nonfinite_)})
     if (p) be_.free(p);
   for (void* p : grad_temps_) be_.free(p);
   for (void* p : gather_bufs_) be_.free(p);
@@ -248,6 +250,7 @@ void ZeroEngine::update(const OptimizerHyper& h) {
       a.step = h.step;
       a.seed = h.seed;
       a.index_offset = layout_.logical_offset(b) + s0;
+      a.nonfinite = nonfinite_;
       be_.adamw(a);
     }
   }
@@ -260,6 +263,13 @@ void ZeroEngine::update(const OptimizerHyper& h) {
     comm_.join();
   }
   std::fill(gathered_.begin(), gathered_.end(), 0);
+}
+
+bool ZeroEngine::state_finite() {
+  unsigned flag = 0;
+  be_.copy_d2h(&flag, nonfinite_, sizeof flag);
+  if (flag) be_.zero(nonfinite_, sizeof flag);
+  return flag == 0;
 }
 
 // ---- state exchange (initialisation, checkpoints)

@@ -66,6 +66,9 @@ class ZeroEngine final : public ParamStore {
   void end_backward();
   double grad_norm();                     // global L2 norm over all ranks' gradients
   void update(const OptimizerHyper& h);   // AdamW on the local shard, then parameters made whole
+  // Whether every value the updates since the last call wrote on this rank (parameters, master weights,
+  // AdamW moments) is finite; reads and clears the optimizer's flag (synchronises).
+  bool state_finite();
 
   // State exchange with checkpoints and initialisation, bucket by bucket, in fp32 on the host.
   // The local piece of bucket b covers logical elements [piece_begin(b), piece_end(b)) of the bucket.
@@ -110,6 +113,7 @@ class ZeroEngine final : public ParamStore {
   float* master_ = nullptr;       // (sum shard) fp32, when act is bf16 and master weights are on
   float* m_ = nullptr;            // (sum shard) fp32
   float* v_ = nullptr;            // (sum shard) fp32
+  unsigned* nonfinite_ = nullptr; // (1) set by AdamW when it writes a non-finite value
   std::vector<void*> gather_bufs_;  // stage 3: [embedding, final, layer even, layer odd]
   std::vector<void*> grad_temps_;   // stages 2-3: same four roles
   std::vector<int> gathered_;       // stage 3: bucket is in its gather buffer

@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "io/h5util.hpp"
+#include "io/manifest.hpp"
 
 namespace fs = std::filesystem;
 
@@ -141,6 +143,14 @@ struct OldFile {
   int64_t world = 0;
 };
 
+// Checks the rank files this process is given (every `stride`-th from `first`) against the MANIFEST, before
+// anything parses them.
+void verify_checkpoint(const std::string& dir, int first, int stride) {
+  if (!fs::is_directory(dir)) throw input_error("checkpoint '" + dir + "' does not exist");
+  const std::vector<FileDigest> files = read_manifest(dir);
+  for (size_t i = size_t(first); i < files.size(); i += size_t(stride)) verify_file(dir, files[i]);
+}
+
 std::vector<OldFile> open_checkpoint(const std::string& dir, const ParamLayout& L, TrainState& st) {
   std::vector<OldFile> files;
   h5::silence_errors();  // a damaged file gets one named error from here, not HDF5's stack on stderr
@@ -182,6 +192,7 @@ std::vector<OldFile> open_checkpoint(const std::string& dir, const ParamLayout& 
   st.data.epoch = h5::get_attr_i64(f0, "data_epoch");
   st.seed = uint64_t(h5::get_attr_i64(f0, "seed"));
   st.config_yaml = h5::get_attr_str(f0, "config_yaml");
+  st.world = files[0].world;
   for (auto& o : files)
     if (h5::get_attr_i64(o.f, "step") != st.step)
       throw input_error("checkpoint '" + dir + "' mixes steps: '" + o.path + "' is from another step");
@@ -236,8 +247,19 @@ std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
   return run_dir + "/checkpoints/" + step_name(step);
 }
 
+// Every rank's file digest, gathered on rank 0 (rank r broadcasts its own).
+std::vector<FileDigest> gather_digests(const FileDigest& mine, HostComm& host) {
+  std::vector<FileDigest> all(host.world());
+  for (int r = 0; r < host.world(); ++r) {
+    uint64_t v[2] = {mine.size, mine.xxh3};
+    host.broadcast(v, sizeof v, r);
+    all[r] = {fs::path(rank_file("", r)).filename().string(), v[0], v[1]};
+  }
+  return all;
+}
+
 void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngine& e, const ParamLayout& L,
-                     HostComm& host, int keep_last) {
+                     HostComm& host, int keep_last, const std::function<void()>& before_write) {
   const std::string root = run_dir + "/checkpoints";
   const std::string final_dir = checkpoint_dir(run_dir, st.step), tmp = final_dir + ".tmp";
   std::string err;
@@ -247,16 +269,23 @@ void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngin
     fs::remove_all(tmp, ec);
     if (!fs::create_directories(tmp, ec)) err = "cannot create '" + tmp + "': " + ec.message();
   }
-  if (host.max(err.empty() ? 0 : 1)) throw Error(kExitFailure, "checkpoint: " + (err.empty() ? "rank 0 failed to prepare " + tmp : err));
+  if (host.max(err.empty() ? 0 : 1))
+    throw AgreedError(kExitFailure, "checkpoint: " + (err.empty() ? "rank 0 failed to prepare " + tmp : err));
+  FileDigest mine;
   try {
-    write_rank_file(rank_file(tmp, host.rank()), st, e, L, host.rank(), host.world());
+    if (before_write) before_write();
+    const std::string path = rank_file(tmp, host.rank());
+    write_rank_file(path, st, e, L, host.rank(), host.world());
+    mine = digest_file(tmp, fs::path(path).filename().string());
   } catch (const std::exception& ex) {
     err = ex.what();
   }
   if (host.max(err.empty() ? 0 : 1))
-    throw Error(kExitFailure, "checkpoint write failed" + (err.empty() ? std::string(" on another rank") : ": " + err));
+    throw AgreedError(kExitFailure, "checkpoint write failed" + (err.empty() ? std::string(" on another rank") : ": " + err));
+  const std::vector<FileDigest> digests = gather_digests(mine, host);
   if (host.rank() == 0) {
     try {
+      write_manifest(tmp, digests);  // last: a folder without it is never taken for a checkpoint
       fsync_path(tmp);
       if (fs::exists(final_dir)) discard(final_dir);
       fs::rename(tmp, final_dir);
@@ -286,7 +315,7 @@ void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngin
     }
   }
   if (host.max(err.empty() ? 0 : 1))  // also the barrier: nobody continues before the checkpoint is published
-    throw Error(kExitFailure, err.empty() ? "checkpoint: rank 0 failed to publish " + final_dir : err);
+    throw AgreedError(kExitFailure, err.empty() ? "checkpoint: rank 0 failed to publish " + final_dir : err);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
@@ -304,16 +333,25 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return out;
 }
 
-TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLayout& L, HostComm& host) {
+TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLayout& L, HostComm& host,
+                           const AcceptCheckpoint& accept) {
   TrainState st;
   std::vector<OldFile> files;
+  // whatever a damaged file provokes is an input error, and every rank learns of it
+  auto as_input = [](auto fn) {
+    return [fn] {
+      try {
+        fn();
+      } catch (const std::exception& ex) {
+        throw input_error(ex.what());
+      }
+    };
+  };
+  // the ranks share the hashing of the files, and none opens one before all are verified
+  agreed(host, "checkpoint '" + dir + "'", as_input([&] { verify_checkpoint(dir, host.rank(), host.world()); }));
+  agreed(host, "checkpoint '" + dir + "'", as_input([&] { files = open_checkpoint(dir, L, st); }));
   std::string err;
-  try {
-    files = open_checkpoint(dir, L, st);
-  } catch (const std::exception& ex) {  // whatever a damaged file provokes, every rank learns of it
-    err = ex.what();
-  }
-  if (host.max(err.empty() ? 0 : 1)) throw input_error(err.empty() ? "checkpoint '" + dir + "' failed on another rank" : err);
+  if (accept) accept(st);  // the same config and files on every rank: the same verdict
   std::vector<float> buf;
   for (int b = 0; b < L.n_buckets(); ++b) {
     const size_t lo = e.piece_begin(b), hi = e.piece_end(b);
@@ -329,7 +367,7 @@ TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLay
         err = ex.what();
       }
       if (host.max(err.empty() ? 0 : 1))
-        throw input_error(err.empty() ? "checkpoint '" + dir + "' failed to load on another rank" : err);
+        throw AgreedError(kExitBadInput, err.empty() ? "checkpoint '" + dir + "' failed to load on another rank" : err);
       e.set_piece(b, kStates[k], buf.data());
     }
   }
@@ -337,7 +375,7 @@ TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLay
 }
 
 bool load_latest_checkpoint(const std::string& run_dir, ZeroEngine& e, const ParamLayout& L, HostComm& host,
-                            TrainState& out) {
+                            TrainState& out, const AcceptCheckpoint& accept) {
   // Newest first. Every step_NNNNNNNN folder is complete (it is renamed from .tmp only after all ranks
   // wrote and synced their files), so one newer than `latest` (a kill between the rename and the update
   // of `latest`) is as good and loses less work.
@@ -349,8 +387,10 @@ bool load_latest_checkpoint(const std::string& run_dir, ZeroEngine& e, const Par
   std::string reasons;
   for (auto& dir : all) {
     try {
-      out = load_checkpoint(dir, e, L, host);
+      out = load_checkpoint(dir, e, L, host, accept);
       return true;
+    } catch (const ResumeMismatch&) {
+      throw;
     } catch (const Error& ex) {
       if (ex.code() != kExitBadInput) throw;
       if (host.rank() == 0)
@@ -359,10 +399,11 @@ bool load_latest_checkpoint(const std::string& run_dir, ZeroEngine& e, const Par
       reasons += "\n  " + dir + ": " + ex.what();
     }
   }
-  throw input_error("no usable checkpoint in " + run_dir + "/checkpoints:" + reasons);
+  throw AgreedError(kExitBadInput, "no usable checkpoint in " + run_dir + "/checkpoints:" + reasons);
 }
 
 std::vector<float> read_checkpoint_params(const std::string& dir, const ParamLayout& L) {
+  verify_checkpoint(dir, 0, 1);
   TrainState st;
   auto files = open_checkpoint(dir, L, st);
   std::vector<float> out(L.total(), 0.0f);
@@ -375,6 +416,7 @@ std::string read_checkpoint_config(const std::string& dir) {
   const std::string p = rank_file(dir, 0);
   h5::silence_errors();
   if (!fs::exists(p)) throw input_error("checkpoint '" + dir + "' is incomplete or not a checkpoint: '" + p + "' is missing");
+  verify_checkpoint(dir, 0, std::numeric_limits<int>::max());  // rank 0's file only
   h5::Id f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!f.valid()) throw input_error("checkpoint file '" + p + "' is unreadable (truncated or not HDF5)");
   try {

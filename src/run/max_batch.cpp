@@ -1,11 +1,13 @@
 #include "run/max_batch.hpp"
 
+#include "dist/agree.hpp"
+
 namespace gpt {
 
 int find_max_micro_batch(const Plan& plan, double cap, HostComm& host, const std::function<bool(int)>& runs) {
   const bool gpu = plan.device == "cuda";
   if (!gpu && cap <= 0)
-    throw input_error("training.micro_batch: 'max' on the CPU needs training.memory_limit_gb (the search checks "
+    throw AgreedError(kExitBadInput, "training.micro_batch: 'max' on the CPU needs training.memory_limit_gb (the search checks "
                       "the predicted memory against it)");
   auto fits = [&](int B) {
     if (cap > 0 && double(predict_memory(with_micro_batch(plan, B)).total()) > cap) return false;  // same everywhere
@@ -23,7 +25,7 @@ int find_max_micro_batch(const Plan& plan, double cap, HostComm& host, const std
     (fits(mid) ? lo : hi) = mid;
   }
   if (lo == 0)
-    throw Error(kExitOutOfMemory,
+    throw AgreedError(kExitOutOfMemory,
                 "training.micro_batch: max: not even micro-batch 1 fits (" + describe(with_micro_batch(plan, 1)) + ")");
   return lo;
 }

@@ -1,10 +1,12 @@
 #include "run/plan.hpp"
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "config/config_io.hpp"
+#include "dist/agree.hpp"
 #include "dist/zero.hpp"
 #include "model/gpt.hpp"
 
@@ -68,6 +70,29 @@ MemoryBreakdown predict_memory(const Plan& plan) {
   }
   if (plan.device == "cuda") m.workspace += size_t(32) << 20;  // cuBLASLt workspace
   return m;
+}
+
+namespace {
+// MemAvailable of /proc/meminfo in bytes (what can be allocated without swapping), or 0 when unknown.
+double available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kib = 0;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+}  // namespace
+
+void check_host_memory(const Plan& plan, HostComm& host) {
+  agreed(host, "the host memory check", [&] {
+    if (plan.device != "cpu") return;
+    const double avail = available_host_bytes(), need = double(predict_memory(plan).total()) * host.local_size();
+    if (avail > 0 && need > avail)
+      throw Error(kExitOutOfMemory, "out of host memory: " + describe(plan) + " needs " + format_bytes(need) +
+                                        " (predicted, for " + std::to_string(host.local_size()) +
+                                        " rank(s) on this node) and " + format_bytes(avail) + " is available");
+  });
 }
 
 std::string format_bytes(double b) {

@@ -6,6 +6,7 @@
 #include "backend/backend.hpp"
 #include "base/memory.hpp"
 #include "config/config.hpp"
+#include "dist/comm.hpp"
 #include "dist/zero_policy.hpp"
 #include "model/layout.hpp"
 
@@ -35,6 +36,10 @@ Plan with_micro_batch(Plan plan, int micro_batch);
 MemoryBreakdown predict_memory(const Plan& plan);
 // The --dry-run output: the config table, the derived quantities and the memory prediction.
 void print_plan(const Config& cfg, const Plan& plan);
+
+// On the CPU: the predicted memory of this node's ranks against the memory the system has available;
+// Error(kExitOutOfMemory) naming both before anything is allocated (agreed across ranks).
+void check_host_memory(const Plan& plan, HostComm& host);
 
 std::string format_bytes(double b);  // "1.50 GiB"
 // "model 48x1600, micro_batch 16 x seq 1024, ZeRO stage 0, recompute 0, 2 rank(s)", for messages

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "io/h5util.hpp"
+#include "dist/agree.hpp"
+#include "io/run_dir.hpp"
 #include "run/plan.hpp"
 #include "run/trainer.hpp"
 
@@ -143,23 +145,42 @@ void write_failure_log(const std::string& dir, const SweepPoint& p, const std::s
 
 }  // namespace
 
-int run_sweep(const Config& base, const Sweep& sw, const std::vector<int>& indices, HostComm& host, bool resume,
-              const std::string& yaml_text) {
-  int failed = 0, last_code = 0;
+std::vector<PlannedPoint> plan_points(const Config& base, const Sweep& sw, const std::vector<int>& indices,
+                                      HostComm& host, bool resume) {
+  std::vector<PlannedPoint> out;
   for (int i : indices) {
-    const SweepPoint& p = sw.points[i];
-    RunResult r;
-    Config c;
+    PlannedPoint pp{i, point_config(base, sw, sw.points[i]), {}};
     try {
-      c = point_config(base, sw, p);
+      pp.plan = make_plan(pp.cfg, host.world());
+    } catch (const Error& e) {
+      if (!sw.is_sweep) throw;
+      throw Error(e.code(), "sweep point " + std::to_string(i) + " (" + pp.cfg.run.name + "): " + e.what());
+    }
+    out.push_back(std::move(pp));
+  }
+  agreed(host, "checking the run directories", [&] {
+    if (host.rank() != 0) return;
+    for (auto& pp : out)
+      check_run_dir(run_dir(pp.cfg), resume || pp.cfg.checkpoint.resume == "auto", pp.cfg.run.overwrite);
+  });
+  return out;
+}
+
+int run_sweep(const Config& base, const Sweep& sw, const std::vector<PlannedPoint>& points, HostComm& host,
+              bool resume, const std::string& yaml_text) {
+  int failed = 0, last_code = 0;
+  for (const PlannedPoint& pp : points) {
+    const SweepPoint& p = sw.points[pp.index];
+    RunResult r;
+    try {
       if (host.rank() == 0 && sw.is_sweep) {
-        std::cout << "\n=== sweep point " << p.index << "/" << sw.points.size() << " (" << c.run.name << ")";
+        std::cout << "\n=== sweep point " << p.index << "/" << sw.points.size() << " (" << pp.cfg.run.name << ")";
         for (auto& v : p.values) std::cout << " " << v.key << "=" << v.value;
         std::cout << "\n" << std::flush;
       }
-      const Plan plan = make_plan(c, host.world());  // validates the point's config
-      if (host.rank() == 0) print_plan(c, plan);
-      r = train(c, plan, host, PointInfo{sw.is_sweep ? p.index : -1, p.values_text()}, resume);
+      if (host.rank() == 0) print_plan(pp.cfg, pp.plan);
+      check_host_memory(pp.plan, host);
+      r = train(pp.cfg, pp.plan, host, PointInfo{sw.is_sweep ? p.index : -1, p.values_text()}, resume);
     } catch (const Error& e) {
       if (e.code() != kExitBadInput && e.code() != kExitOutOfMemory) throw;
       r = {e.code() == kExitOutOfMemory ? "oom" : "failed", e.what(), e.code()};
@@ -176,13 +197,13 @@ int run_sweep(const Config& base, const Sweep& sw, const std::vector<int>& indic
   }
   // One point of an array job leaves the summary to the job that runs after all points (--summarize):
   // points finishing together would otherwise race on it.
-  if (sw.is_sweep && host.rank() == 0 && indices.size() == sw.points.size()) {
+  if (sw.is_sweep && host.rank() == 0 && points.size() == sw.points.size()) {
     write_summary(base, sw, yaml_text);
-    std::cout << "\nsweep: " << indices.size() - failed << " of " << indices.size() << " point(s) ok; summary in "
+    std::cout << "\nsweep: " << points.size() - failed << " of " << points.size() << " point(s) ok; summary in "
               << base.run.out_dir << "/" << base.run.name << "/summary.csv\n";
   }
   if (!failed) return kExitOk;
-  return indices.size() == 1 ? last_code : kExitFailure;
+  return points.size() == 1 ? last_code : kExitFailure;
 }
 
 }  // namespace gpt

@@ -6,6 +6,7 @@
 
 #include "dist/comm.hpp"
 #include "config/config_io.hpp"
+#include "run/plan.hpp"
 
 namespace gpt {
 
@@ -27,10 +28,20 @@ Sweep parse_sweep(const std::string& yaml_text, const std::string& source);
 // The config of one point: base config, then command-line overrides, then the point's values.
 Config point_config(const Config& base, const Sweep& sw, const SweepPoint& p);
 
-// Runs the given points in turn in this process (all ranks together), recording failures and going
-// on; rank 0 then writes the summary. Returns the process exit status.
-int run_sweep(const Config& base, const Sweep& sw, const std::vector<int>& indices, HostComm& host, bool resume,
-              const std::string& yaml_text);
+// A point ready to run: its config, validated and planned once.
+struct PlannedPoint {
+  int index = 0;
+  Config cfg;
+  Plan plan;
+};
+// Plans every given point before any work (so a bad value in any point is an error before the first
+// runs), and checks that each point's run directory may be written (--resume, run.overwrite).
+std::vector<PlannedPoint> plan_points(const Config& base, const Sweep& sw, const std::vector<int>& indices,
+                                      HostComm& host, bool resume);
+// Runs the planned points in turn in this process (all ranks together), recording failures (out of
+// memory, divergence) and going on; rank 0 then writes the summary. Returns the process exit status.
+int run_sweep(const Config& base, const Sweep& sw, const std::vector<PlannedPoint>& points, HostComm& host,
+              bool resume, const std::string& yaml_text);
 // (Re)writes <out_dir>/<name>/summary.{h5,csv} from the points' logs.
 void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_text);
 

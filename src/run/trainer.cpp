@@ -5,15 +5,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "config/config_io.hpp"
+#include "dist/agree.hpp"
 #include "io/checkpoint.hpp"
 #include "io/data.hpp"
 #include "io/modelfile.hpp"
+#include "io/run_dir.hpp"
 #include "io/runlog.hpp"
 #include "model/gpt.hpp"
 #include "model/init.hpp"
+#include "run/faults.hpp"
 #include "run/max_batch.hpp"
+#include "run/resume.hpp"
 #include "run/schedule.hpp"
 #include "run/signals.hpp"
 #include "run/stack.hpp"
@@ -48,44 +53,68 @@ class Trainer {
   Trainer(const Config& cfg, const Plan& plan, HostComm& host, const PointInfo& point, bool resume)
       : cfg_(cfg), t_(cfg.training), resolved_(cfg), host_(host), point_(point), world_(host.world()),
         lead_(host.rank() == 0), resume_(resume || cfg.checkpoint.resume == "auto"), dir_(run_dir(cfg)),
-        plan_(plan), term_(lead_, cfg.log.progress, cfg.training.steps) {}
+        plan_(plan), term_(lead_, cfg.log.progress, cfg.training.steps), faults_(host.rank()) {}
 
+  // Failures that every rank agrees on (AgreedError: set-up phases, data, log writes, divergence,
+  // checkpoints) end the run on every rank together: recorded and returned. Any other failure (in the
+  // step's compute and collectives) may be this rank's alone while the others wait in a collective for
+  // it: on several ranks it ends the whole job at once (end_job).
   RunResult run() {
     try {
       setup();
       loop();
+    } catch (const AgreedError& e) {
+      record(e);
     } catch (const Error& e) {
-      // The run's own failure (a config value, out of memory, divergence): recorded and returned.
-      // Set-up phases agree across ranks first (agreed()), so every rank gets here together.
-      status_ = e.code() == kExitOutOfMemory ? "oom" : "failed";
-      message_ = e.what();
-      if (e.code() == kExitOutOfMemory && message_.find("(model ") == std::string::npos)
-        message_ = "out of memory for this config (" + describe(plan_) + "): " + message_;
-      exit_code_ = e.code();
+      if (world_ > 1) end_job(e);
+      record(e);
+    } catch (const std::exception& e) {
+      if (world_ > 1) end_job(Error(kExitFailure, std::string("internal error: ") + e.what()));
+      throw;
     }
-    if (stack_.backend) stack_.backend->synchronize();
-    if (log_) log_->finish(status_, message_, measured_, stack_.backend ? stack_.backend->peak_bytes() : 0);
+    if (stack_.backend) {
+      try {
+        stack_.backend->synchronize();
+      } catch (const Error& e) {
+        if (status_ == "ok") record(e);
+      }
+    }
+    finish_log();
     if (lead_ && status_ != "ok" && status_ != "checkpointed") std::cerr << "error: " << message_ << "\n";
     return {status_, message_, exit_code_};
   }
 
  private:
-  // Runs one set-up phase on every rank, then agrees: if it failed anywhere, it fails everywhere (with
-  // the local message, or the worst status another rank reported), so no rank walks on alone.
-  template <class Fn>
-  void agreed(const char* phase, Fn fn) {
-    std::string err;
-    long code = 0;
+  void record(const Error& e) {
+    status_ = e.code() == kExitOutOfMemory ? "oom" : "failed";
+    message_ = e.what();
+    if (e.code() == kExitOutOfMemory && message_.find("(model ") == std::string::npos)
+      message_ = "out of memory for this config (" + describe(plan_) + "): " + message_;
+    exit_code_ = e.code();
+  }
+
+  // The outcome goes into the log; a log that cannot take it (a full disk) is reported, not fatal.
+  void finish_log() {
+    if (!log_) return;
     try {
-      fn();
+      log_->finish(status_, message_, measured_, stack_.backend ? stack_.backend->peak_bytes() : 0);
     } catch (const Error& e) {
-      err = e.what();
-      code = e.code();
+      std::cerr << "error: could not record the outcome in " << dir_ << "/log.h5: " << e.what() << "\n";
+      if (exit_code_ == kExitOk) record(e);
     }
-    const long worst = host_.max(code);
-    if (worst == 0) return;
-    throw Error(ExitCode(err.empty() ? worst : code),
-                err.empty() ? std::string(phase) + " failed on another rank" : err);
+    log_.reset();
+  }
+
+  template <class Fn>
+  void agreed(const char* phase, Fn&& fn) {
+    gpt::agreed(host_, phase, std::forward<Fn>(fn));
+  }
+
+  [[noreturn]] void end_job(const Error& e) {
+    std::cerr << "[rank " << host_.rank() << "] error: " << e.what() << "; ending every rank\n" << std::flush;
+    record(e);
+    finish_log();
+    host_.abort(e.code());
   }
 
   void setup() {
@@ -97,6 +126,7 @@ class Trainer {
       std::snprintf(buf, sizeof buf, "%s%s %.1f s", times.empty() ? "" : ", ", phase, seconds_since(t0));
       times += buf;
     };
+    timed("run directory", [&] { take_run_dir(); });
     timed("allocation", [&] {
       // state first (parameters, gradients, optimizer), then activations for the micro-batch
       stack_ = build_stack(plan_, host_);
@@ -114,12 +144,16 @@ class Trainer {
       term_.note("micro_batch: max -> " + std::to_string(B));
     }
     timed("activations", [&] { build_model(plan_.micro_batch); });
-    timed("data", [&] { open_data(); });
+    timed("data", [&] {
+      faults_.at("setup", 0);
+      open_data();
+    });
     st_.seed = cfg_.run.seed;
     st_.config_yaml = config_to_yaml(resolved_);
     if (resume_) {
       const auto t0 = std::chrono::steady_clock::now();
-      resumed_ = load_latest_checkpoint(dir_, *engine_, *layout_, host_, st_);  // agrees internally
+      const auto accept = [&](const TrainState& old) { check_resumable(resolved_, plan_, old); };
+      resumed_ = load_latest_checkpoint(dir_, *engine_, *layout_, host_, st_, accept);  // agrees internally
       if (resumed_) {
         train_src_->seek(st_.data);
         term_.note("resumed from step " + std::to_string(st_.step) + " of " + dir_ + ": " +
@@ -154,6 +188,16 @@ class Trainer {
     return ok;
   }
 
+  // One run per directory: rank 0 locks it for the run's life; a run without --resume never writes
+  // over an earlier one unless run.overwrite says so.
+  void take_run_dir() {
+    if (!lead_) return;
+    check_run_dir(dir_, resume_, cfg_.run.overwrite);
+    lock_ = std::make_unique<RunDirLock>(dir_);
+    check_run_dir(dir_, resume_, cfg_.run.overwrite);  // again under the lock: another run may have just ended
+    if (!resume_ && cfg_.run.overwrite && holds_run(dir_)) remove_earlier_run(dir_);
+  }
+
   void build_model(int B) {
     model_.reset();
     model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute);
@@ -163,8 +207,9 @@ class Trainer {
 
   void open_data() {
     const int B = plan_.micro_batch, T = plan_.seq_len, r = host_.rank();
-    tok_.resize(size_t(B) * T);
-    tgt_.resize(size_t(B) * T);
+    const int batches = std::max(plan_.grad_accum, cfg_.eval.batches);
+    tok_.resize(size_t(B) * T * batches);
+    tgt_.resize(size_t(B) * T * batches);
     if (cfg_.data.synthetic) {
       train_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 0, B, T, r, world_);
       val_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 1, B, T, r, world_);
@@ -214,26 +259,34 @@ class Trainer {
     double loss, norm, lr;
   };
 
-  // One optimizer step: grad_accum micro-steps of forward and backward, gradients reduced as the
-  // engine's stage says, the global norm, clipping, AdamW.
+  // Reads the next n micro-batches of src into tok_/tgt_ on every rank, agreed (a bad shard or token id
+  // may be in one rank's rows only).
+  void fetch(TokenSource& src, int n, const char* what) {
+    const size_t BT = size_t(plan_.micro_batch) * plan_.seq_len;
+    agreed(what, [&] {
+      for (int i = 0; i < n; ++i) src.next(tok_.data() + i * BT, tgt_.data() + i * BT);
+    });
+  }
+
+  // One optimizer step on the fetched micro-batches: grad_accum micro-steps of forward and backward,
+  // gradients reduced as the engine's policy says, the global norm, clipping, AdamW.
   StepResult train_step(int step) {
-    const int N = plan_.micro_batch * plan_.seq_len;
-    const float dloss = 1.0f / (float(N) * plan_.grad_accum * world_);  // mean over every token of the step
+    const size_t BT = size_t(plan_.micro_batch) * plan_.seq_len;
+    const float dloss = 1.0f / (float(BT) * plan_.grad_accum * world_);  // mean over every token of the step
     StepResult r{0, 0, lr_at(t_, step)};
     be_->op_profile_pause(false);  // the op profile covers training steps only, not evaluation or checkpoints
     engine_->begin_step();
     for (int micro = 0; micro < plan_.grad_accum; ++micro) {
-      train_src_->next(tok_.data(), tgt_.data());
       engine_->begin_micro_step(micro + 1 == plan_.grad_accum);
-      r.loss += model_->forward(*engine_, tok_.data(), tgt_.data(), true, dloss);
+      r.loss += model_->forward(*engine_, tok_.data() + micro * BT, tgt_.data() + micro * BT, true, dloss);
+      faults_.at("step", step + 1);
       model_->backward(*engine_);
     }
     engine_->end_backward();
     r.loss = host_.sum(r.loss / plan_.grad_accum) / world_;
     r.norm = engine_->grad_norm();
     if (!std::isfinite(r.loss) || !std::isfinite(r.norm))
-      throw Error(kExitFailure, "training diverged at step " + std::to_string(step + 1) + ": loss " +
-                                    std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm));
+      throw diverged(step + 1, "loss " + std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm));
     engine_->update({float(r.lr), t_.beta1, t_.beta2, t_.eps, t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
                      step + 1, splitmix64(cfg_.run.seed + uint64_t(step))});
     be_->synchronize();
@@ -241,22 +294,60 @@ class Trainer {
     return r;
   }
 
+  // Divergence (every rank sees it: the loss and norm are all-reduced, the state check is agreed):
+  // exit 2 naming the last good checkpoint, which is the newest (a non-finite state is never written).
+  AgreedError diverged(int64_t step, const std::string& what) const {
+    const auto ck = list_checkpoints(dir_);
+    return AgreedError(kExitFailure, "training diverged at step " + std::to_string(step) + ": " + what +
+                                   "; nothing was checkpointed from it; the last good checkpoint is " +
+                                   (ck.empty() ? std::string("none (no checkpoint was written)") : ck.front()));
+  }
+
   double evaluate() {
     if (!val_src_ || cfg_.eval.batches == 0) return NAN;
     val_src_->seek(DataPosition{});  // the same batches every time
+    fetch(*val_src_, cfg_.eval.batches, "reading the validation data");
+    const size_t BT = size_t(plan_.micro_batch) * plan_.seq_len;
+    faults_.at("eval", st_.step);
     double sum = 0;
-    for (int i = 0; i < cfg_.eval.batches; ++i) {
-      val_src_->next(tok_.data(), tgt_.data());
-      sum += model_->forward(*engine_, tok_.data(), tgt_.data(), false, 0.0f);
-    }
+    for (int i = 0; i < cfg_.eval.batches; ++i)
+      sum += model_->forward(*engine_, tok_.data() + i * BT, tgt_.data() + i * BT, false, 0.0f);
     return host_.sum(sum / cfg_.eval.batches) / world_;
   }
 
   void checkpoint() {
     const auto t0 = std::chrono::steady_clock::now();
-    save_checkpoint(dir_, st_, *engine_, *layout_, host_, cfg_.checkpoint.keep_last);
+    save_checkpoint(dir_, st_, *engine_, *layout_, host_, cfg_.checkpoint.keep_last,
+                    [&] { faults_.at("checkpoint", st_.step); });
     term_.note("checkpoint written at step " + std::to_string(st_.step) + ": " +
                (lead_ ? dir_size_text(dir_, st_.step, seconds_since(t0)) : std::string()));
+  }
+
+  // Rank 0's log writes for this step; a failure (a full disk) is this rank's, told at the boundary.
+  std::optional<Error> log_rows(const TrainRow& row, bool train_row, double val_loss) {
+    if (!lead_) return std::nullopt;
+    try {
+      faults_.at("log", st_.step);
+      if (train_row) log_->train_row(row);
+      if (!std::isnan(val_loss)) log_->eval_row(st_.step, val_loss);
+    } catch (const Error& e) {
+      return e;
+    }
+    return std::nullopt;
+  }
+
+  // The end of a step, agreed by every rank in one reduction: a failure on some rank (its log write),
+  // a non-finite optimizer state on some rank, or a stop signal on some rank. Returns whether to stop.
+  bool boundary(const std::optional<Error>& failed) {
+    const bool finite = engine_->state_finite();
+    const long mine = (failed ? 4L * failed->code() : 0) + (finite ? 0 : 2) + (stop_requested() ? 1 : 0);
+    const long worst = host_.max(mine);
+    if (worst >= 4) {
+      if (failed) throw AgreedError(*failed);
+      throw AgreedError(ExitCode(worst / 4), "step " + std::to_string(st_.step) + " failed on another rank");
+    }
+    if (worst & 2) throw diverged(st_.step, "the optimizer state (parameters or AdamW moments) is not finite");
+    return worst & 1;
   }
 
   void loop() {
@@ -267,6 +358,7 @@ class Trainer {
     be_->reset_peak();
     for (int step = int(st_.step); step < t_.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
+      fetch(*train_src_, plan_.grad_accum, "reading the training data");
       const StepResult r = train_step(step);
       const double ms = 1000.0 * seconds_since(t0);
       st_.step = step + 1;
@@ -281,19 +373,14 @@ class Trainer {
         avg_ms = timed == 2 ? ms : 0.9 * avg_ms + 0.1 * ms;
       }
       const double tps = plan_.tokens_per_step / (ms / 1000.0);
-      if (lead_ && (st_.step % cfg_.log.every == 0 || last || st_.step == 1)) {
-        const TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, peak > 0 ? plan_.flops_per_token * tps / peak : NAN};
-        log_->train_row(row);
-        term_.step_line(row, int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
-      }
-      if ((cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last) {
-        const double vl = evaluate();
-        if (lead_ && !std::isnan(vl)) {
-          log_->eval_row(st_.step, vl);
-          term_.note("step " + std::to_string(st_.step) + " | val loss " + std::to_string(vl));
-        }
-      }
-      const bool stop = host_.max(stop_requested() ? 1 : 0) > 0;  // every rank stops at the same step
+      const TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, peak > 0 ? plan_.flops_per_token * tps / peak : NAN};
+      const bool log_row = st_.step % cfg_.log.every == 0 || last || st_.step == 1;
+      const bool eval = (cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last;
+      const double vl = eval ? evaluate() : NAN;
+      const std::optional<Error> failed = log_rows(row, log_row, vl);
+      if (log_row) term_.step_line(row, int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
+      if (!std::isnan(vl)) term_.note("step " + std::to_string(st_.step) + " | val loss " + std::to_string(vl));
+      const bool stop = boundary(failed);  // every rank stops at the same step
       if ((cfg_.checkpoint.every > 0 && st_.step % cfg_.checkpoint.every == 0) || (stop && !last)) checkpoint();
       if (stop && !last) {
         status_ = "checkpointed";
@@ -316,6 +403,8 @@ class Trainer {
   const std::string dir_;
   Plan plan_;
   Terminal term_;
+  const FaultInjector faults_;
+  std::unique_ptr<RunDirLock> lock_;  // rank 0: held for the run's life
 
   Stack stack_;
   Backend* be_ = nullptr;          // stack_'s, named for the loop

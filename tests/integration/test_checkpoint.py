@@ -149,7 +149,7 @@ def test_sigusr1_through_mpirun(tmp_path):
     rc, out, err = finish(proc)
     assert rc == EXIT_CHECKPOINTED, f"exit {rc}\n{out[-2000:]}\n{err[-2000:]}"
     ck = latest(tmp_path / "runs/m")
-    assert sorted(p.name for p in ck.iterdir()) == ["rank_00000.h5", "rank_00001.h5"]
+    assert sorted(p.name for p in ck.iterdir()) == ["MANIFEST", "rank_00000.h5", "rank_00001.h5"]
     assert 2 <= ckpt_step(ck) < 200
     assert read_log(tmp_path / "runs/m/log.h5")["attrs"]["status"] == "checkpointed"
 

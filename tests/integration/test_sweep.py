@@ -71,7 +71,11 @@ sweep:
     # run point 1 alone first (as an array task would), then the whole sweep
     p = run_train(["--yaml", y, "--index", "1"], check=True)
     assert (tmp_path / "runs/e2e/p001/log.h5").exists() and not (tmp_path / "runs/e2e/p000").exists()
-    p = run_train(["--yaml", y], check=True, timeout=900)
+    # the whole sweep then: point 1's directory holds a run, which only --resume may continue
+    p = run_train(["--yaml", y], timeout=900)
+    assert p.returncode == 1 and "p001' already holds a run" in p.stderr, p.stderr
+    assert not (tmp_path / "runs/e2e/p000").exists()
+    p = run_train(["--yaml", y, "--resume"], check=True, timeout=900)
     root = tmp_path / "runs/e2e"
     with open(root / "summary.csv") as f:
         rows = list(csv.DictReader(f))
@@ -104,16 +108,27 @@ def test_failing_points_are_recorded_and_the_sweep_goes_on(tmp_path, train_bin):
 sweep:
   zip:
     training.lr: [0.01, 1.0e+30, 0.01]
+""", name="bad")
+    p = run_train(["--yaml", y], timeout=900)
+    assert p.returncode == 2  # not every point succeeded
+    with open(tmp_path / "runs/bad/summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
+    assert "diverged" in rows[1]["message"]
+    assert float(rows[0]["final_train_loss"]) > 0 and float(rows[2]["final_train_loss"]) > 0
+
+
+def test_a_bad_value_in_any_point_fails_before_any_work(tmp_path, train_bin):
+    y = sweep_yaml(tmp_path, """
+sweep:
+  zip:
+    training.lr: [0.01, 0.01, 0.01]
     training.seq_len: [16, 16, 64]
 """, name="bad")
     p = run_train(["--yaml", y], timeout=900)
-    assert p.returncode != 0  # not every point succeeded
-    with open(tmp_path / "runs/bad/summary.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert [r["status"] for r in rows] == ["ok", "failed", "failed"]
-    assert "diverged" in rows[1]["message"]
-    assert "max_seq_len" in rows[2]["message"]
-    assert float(rows[0]["final_train_loss"]) > 0
+    assert p.returncode == 1
+    assert "sweep point 2" in p.stderr and "max_seq_len" in p.stderr, p.stderr
+    assert not (tmp_path / "runs").exists(), list((tmp_path / "runs").rglob("*"))
 
 
 MAXB = """

@@ -382,7 +382,8 @@ class CpuBackend final : public Backend {
     float* p = a.master ? a.master : F(a.param);
     const float* g = cF(a.grad);
     const float bc1 = 1.0f - std::pow(a.beta1, float(a.step)), bc2 = 1.0f - std::pow(a.beta2, float(a.step));
-#pragma omp parallel for schedule(static)
+    unsigned bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
     for (size_t i = 0; i < a.n; ++i) {
       const float gi = g[i] * a.grad_scale;
       const float m = a.beta1 * a.m[i] + (1.0f - a.beta1) * gi;
@@ -391,7 +392,9 @@ class CpuBackend final : public Backend {
       a.v[i] = v;
       const float mhat = m / bc1, vhat = v / bc2;
       p[i] -= a.lr * (mhat / (std::sqrt(vhat) + a.eps) + a.weight_decay * p[i]);
+      bad |= unsigned(!std::isfinite(p[i]) || !std::isfinite(m) || !std::isfinite(v));
     }
+    if (a.nonfinite && bad) *a.nonfinite = 1;
     if (a.master && a.param) std::memcpy(a.param, a.master, a.n * 4);
   }
 

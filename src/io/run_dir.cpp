@@ -1,0 +1,68 @@
+#include "io/run_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "base/common.hpp"
+
+namespace fs = std::filesystem;
+
+namespace gpt {
+
+bool holds_run(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(dir + "/log.h5", ec) || fs::exists(dir + "/checkpoints", ec);
+}
+
+void check_run_dir(const std::string& dir, bool resume, bool overwrite) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  fs::path existing = p;
+  while (!fs::exists(existing, ec) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing, ec))
+    throw input_error("run directory '" + dir + "': '" + existing.string() + "' is a file, not a directory");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw input_error("run directory '" + dir + "': '" + existing.string() + "' is not writable (" +
+                      std::strerror(errno) + ")");
+  if (!resume && !overwrite && holds_run(dir))
+    throw input_error("run directory '" + dir + "' already holds a run (log.h5 or checkpoints/): continue it with "
+                      "--resume, choose another run.name, or set run.overwrite: true to replace it");
+}
+
+RunDirLock::RunDirLock(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw input_error("cannot create run directory '" + dir + "': " + ec.message());
+  const std::string path = dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw input_error("cannot open '" + path + "': " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw input_error("run directory '" + dir + "' is in use by another run (it holds " + path +
+                        "); wait for it to end or choose another run.name");
+    throw input_error("cannot lock '" + path + "': " + std::strerror(err));
+  }
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void remove_earlier_run(const std::string& dir) {
+  std::error_code ec;
+  fs::remove(dir + "/log.h5", ec);
+  if (ec) throw input_error("run.overwrite: cannot remove '" + dir + "/log.h5': " + ec.message());
+  fs::remove_all(dir + "/checkpoints", ec);
+  if (ec) throw input_error("run.overwrite: cannot remove '" + dir + "/checkpoints': " + ec.message());
+}
+
+}  // namespace gpt

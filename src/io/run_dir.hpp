@@ -1,0 +1,32 @@
+// The run directory and its rules: one run per directory at a time (an exclusive lock held for the run's
+// life), a new run never clobbers an earlier one, and a run's output path is checked before any work.
+#pragma once
+#include <string>
+
+namespace gpt {
+
+// Whether dir holds an earlier run: its log.h5 or a checkpoints/ folder.
+bool holds_run(const std::string& dir);
+
+// Checks, touching nothing, that a run may be written to dir: the path (or its nearest existing parent)
+// is a writable directory, and without resume or overwrite, dir holds no earlier run. Throws input_error
+// naming the directory and what to do.
+void check_run_dir(const std::string& dir, bool resume, bool overwrite);
+
+// Creates dir (and parents) and holds an exclusive flock on dir/.lock until destroyed (the kernel drops
+// it however the process ends). Throws input_error when another process holds it.
+class RunDirLock {
+ public:
+  explicit RunDirLock(const std::string& dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// run.overwrite: removes an earlier run's log.h5 and checkpoints/ (under the lock).
+void remove_earlier_run(const std::string& dir);
+
+}  // namespace gpt

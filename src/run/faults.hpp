@@ -1,0 +1,24 @@
+// A testing hook: GPT2_TRAIN_FAULT="PHASE@RANK[:STEP]" makes rank RANK fail in PHASE (setup, step, eval,
+// checkpoint, log) at step STEP (any step when left out), with the error a real failure there would
+// raise. The tests use it to show that a failure on one rank, in any phase, ends every rank at once
+// with the documented exit status (tests/integration/test_reliability.py). Read once per run.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace gpt {
+
+class FaultInjector {
+ public:
+  explicit FaultInjector(int rank);
+  // Throws Error(kExitFailure, "injected fault ...") when the environment asks for this phase here.
+  void at(const char* phase, int64_t step) const;
+
+ private:
+  std::string phase_;
+  int rank_ = -1;
+  int64_t step_ = -1;
+  bool armed_ = false;
+};
+
+}  // namespace gpt
