@@ -19,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "base/common.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/check.cuh"
+#include "kernels/common.cuh"
 
 namespace {
 
@@ -29,13 +31,15 @@ using gpt::kern::AttentionShape;
 using gpt::kern::AttentionTune;
 using gpt::kern::CudnnAttention;
 
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+struct Fill {
+  __nv_bfloat16* p;
+  uint32_t seed;
+  __device__ void operator()(size_t i) const {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
     h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
     p[i] = __float2bfloat16(float(h & 0xffff) / 32768.0f - 1.0f);  // uniform in [-1, 1)
   }
-}
+};
 
 struct Buffers {
   __nv_bfloat16 *qkv = nullptr, *out = nullptr, *dout = nullptr, *dqkv = nullptr;
@@ -47,9 +51,8 @@ struct Buffers {
     CUDA_CHECK(cudaMalloc(&out, n * sizeof(__nv_bfloat16)));
     CUDA_CHECK(cudaMalloc(&dout, n * sizeof(__nv_bfloat16)));
     CUDA_CHECK(cudaMalloc(&lse, size_t(s.B) * s.NH * s.T * sizeof(float)));
-    fill_kernel<<<1024, 256>>>(qkv, 3 * n, 1u);
-    fill_kernel<<<1024, 256>>>(dout, n, 2u);
-    CUDA_CHECK_LAUNCH();
+    gpt::kern::launch_elementwise(3 * n, Fill{qkv, 1u}, nullptr);
+    gpt::kern::launch_elementwise(n, Fill{dout, 2u}, nullptr);
   }
   ~Buffers() {
     for (void* p : {static_cast<void*>(qkv), static_cast<void*>(out), static_cast<void*>(dout),

@@ -41,11 +41,11 @@
 #include <string>
 #include <vector>
 
+#include "base/common.hpp"
 #include "kernels/check.cuh"
+#include "kernels/common.cuh"
 
 namespace {
-
-using gpt::Error;
 
 constexpr size_t kWorkspace = 32ull << 20;  // as the trainer
 constexpr size_t kFlushBytes = 192ull << 20;
@@ -165,13 +165,15 @@ struct Bench {
 };
 
 // uniform values in [-1, 1): with zeros the tensor cores draw less power and clock higher than in training
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+struct Fill {
+  __nv_bfloat16* p;
+  unsigned seed;
+  __device__ void operator()(size_t i) const {
     unsigned x = unsigned(i) * 2654435761u ^ seed;
     x ^= x >> 15, x *= 2246822519u, x ^= x >> 13;
     p[i] = __float2bfloat16(float(x & 0xffff) / 32768.0f - 1.0f);
   }
-}
+};
 
 // printf into a string
 template <class... A>
@@ -268,8 +270,7 @@ void survey(std::string* js, int sustain_ms, const std::string& exhaustive) {
   for (void** p : {&b.A, &b.B, &b.D, &b.aux, &b.bias}) {
     const size_t n = p == &b.bias ? 4 * 6400 * 2 : big;  // room for an fp32 bias gradient too
     CUDA_CHECK(cudaMalloc(p, n * 2));
-    fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(*p), n, seed++);
-    CUDA_CHECK_LAUNCH();
+    gpt::kern::launch_elementwise(n, Fill{static_cast<__nv_bfloat16*>(*p), seed++}, nullptr);
   }
   CUDA_CHECK(cudaMalloc(&b.ws, kWorkspace));
   CUDA_CHECK(cudaMalloc(&b.flush, kFlushBytes));

@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "check.cuh"
 #include "classifier.cuh"
 
 namespace gpt::kern {

@@ -1,5 +1,7 @@
 // Device helpers shared by the kernels: dtype conversion, 16-byte vectors, warp/block reductions,
-// stochastic rounding. Header-only; every kernel file includes it.
+// stochastic rounding, and the one launcher of elementwise kernels. Header-only; every kernel file
+// includes it. The launchers (one header per op, kernels/*.cuh) each take the stream they queue on; none
+// allocates or synchronises with the host unless its header says so.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -7,7 +9,18 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
+#include <vector>
+
+#include "check.cuh"
+
+namespace gpt {
+// Host-side helpers for launchers.
+inline bool is_aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
+inline unsigned partial_rows_grid(int cols) { return unsigned(ceil_div(cols, 32)); }
+}  // namespace gpt
 
 namespace gpt::kern {
 
@@ -153,11 +166,64 @@ __device__ __forceinline__ bf16 sr_bf16(float x, uint32_t rnd) {
   return __ushort_as_bfloat16(uint16_t(bits >> 16));
 }
 
-}  // namespace gpt::kern
+// ---- Elementwise kernels: one launcher for every op whose elements are independent of each other
+// (conversions, add, GELU, AdamW). By default one thread per index (or per vector of V elements), as
+// many blocks as that takes, so the grid depends on n alone; a grid-stride loop covers counts beyond the
+// grid's limit. Measured on an H200 for AdamW over 1558M parameters in 50 buckets: 11.1 ms, against
+// 12.6 ms for a grid-stride loop over the blocks resident at once and 12.2 ms over 8 blocks per SM
+// (short blocks keep every SM loading to the end); over 201M bf16 elements, the conversions and the add
+// 5-7% faster than a grid-stride loop over 16 blocks an SM. An op may instead cap the grid at
+// blocks_per_sm blocks per multiprocessor (GELU, whose tanh makes each element dearer: gelu.cu).
+constexpr int kElementwiseThreads = 256;
 
-namespace gpt {
-// Host-side helpers for launchers.
-inline bool is_aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
-inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
-inline unsigned partial_rows_grid(int cols) { return unsigned(ceil_div(cols, 32)); }
-}  // namespace gpt
+// The current device's multiprocessor count, queried once per device and kept.
+inline int sm_count() {
+  static std::mutex mu;
+  static std::vector<int> counts;  // by device ordinal; 0: not asked yet
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (size_t(dev) >= counts.size()) counts.resize(size_t(dev) + 1, 0);
+  if (counts[dev] == 0) CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
+  return counts[dev];
+}
+// blocks_per_sm = 0: no cap
+inline unsigned elementwise_grid(size_t n, int blocks_per_sm = 0) {
+  long blocks = std::min<long>(ceil_div(long(n), kElementwiseThreads), 1L << 30);
+  if (blocks_per_sm > 0) blocks = std::min<long>(blocks, long(blocks_per_sm) * sm_count());
+  return unsigned(std::max<long>(1, blocks));
+}
+
+// op(i) for every i < n. Op: trivially copyable, with `__device__ void operator()(size_t i) const`.
+template <class Op>
+__global__ void elementwise_kernel(Op op, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) op(i);
+}
+template <class Op>
+void launch_elementwise(size_t n, const Op& op, cudaStream_t s) {
+  if (n == 0) return;
+  elementwise_kernel<<<elementwise_grid(n), kElementwiseThreads, 0, s>>>(op, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+// The vectorised form: `op.template apply<W>(e)` handles the W elements from e on (W = V or 1). With
+// `aligned` (the caller's pointers suit V-element accesses), the n / V whole vectors go in one launch of
+// V-element accesses and the rest, fewer than V elements, in a scalar one; otherwise every element
+// takes the scalar path. Each element sees the same arithmetic either way.
+template <int W, class Op>
+__global__ void elementwise_vec_kernel(Op op, size_t first, size_t nv) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < nv; i += size_t(gridDim.x) * blockDim.x)
+    op.template apply<W>(first + i * W);
+}
+template <int V, class Op>
+void launch_elementwise_vec(size_t n, bool aligned, const Op& op, cudaStream_t s, int blocks_per_sm = 0) {
+  if (n == 0) return;
+  const size_t bulk = aligned ? n / V * V : 0;
+  const unsigned threads = kElementwiseThreads;
+  if (bulk) elementwise_vec_kernel<V><<<elementwise_grid(bulk / V, blocks_per_sm), threads, 0, s>>>(op, 0, bulk / V);
+  if (n > bulk)
+    elementwise_vec_kernel<1><<<elementwise_grid(n - bulk, blocks_per_sm), threads, 0, s>>>(op, bulk, n - bulk);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gpt::kern

@@ -4,7 +4,6 @@
 // run's rows in order and adds the total once. No float atomics.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "check.cuh"
 #include "encoder.cuh"
 
 namespace gpt::kern {
@@ -46,10 +45,10 @@ __global__ void encoder_bwd_wpe_kernel(X* __restrict__ dwpe, const X* __restrict
   stv<X, V>(dwpe + size_t(t) * C + c, d);
 }
 
-__global__ void iota_kernel(int* p, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] = i;
-}
+struct Iota {  // p[i] = i
+  int* p;
+  __device__ __forceinline__ void operator()(size_t i) const { p[i] = int(i); }
+};
 
 // One thread per (sorted slot i, V channels); only the first slot of each token's run works: it walks
 // the run (positions ascending) and adds the sum into dwte[token]. Threads of a warp share i, so the
@@ -123,8 +122,7 @@ void encoder_bwd(const EncoderBwdArgs<X>& a, cudaStream_t s) {
   int* pos_sorted = reinterpret_cast<int*>(p + 2 * ib);
   void* temp = p + 3 * ib;
   size_t temp_bytes = cub_temp_bytes(n);
-  iota_kernel<<<unsigned(ceil_div(n, kThreads)), kThreads, 0, s>>>(pos_in, n);
-  CUDA_CHECK_LAUNCH();
+  launch_elementwise(size_t(n), Iota{pos_in}, s);
   // token ids are non-negative int32: bits 0..30 carry them all
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, a.tokens, tok_sorted, pos_in, pos_sorted, n, 0, 31,
                                              s));

@@ -4,7 +4,6 @@
 #include <string>
 #include <type_traits>
 
-#include "check.cuh"
 #include "layernorm.cuh"
 
 namespace gpt::kern {

@@ -3,7 +3,6 @@
 // GPT-2 width in bf16), read the row from registers (layernorm_fwd_kernel's K). The residual variant
 // computes residual = a + b in pass one, rounds it to X, stores it and normalises the stored value (what
 // the backward pass sees).
-#include "check.cuh"
 #include "layernorm.cuh"
 
 namespace gpt::kern {

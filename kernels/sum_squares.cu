@@ -1,7 +1,7 @@
 // Sum of squares (for the global gradient norm), deterministic: a fixed grid of blocks, each thread a
 // fixed strided slice in fp32, block partials in a fixed order, then one block sums the partials in
-// double. The grid does not depend on the device, so results match across machines.
-#include "check.cuh"
+// double. The grid does not depend on the device, so results match across machines. (A reduction, so
+// not launch_elementwise: its grid is part of the result.)
 #include "sum_squares.cuh"
 
 namespace gpt::kern {
