@@ -9,12 +9,14 @@
 #include "cli/app.hpp"
 #include "dist/comm.hpp"
 #include "base/common.hpp"
+#include "io/h5util.hpp"
 #include "run/signals.hpp"
 
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
   gpt::install_stop_signals();
+  gpt::h5::init_library();
   std::unique_ptr<gpt::HostComm> host = gpt::make_host_comm(&argc, &argv);
   int code = 0;
   try {

@@ -13,6 +13,7 @@
 
 #include "io/h5util.hpp"
 #include "io/manifest.hpp"
+#include "io/run_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -258,64 +259,80 @@ std::vector<FileDigest> gather_digests(const FileDigest& mine, HostComm& host) {
   return all;
 }
 
+namespace {
+// The folder of a finished step goes public: renamed from .tmp, `latest` pointed at it, then the
+// checkpoints beyond keep_last and any leftovers removed (only now that the new one is durable).
+void publish(const std::string& run_dir, const std::string& tmp, int64_t step, int keep_last) {
+  const std::string root = run_dir + "/checkpoints", final_dir = checkpoint_dir(run_dir, step);
+  fsync_path(tmp);
+  if (fs::exists(final_dir)) discard(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_path(root);
+  {
+    std::ofstream out(root + "/latest.tmp", std::ios::trunc);
+    out << step_name(step) << "\n";
+    if (!out.flush()) throw Error(kExitFailure, "cannot write '" + root + "/latest.tmp'");
+  }
+  fsync_path(root + "/latest.tmp");
+  fs::rename(root + "/latest.tmp", root + "/latest");
+  fsync_path(root);
+  // Keep the newest keep_last up to this step. Newer ones are left from a timeline this run abandoned
+  // (it resumed past them because they were damaged): drop them too, so they neither displace good
+  // checkpoints from the count nor get tried first by the next resume.
+  size_t kept = 0;
+  for (const std::string& p : list_checkpoints(run_dir))
+    if (step_of(fs::path(p).filename().string()) > step || ++kept > size_t(keep_last)) discard(p);
+  // leftovers of writes or deletions that a killed process did not finish
+  for (auto& ent : fs::directory_iterator(root)) {
+    const std::string n = ent.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && step_of(n) < 0 && (ends_with(n, ".tmp") || ends_with(n, ".deleting")))
+      fs::remove_all(ent.path());
+  }
+}
+}  // namespace
+
 void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngine& e, const ParamLayout& L,
                      HostComm& host, int keep_last, const std::function<void()>& before_write) {
   const std::string root = run_dir + "/checkpoints";
   const std::string final_dir = checkpoint_dir(run_dir, st.step), tmp = final_dir + ".tmp";
-  std::string err;
-  if (host.rank() == 0) {
+  agreed(host, "checkpoint: preparing " + tmp, [&] {
+    if (host.rank() != 0) return;
     std::error_code ec;
     fs::create_directories(root, ec);
     fs::remove_all(tmp, ec);
-    if (!fs::create_directories(tmp, ec)) err = "cannot create '" + tmp + "': " + ec.message();
-  }
-  if (host.max(err.empty() ? 0 : 1))
-    throw AgreedError(kExitFailure, "checkpoint: " + (err.empty() ? "rank 0 failed to prepare " + tmp : err));
+    if (!fs::create_directories(tmp, ec)) throw Error(kExitFailure, "cannot create '" + tmp + "': " + ec.message());
+  });
   FileDigest mine;
   try {
-    if (before_write) before_write();
-    const std::string path = rank_file(tmp, host.rank());
-    write_rank_file(path, st, e, L, host.rank(), host.world());
-    mine = digest_file(tmp, fs::path(path).filename().string());
-  } catch (const std::exception& ex) {
-    err = ex.what();
+    agreed(host, "checkpoint write", [&] {
+      if (before_write) before_write();
+      const std::string path = rank_file(tmp, host.rank());
+      try {
+        write_rank_file(path, st, e, L, host.rank(), host.world());
+        mine = digest_file(tmp, fs::path(path).filename().string());
+      } catch (const std::exception& ex) {
+        throw Error(kExitFailure, std::string("checkpoint write failed: ") + ex.what() + full_disk_note(tmp));
+      }
+    });
+  } catch (const AgreedError&) {
+    std::error_code ec;
+    if (host.rank() == 0) fs::remove_all(tmp, ec);  // a full disk gets its space back; the previous ones stay
+    throw;
   }
-  if (host.max(err.empty() ? 0 : 1))
-    throw AgreedError(kExitFailure, "checkpoint write failed" + (err.empty() ? std::string(" on another rank") : ": " + err));
   const std::vector<FileDigest> digests = gather_digests(mine, host);
-  if (host.rank() == 0) {
+  // also the barrier: nobody continues before the checkpoint is published
+  agreed(host, "checkpoint: publishing " + final_dir, [&] {
+    if (host.rank() != 0) return;
     try {
-      write_manifest(tmp, digests);  // last: a folder without it is never taken for a checkpoint
-      fsync_path(tmp);
-      if (fs::exists(final_dir)) discard(final_dir);
-      fs::rename(tmp, final_dir);
-      fsync_path(root);
-      {
-        std::ofstream out(root + "/latest.tmp", std::ios::trunc);
-        out << step_name(st.step) << "\n";
-        if (!out.flush()) throw Error(kExitFailure, "cannot write '" + root + "/latest.tmp'");
-      }
-      fsync_path(root + "/latest.tmp");
-      fs::rename(root + "/latest.tmp", root + "/latest");
-      fsync_path(root);
-      // Keep the newest keep_last up to this step. Newer ones are left from a timeline this run abandoned
-      // (it resumed past them because they were damaged): drop them too, so they neither displace good
-      // checkpoints from the count nor get tried first by the next resume.
-      size_t kept = 0;
-      for (const std::string& p : list_checkpoints(run_dir))
-        if (step_of(fs::path(p).filename().string()) > st.step || ++kept > size_t(keep_last)) discard(p);
-      // leftovers of writes or deletions that a killed process did not finish
-      for (auto& ent : fs::directory_iterator(root)) {
-        const std::string n = ent.path().filename().string();
-        if (n.rfind("step_", 0) == 0 && step_of(n) < 0 && (ends_with(n, ".tmp") || ends_with(n, ".deleting")))
-          fs::remove_all(ent.path());
-      }
+      write_manifest(tmp, digests);  // last into the folder: one without it is never taken for a checkpoint
+      publish(run_dir, tmp, st.step, keep_last);
     } catch (const std::exception& ex) {
-      err = std::string("publishing checkpoint '") + final_dir + "': " + ex.what();
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      throw Error(kExitFailure, std::string("publishing checkpoint '") + final_dir + "': " + ex.what() +
+                                    full_disk_note(root));
     }
-  }
-  if (host.max(err.empty() ? 0 : 1))  // also the barrier: nobody continues before the checkpoint is published
-    throw AgreedError(kExitFailure, err.empty() ? "checkpoint: rank 0 failed to publish " + final_dir : err);
+  });
 }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {

@@ -19,6 +19,11 @@ void Id::reset() {
 
 void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
+void init_library() {
+  H5dont_atexit();
+  silence_errors();
+}
+
 bool exists(hid_t loc, const std::string& path) {
   // check every component so that a missing parent is "no", not an error
   size_t pos = 0;

@@ -43,6 +43,10 @@ class Id {
 };
 
 void silence_errors();  // we report errors ourselves
+// Once, before any other HDF5 call (main): HDF5 is not to close files itself at exit. A file whose
+// close failed (a full disk) stays half-open inside the library, and its own clean-up at exit then
+// crashes; every file this program keeps is closed, or given up, by its owner before that.
+void init_library();
 bool exists(hid_t loc, const std::string& path);
 Id create_group(hid_t loc, const std::string& name);
 Id open_group(hid_t loc, const std::string& name);

@@ -57,6 +57,15 @@ RunDirLock::~RunDirLock() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+std::string full_disk_note(const std::string& path) {
+  std::error_code ec;
+  fs::path p = path;
+  while (!fs::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  const fs::space_info sp = fs::space(p, ec);
+  if (ec || sp.available >= (uint64_t(64) << 20)) return "";
+  return " (the filesystem of '" + p.string() + "' is full: " + std::to_string(sp.available) + " bytes free)";
+}
+
 void remove_earlier_run(const std::string& dir) {
   std::error_code ec;
   fs::remove(dir + "/log.h5", ec);

@@ -26,6 +26,10 @@ class RunDirLock {
   int fd_ = -1;
 };
 
+// " (the filesystem of PATH is full: N bytes free)" when it has less than 64 MiB free, else "": for the
+// messages of failed writes, whose library errors rarely say why.
+std::string full_disk_note(const std::string& path);
+
 // run.overwrite: removes an earlier run's log.h5 and checkpoints/ (under the lock).
 void remove_earlier_run(const std::string& dir);
 

@@ -1,5 +1,8 @@
 #include "io/runlog.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "io/h5util.hpp"
@@ -10,8 +13,13 @@ namespace {
 const char* kTrainCols[] = {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu"};
 }
 
+// A full disk must not leave the log unreadable: closing an HDF5 file writes its metadata, so the log
+// keeps a reserve of disk space beside it, a file it gives up the moment a write fails, so that the
+// close and the outcome still fit.
+constexpr off_t kReserveBytes = off_t(256) << 10;
+
 struct RunLog::Impl {
-  std::string path;
+  std::string path, reserve;
   h5::Id file;
   h5::Id train[7];
   h5::Id eval_step, eval_loss;
@@ -27,6 +35,27 @@ struct RunLog::Impl {
     for (auto& d : train) d.reset();
     eval_step.reset();
     eval_loss.reset();
+  }
+  void take_reserve() {
+    reserve = path + ".reserve";
+    const int fd = ::open(reserve.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return;  // best effort: without it a full disk may still leave the log flagged open
+    if (::posix_fallocate(fd, 0, kReserveBytes) != 0) std::remove(reserve.c_str());
+    ::close(fd);
+  }
+  void release_reserve() {
+    if (!reserve.empty()) std::remove(reserve.c_str());
+    reserve.clear();
+  }
+  // Runs a write; when it fails the reserve goes first, so the file can still be closed whole.
+  template <class Fn>
+  void write(Fn fn) {
+    try {
+      fn();
+    } catch (const Error&) {
+      release_reserve();
+      throw;
+    }
   }
   static h5::Id fapl() {
     h5::Id p(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
@@ -118,32 +147,39 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     p_->open_series();
   }
   H5_CHECK(H5Fstart_swmr_write(p_->file));
+  p_->take_reserve();
 }
 
 RunLog::~RunLog() {
   if (!p_->finished) {
     // an exception unwound past the trainer: leave the file closed and readable
+    p_->release_reserve();
     p_->close_series();
     p_->file.reset();
   }
 }
 
 void RunLog::train_row(const TrainRow& r) {
-  h5::append(p_->train[0], &r.step, H5T_NATIVE_INT64);
-  const double v[6] = {r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.mfu};
-  for (int i = 0; i < 6; ++i) h5::append(p_->train[i + 1], &v[i], H5T_NATIVE_DOUBLE);
-  for (auto& d : p_->train) H5_CHECK(H5Dflush(d));
+  p_->write([&] {
+    h5::append(p_->train[0], &r.step, H5T_NATIVE_INT64);
+    const double v[6] = {r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.mfu};
+    for (int i = 0; i < 6; ++i) h5::append(p_->train[i + 1], &v[i], H5T_NATIVE_DOUBLE);
+    for (auto& d : p_->train) H5_CHECK(H5Dflush(d));
+  });
 }
 
 void RunLog::eval_row(int64_t step, double val_loss) {
-  h5::append(p_->eval_step, &step, H5T_NATIVE_INT64);
-  h5::append(p_->eval_loss, &val_loss, H5T_NATIVE_DOUBLE);
-  H5_CHECK(H5Dflush(p_->eval_step));
-  H5_CHECK(H5Dflush(p_->eval_loss));
+  p_->write([&] {
+    h5::append(p_->eval_step, &step, H5T_NATIVE_INT64);
+    h5::append(p_->eval_loss, &val_loss, H5T_NATIVE_DOUBLE);
+    H5_CHECK(H5Dflush(p_->eval_step));
+    H5_CHECK(H5Dflush(p_->eval_loss));
+  });
 }
 
 void RunLog::finish(const std::string& status, const std::string& message, const MemoryBreakdown& measured,
                     size_t peak) {
+  p_->release_reserve();
   p_->close_series();
   p_->file.reset();
   h5::Id fapl = Impl::fapl();

@@ -331,7 +331,7 @@ class Trainer {
       if (train_row) log_->train_row(row);
       if (!std::isnan(val_loss)) log_->eval_row(st_.step, val_loss);
     } catch (const Error& e) {
-      return e;
+      return Error(e.code(), "writing the run log " + dir_ + "/log.h5 failed: " + e.what() + full_disk_note(dir_));
     }
     return std::nullopt;
   }
