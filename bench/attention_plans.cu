@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/kernel_boundary.cuh"
 #include "base/common.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/check.cuh"
@@ -162,6 +163,10 @@ int main(int argc, char** argv) {
     }
     if (!json_path.empty()) gpt::write_file_whole(json_path, js);
   } catch (const gpt::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.code();
+  } catch (const gpt::kern::KernelError& k) {
+    const gpt::Error e = gpt::to_error(k);
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.code();
   }

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/kernel_boundary.cuh"
 #include "base/common.hpp"
 #include "kernels/check.cuh"
 #include "kernels/common.cuh"
@@ -484,6 +485,10 @@ int main(int argc, char** argv) {
     survey(json_path.empty() ? nullptr : &js, sustain_ms, exhaustive);
     if (!json_path.empty()) gpt::write_file_whole(json_path, js);
   } catch (const gpt::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.code();
+  } catch (const gpt::kern::KernelError& k) {
+    const gpt::Error e = gpt::to_error(k);
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.code();
   }

@@ -160,7 +160,8 @@ struct CudnnAttention::Impl {
     }
     for (auto& x : ev) CUDA_CHECK(cudaEventDestroy(x));
     for (size_t k = first; k < report.size(); ++k) report[k].chosen = report[k].rank == e.plan;
-    if (e.plan < 0) throw Error(kExitFailure, "cuDNN attention: no execution plan ran for " + label);
+    if (e.plan < 0)
+      throw KernelError(KernelError::Kind::kUnsupported, "cuDNN attention: no execution plan ran for " + label);
   }
 
   Entry& fwd_graph(const AttentionShape& s) {

@@ -42,7 +42,7 @@ struct LayerNormBwdArgs {
   int num_sms = 0;               // the device's multiprocessors: the grid fills them once
 };
 size_t layernorm_bwd_scratch_bytes(int N, int C, int num_sms);
-// throws for rows wider than the kernels take
+// throws KernelError(kUnsupported) for rows wider than the kernels take
 template <class X>
 void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s);
 

@@ -387,8 +387,9 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   if (!tma) {
     grid = bwd_grid(a.N, a.C, v, sums, a.num_sms);
     if (ceil_div(a.C / v, grid.k) > 1024 || grid.smem > 200 * 1024)
-      throw Error(kExitBadInput, "layernorm backward: C = " + std::to_string(a.C) + " is wider than supported (" +
-                                     std::to_string(1024 * kMaxVecsPerThread * v) + ")");
+      throw KernelError(KernelError::Kind::kUnsupported, "layernorm backward: C = " + std::to_string(a.C) +
+                                                             " is wider than supported (" +
+                                                             std::to_string(1024 * kMaxVecsPerThread * v) + ")");
     if (v == V)
       launch_bwd<X, V>(a, grid, s);
     else

@@ -13,11 +13,12 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "check.cuh"
-#include "gelu.cuh"
 #include "matmul.cuh"
+
+#include "gelu.cuh"
 
 namespace gpt::kern {
 
@@ -34,7 +35,7 @@ struct CublasLt::Plan {
   }
 };
 
-CublasLt::CublasLt(DType dtype, void* workspace, size_t workspace_bytes, bool autotune, double search_s)
+CublasLt::CublasLt(cudaDataType_t dtype, void* workspace, size_t workspace_bytes, bool autotune, double search_s)
     : dtype_(dtype),
       workspace_(workspace),
       workspace_bytes_(workspace_bytes),
@@ -56,6 +57,10 @@ long long ptr_align(const void* p) {
   long long r = 256;
   while (r > 1 && a % r) r /= 2;
   return r;
+}
+KernelError no_algorithm(const char* product) {
+  return KernelError(KernelError::Kind::kUnsupported, std::string("cuBLASLt: no algorithm for the ") + product +
+                                                          " matmul");
 }
 cublasLtEpilogue_t to_lt(Epilogue e) {
   switch (e) {
@@ -224,7 +229,7 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto p = std::make_unique<Plan>();
-    const bool f32 = dtype_ == DType::F32;
+    const bool f32 = dtype_ == CUDA_R_32F;
     const cudaDataType_t dt = f32 ? CUDA_R_32F : CUDA_R_16BF;
     const cublasComputeType_t ct = f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F));
@@ -388,13 +393,13 @@ void matmul_fwd(CublasLt& lt, const MatmulFwdArgs& a, cudaStream_t s) {
     }
     g.D = a.pre_gelu;
     g.epi = a.bias ? Epilogue::Bias : Epilogue::None;
-    if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the forward matmul");
+    if (!lt.gemm(g, s)) throw no_algorithm("forward");
     gelu_fwd<X>(static_cast<X*>(a.out), static_cast<const X*>(a.pre_gelu), size_t(a.N) * a.OC, s);
     return;
   }
   g.D = a.out;
   g.epi = a.bias ? Epilogue::Bias : Epilogue::None;
-  if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the forward matmul");
+  if (!lt.gemm(g, s)) throw no_algorithm("forward");
 }
 
 template <class X>
@@ -413,7 +418,7 @@ void matmul_bwd(CublasLt& lt, const MatmulBwdArgs& a, cudaStream_t s) {
       done = lt.gemm(f, s);
     }
     if (!done) {
-      if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the dinp matmul");
+      if (!lt.gemm(g, s)) throw no_algorithm("dinp");
       if (a.pre_gelu)
         gelu_bwd_inplace<X>(static_cast<X*>(a.dinp), static_cast<const X*>(a.pre_gelu), size_t(a.N) * a.IC, s);
     }
@@ -425,7 +430,7 @@ void matmul_bwd(CublasLt& lt, const MatmulBwdArgs& a, cudaStream_t s) {
   g.B = a.dout, g.ldb = a.OC;
   g.D = a.dw, g.ldd = a.IC;
   g.accumulate = true;
-  if (!lt.gemm(g, s)) throw Error(kExitFailure, "cuBLASLt: no algorithm for the dweight matmul");
+  if (!lt.gemm(g, s)) throw no_algorithm("dweight");
   if (a.dbias && a.dout_colsum) {  // dbias += the sums given: one partial row
     add_partial_rows_kernel<X><<<partial_rows_grid(a.OC), dim3(32, 32), 0, s>>>(static_cast<X*>(a.dbias), nullptr,
                                                                                a.OC, a.dout_colsum, 1, a.OC, a.OC);

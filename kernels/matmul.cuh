@@ -3,13 +3,13 @@
 // column-major (c, r) one (see matmul.cu). X is the activation dtype: float or bf16.
 #pragma once
 #include <cuda_runtime.h>
+#include <library_types.h>
 
 #include <array>
 #include <cstddef>
 #include <map>
 #include <memory>
 
-#include "base/common.hpp"
 #include "common.cuh"
 
 struct cublasLtContext;
@@ -40,11 +40,13 @@ struct GemmArgs {
 // autotune: on a shape's first use, time the heuristic's candidates on the real operands, and for a big
 // product, for up to search_s seconds, the configurations cuBLASLt accepts around them (tile, cluster
 // shape, custom option), and keep the fastest (the choice can differ between runs); otherwise the
-// heuristic's first choice (reproducible).
+// heuristic's first choice (reproducible). The timing synchronises with the host, and for an
+// accumulating product allocates a copy of its output (cudaMallocAsync), on that first use only.
 class CublasLt {
  public:
+  // dtype: the operands' type, CUDA_R_32F (TF32 tensor cores) or CUDA_R_16BF, fp32 accumulation either way.
   // search_s: seconds per big product for the configurations beyond the heuristic's (autotune only)
-  CublasLt(DType dtype, void* workspace, size_t workspace_bytes, bool autotune, double search_s = 0);
+  CublasLt(cudaDataType_t dtype, void* workspace, size_t workspace_bytes, bool autotune, double search_s = 0);
   ~CublasLt();
   CublasLt(const CublasLt&) = delete;
   CublasLt& operator=(const CublasLt&) = delete;
@@ -54,7 +56,7 @@ class CublasLt {
  private:
   struct Plan;
   using Key = std::array<long long, 16>;
-  DType dtype_;
+  cudaDataType_t dtype_;
   cublasLtContext* handle_ = nullptr;
   void* workspace_;
   size_t workspace_bytes_;
@@ -85,6 +87,7 @@ struct MatmulBwdArgs {
                                  // and dout_colsum is not
   int num_sms = 0;
 };
+// Both throw KernelError(kUnsupported) when cuBLASLt has no algorithm for a product and no fallback is left.
 template <class X>
 void matmul_fwd(CublasLt& lt, const MatmulFwdArgs& a, cudaStream_t s);
 template <class X>

@@ -9,15 +9,21 @@
 // Attention in fp32 precision: cuDNN's flash attention has no fp32 path, so q, k, v (and dout) are
 // rounded to bf16 in scratch memory, attention runs in bf16 with fp32 softmax statistics, and the
 // results are widened back to fp32. That op alone therefore has bf16 input rounding in fp32 mode.
+//
+// Errors: every op goes through dispatch() and every other call into CUDA through kernel_boundary(), so
+// what reaches the caller is a gpt::Error with the exit status it should end with, never a kernel error.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 
 #include "backend/backend.hpp"
+#include "backend/cuda/kernel_boundary.cuh"
 #include "backend/cuda/op_profiler.cuh"
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
@@ -38,6 +44,8 @@ using kern::bf16;
 
 constexpr size_t kCublasWorkspaceBytes = 32ull << 20;  // what cuBLASLt asks for on Hopper
 constexpr size_t kScratchGranule = 8ull << 20;          // scratch grows in these steps
+
+cudaDataType_t lib_dtype(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
 
 class CudaBackend final : public Backend {
  public:
@@ -62,7 +70,7 @@ class CudaBackend final : public Backend {
     // attention backward, so a run and its resumption compute bit-identical steps. Otherwise the
     // fastest: matmul algorithms timed on first use, attention backward with atomics.
     const bool det = o.deterministic;
-    lt_ = std::make_unique<kern::CublasLt>(dtype_, lt_ws_, kCublasWorkspaceBytes, /*autotune=*/!det,
+    lt_ = std::make_unique<kern::CublasLt>(lib_dtype(dtype_), lt_ws_, kCublasWorkspaceBytes, /*autotune=*/!det,
                                            o.matmul_search_s);
     attn_ = std::make_unique<kern::CudnnAttention>([this](size_t n) { return alloc(n); },
                                                    [this](void* q) { free(q); }, det);
@@ -101,7 +109,7 @@ class CudaBackend final : public Backend {
                                         " free of " + std::to_string(total_b) + " (" +
                                         std::to_string(in_use_) + " allocated by this backend)");
     }
-    CUDA_CHECK(e);
+    kernel_boundary([&] { CUDA_CHECK(e); });
     std::lock_guard<std::mutex> g(mu_);
     sizes_[p] = bytes;
     in_use_ += bytes;
@@ -117,26 +125,30 @@ class CudaBackend final : public Backend {
       in_use_ -= it->second;
       sizes_.erase(it);
     }
-    CUDA_CHECK(cudaFree(p));
+    kernel_boundary([&] { CUDA_CHECK(cudaFree(p)); });
   }
   void zero(void* p, size_t bytes) override {
     OpProfiler::Scope t(prof_, stream_, "zero");
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    kernel_boundary([&] { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_)); });
   }
   void copy_h2d(void* dst, const void* src, size_t bytes) override {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    kernel_boundary([&] {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+    });
   }
   void copy_d2h(void* dst, const void* src, size_t bytes) override {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    kernel_boundary([&] {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+    });
   }
   void copy_d2d(void* dst, const void* src, size_t bytes) override {
     OpProfiler::Scope t(prof_, stream_, "copy_d2d");
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    kernel_boundary([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)); });
   }
   void synchronize() override {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    kernel_boundary([&] { CUDA_CHECK(cudaStreamSynchronize(stream_)); });
     prof_.harvest();
   }
   std::string op_profile() const override { return prof_.table(); }
@@ -150,21 +162,25 @@ class CudaBackend final : public Backend {
   // ---- conversions and elementwise
   void f32_to_act(void* dst, const float* src, size_t n) override {
     OpProfiler::Scope t(prof_, stream_, "f32_to_act");
-    if (dtype_ == DType::F32)
-      copy_d2d(dst, src, n * sizeof(float));
-    else
-      kern::f32_to_bf16(static_cast<bf16*>(dst), src, n, stream_);
+    dispatch([&](auto x) {
+      if constexpr (std::is_same_v<decltype(x), float>)
+        copy_d2d(dst, src, n * sizeof(float));
+      else
+        kern::f32_to_bf16(static_cast<bf16*>(dst), src, n, stream_);
+    });
   }
   void act_to_f32(float* dst, const void* src, size_t n) override {
     OpProfiler::Scope t(prof_, stream_, "act_to_f32");
-    if (dtype_ == DType::F32)
-      copy_d2d(dst, src, n * sizeof(float));
-    else
-      kern::bf16_to_f32(dst, static_cast<const bf16*>(src), n, stream_);
+    dispatch([&](auto x) {
+      if constexpr (std::is_same_v<decltype(x), float>)
+        copy_d2d(dst, src, n * sizeof(float));
+      else
+        kern::bf16_to_f32(dst, static_cast<const bf16*>(src), n, stream_);
+    });
   }
   void add_inplace(void* dst, const void* src, size_t n) override {
     OpProfiler::Scope t(prof_, stream_, "add_inplace");
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::add_inplace<X>(static_cast<X*>(dst), static_cast<const X*>(src), n, stream_);
     });
@@ -173,7 +189,7 @@ class CudaBackend final : public Backend {
   // ---- model ops
   void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) override {
     OpProfiler::Scope t(prof_, stream_, "encoder_fwd");
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::EncoderFwdArgs<X> a;
       a.out = static_cast<X*>(out), a.tokens = tokens;
@@ -184,7 +200,7 @@ class CudaBackend final : public Backend {
   void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T, int C) override {
     OpProfiler::Scope t(prof_, stream_, "encoder_bwd");
     void* scratch = scratch_for(kern::encoder_bwd_scratch_bytes(B * T));
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::EncoderBwdArgs<X> a;
       a.dwte = static_cast<X*>(dwte), a.dwpe = static_cast<X*>(dwpe), a.dout = static_cast<const X*>(dout);
@@ -195,7 +211,7 @@ class CudaBackend final : public Backend {
   void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
                      int C) override {
     OpProfiler::Scope t(prof_, stream_, "layernorm_fwd");
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::LayerNormFwdArgs<X> a;
       a.out = static_cast<X*>(out), a.mean = mean, a.rstd = rstd, a.inp = static_cast<const X*>(inp);
@@ -206,7 +222,7 @@ class CudaBackend final : public Backend {
   void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a_, const void* b_,
                               const void* w, const void* bias, int N, int C) override {
     OpProfiler::Scope t(prof_, stream_, "residual_layernorm_fwd");
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::LayerNormFwdArgs<X> a;
       a.out = static_cast<X*>(out), a.mean = mean, a.rstd = rstd, a.residual = static_cast<X*>(residual);
@@ -219,7 +235,7 @@ class CudaBackend final : public Backend {
                      const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
     OpProfiler::Scope t(prof_, stream_, "layernorm_bwd");
     float* scratch = static_cast<float*>(scratch_for(kern::layernorm_bwd_scratch_bytes(N, C, num_sms())));
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::LayerNormBwdArgs<X> a;
       a.dinp = static_cast<X*>(dinp), a.dw = static_cast<X*>(dw), a.db = static_cast<X*>(db);
@@ -231,10 +247,11 @@ class CudaBackend final : public Backend {
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
                   void* pre_gelu) override {
-    OpProfiler::Scope t(prof_, stream_, prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
+    OpProfiler::Scope t(prof_, stream_,
+                        prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
     kern::MatmulFwdArgs a;
     a.out = out, a.inp = inp, a.w = w, a.bias = bias, a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu;
-    by_dtype([&](auto x) { kern::matmul_fwd<decltype(x)>(*lt_, a, stream_); });
+    dispatch([&](auto x) { kern::matmul_fwd<decltype(x)>(*lt_, a, stream_); });
   }
   void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
                   int OC, const void* pre_gelu, const float* dout_colsum) override {
@@ -245,50 +262,54 @@ class CudaBackend final : public Backend {
     a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu, a.dout_colsum = dout_colsum, a.num_sms = num_sms();
     if (dbias && !dout_colsum)  // the bias gradient's own column sums need scratch
       a.scratch = static_cast<float*>(scratch_for(kern::bias_grad_scratch_bytes(N, OC, num_sms())));
-    by_dtype([&](auto x) { kern::matmul_bwd<decltype(x)>(*lt_, a, stream_); });
+    dispatch([&](auto x) { kern::matmul_bwd<decltype(x)>(*lt_, a, stream_); });
   }
   void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {
     OpProfiler::Scope t(prof_, stream_, "attention_fwd");
     const kern::AttentionShape sh{B, T, NH, HS};
-    if (dtype_ == DType::BF16) {
-      attn_->fwd(static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), sh, stream_);
-      return;
-    }
-    const size_t n_out = size_t(B) * T * NH * HS, n_qkv = 3 * n_out;
-    bf16* buf = static_cast<bf16*>(scratch_for((n_qkv + n_out) * sizeof(bf16)));
-    bf16 *q = buf, *o = buf + n_qkv;
-    kern::f32_to_bf16(q, static_cast<const float*>(qkv), n_qkv, stream_);
-    attn_->fwd(o, lse, q, sh, stream_);
-    kern::bf16_to_f32(static_cast<float*>(out), o, n_out, stream_);
+    dispatch([&](auto x) {
+      if constexpr (std::is_same_v<decltype(x), bf16>) {
+        attn_->fwd(static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), sh, stream_);
+      } else {  // fp32: through bf16 copies in scratch
+        const size_t n_out = size_t(B) * T * NH * HS, n_qkv = 3 * n_out;
+        bf16* buf = static_cast<bf16*>(scratch_for((n_qkv + n_out) * sizeof(bf16)));
+        bf16 *q = buf, *o = buf + n_qkv;
+        kern::f32_to_bf16(q, static_cast<const float*>(qkv), n_qkv, stream_);
+        attn_->fwd(o, lse, q, sh, stream_);
+        kern::bf16_to_f32(static_cast<float*>(out), o, n_out, stream_);
+      }
+    });
   }
   void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B, int T,
                      int NH, int HS) override {
     OpProfiler::Scope t(prof_, stream_, "attention_bwd");
     const kern::AttentionShape sh{B, T, NH, HS};
-    if (dtype_ == DType::BF16) {
-      attn_->bwd(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv),
-                 static_cast<const bf16*>(out), lse, sh, stream_);
-      return;
-    }
-    const size_t n_out = size_t(B) * T * NH * HS, n_qkv = 3 * n_out;
-    bf16* buf = static_cast<bf16*>(scratch_for((2 * n_qkv + 2 * n_out) * sizeof(bf16)));
-    bf16 *q = buf, *dq = buf + n_qkv, *o = buf + 2 * n_qkv, *dout_b = o + n_out;
-    kern::f32_to_bf16(q, static_cast<const float*>(qkv), n_qkv, stream_);
-    kern::f32_to_bf16(o, static_cast<const float*>(out), n_out, stream_);
-    kern::f32_to_bf16(dout_b, static_cast<const float*>(dout), n_out, stream_);
-    attn_->bwd(dq, dout_b, q, o, lse, sh, stream_);
-    kern::bf16_to_f32(static_cast<float*>(dqkv), dq, n_qkv, stream_);
+    dispatch([&](auto x) {
+      if constexpr (std::is_same_v<decltype(x), bf16>) {
+        attn_->bwd(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv),
+                   static_cast<const bf16*>(out), lse, sh, stream_);
+      } else {  // fp32: through bf16 copies in scratch
+        const size_t n_out = size_t(B) * T * NH * HS, n_qkv = 3 * n_out;
+        bf16* buf = static_cast<bf16*>(scratch_for((2 * n_qkv + 2 * n_out) * sizeof(bf16)));
+        bf16 *q = buf, *dq = buf + n_qkv, *o = buf + 2 * n_qkv, *dout_b = o + n_out;
+        kern::f32_to_bf16(q, static_cast<const float*>(qkv), n_qkv, stream_);
+        kern::f32_to_bf16(o, static_cast<const float*>(out), n_out, stream_);
+        kern::f32_to_bf16(dout_b, static_cast<const float*>(dout), n_out, stream_);
+        attn_->bwd(dq, dout_b, q, o, lse, sh, stream_);
+        kern::bf16_to_f32(static_cast<float*>(dqkv), dq, n_qkv, stream_);
+      }
+    });
   }
   void gelu_fwd(void* out, const void* inp, size_t n) override {
     OpProfiler::Scope t(prof_, stream_, "gelu_fwd");
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::gelu_fwd<X>(static_cast<X*>(out), static_cast<const X*>(inp), n, stream_);
     });
   }
   void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) override {
     OpProfiler::Scope t(prof_, stream_, "classifier");
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::ClassifierArgs<X> a;
       a.logits = static_cast<X*>(logits), a.losses = losses, a.targets = targets;
@@ -300,7 +321,7 @@ class CudaBackend final : public Backend {
     void* scratch = scratch_for(kern::sum_squares_scratch_bytes());
     {
       OpProfiler::Scope t(prof_, stream_, "sum_squares");
-      by_dtype([&](auto tag) {
+      dispatch([&](auto tag) {
         using X = decltype(tag);
         kern::sum_squares<X>(sumsq_, static_cast<const X*>(x), n, scratch, stream_);
       });
@@ -311,7 +332,7 @@ class CudaBackend final : public Backend {
   }
   void adamw(const AdamWArgs& w) override {
     OpProfiler::Scope t(prof_, stream_, "adamw");
-    by_dtype([&](auto x) {
+    dispatch([&](auto x) {
       using X = decltype(x);
       kern::AdamWLaunch<X> a;
       a.param = static_cast<X*>(w.param), a.master = w.master, a.grad = static_cast<const X*>(w.grad);
@@ -326,12 +347,16 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Every op's way in: fn(X{}) with X the activation type (bf16 or float), the kernels' errors turned
+  // into the program's (kernel_boundary.cuh).
   template <class Fn>
-  void by_dtype(Fn&& fn) {
-    if (dtype_ == DType::BF16)
-      fn(bf16{});
-    else
-      fn(float{});
+  void dispatch(Fn&& fn) {
+    kernel_boundary([&] {
+      if (dtype_ == DType::BF16)
+        fn(bf16{});
+      else
+        fn(float{});
+    });
   }
   int num_sms() const { return prop_.multiProcessorCount; }
   // One scratch buffer shared by the ops (one stream: no two ops use it at once). It only grows, in
@@ -365,7 +390,7 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& o) {
-  return std::make_unique<CudaBackend>(o);
+  return kernel_boundary([&] { return std::make_unique<CudaBackend>(o); });
 }
 
 int cuda_device_count() {

@@ -2,7 +2,8 @@
 // backend has already made it current). The unique id is made on rank 0 and broadcast through the
 // host communicator (MPI). Collectives run on a separate communication stream: each one first waits
 // for an event recorded on the compute stream, so it sees every compute op queued before it; record /
-// wait / join pass events the other way (see comm.hpp).
+// wait / join pass events the other way (see comm.hpp). Every CUDA and NCCL call runs inside
+// kernel_boundary, so a failure reaches the caller as a gpt::Error.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/cuda/kernel_boundary.cuh"
 #include "dist/comm.hpp"
 #include "kernels/check.cuh"
 
@@ -46,22 +48,34 @@ class NcclCommunicator final : public Communicator {
   int world() const override { return world_; }
 
   void all_reduce_sum(void* buf, size_t count, DType t) override {
-    after_compute();
-    NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_));
+    kernel_boundary([&] {
+      after_compute();
+      NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_));
+    });
   }
   void reduce_scatter_sum(const void* send, void* recv, size_t count, DType t) override {
-    after_compute();
-    NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_));
+    kernel_boundary([&] {
+      after_compute();
+      NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, comm_, stream_));
+    });
   }
   void all_gather(const void* send, void* recv, size_t count, DType t) override {
-    after_compute();
-    NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_));
+    kernel_boundary([&] {
+      after_compute();
+      NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_));
+    });
   }
-  void record(int slot) override { CUDA_CHECK(cudaEventRecord(slot_event(slot), stream_)); }
-  void wait(int slot) override { CUDA_CHECK(cudaStreamWaitEvent(compute_, slot_event(slot), 0)); }
+  void record(int slot) override {
+    kernel_boundary([&] { CUDA_CHECK(cudaEventRecord(slot_event(slot), stream_)); });
+  }
+  void wait(int slot) override {
+    kernel_boundary([&] { CUDA_CHECK(cudaStreamWaitEvent(compute_, slot_event(slot), 0)); });
+  }
   void join() override {
-    CUDA_CHECK(cudaEventRecord(joined_, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(compute_, joined_, 0));
+    kernel_boundary([&] {
+      CUDA_CHECK(cudaEventRecord(joined_, stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(compute_, joined_, 0));
+    });
   }
 
  private:
@@ -88,7 +102,7 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_nccl_communicator(HostComm& host, Backend& backend) {
-  return std::make_unique<NcclCommunicator>(host, backend);
+  return kernel_boundary([&] { return std::make_unique<NcclCommunicator>(host, backend); });
 }
 
 }  // namespace gpt

@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/check.cuh"
+#include "backend/cuda/kernel_boundary.cuh"
 #include "backend/op_tally.hpp"
+#include "kernels/check.cuh"
 
 namespace gpt {
 
@@ -55,8 +56,10 @@ class OpProfiler {
     const cudaEvent_t origin = pending_.front().start;
     for (const Pending& q : pending_) {
       float s = 0, e = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&s, origin, q.start));
-      CUDA_CHECK(cudaEventElapsedTime(&e, origin, q.end));
+      kernel_boundary([&] {
+        CUDA_CHECK(cudaEventElapsedTime(&s, origin, q.start));
+        CUDA_CHECK(cudaEventElapsedTime(&e, origin, q.end));
+      });
       tally_.add(q.name, s, e);
       free_.insert(free_.end(), {q.start, q.end});
     }
@@ -74,13 +77,13 @@ class OpProfiler {
   cudaEvent_t record(cudaStream_t s) {
     cudaEvent_t e;
     if (free_.empty()) {
-      CUDA_CHECK(cudaEventCreate(&e));
+      kernel_boundary([&] { CUDA_CHECK(cudaEventCreate(&e)); });
       pool_.push_back(e);
     } else {
       e = free_.back();
       free_.pop_back();
     }
-    CUDA_CHECK(cudaEventRecord(e, s));
+    kernel_boundary([&] { CUDA_CHECK(cudaEventRecord(e, s)); });
     return e;
   }
 
