@@ -32,6 +32,7 @@ struct AdamWOp {
       for (int k = 0; k < V; ++k) w.v[k] = to_f(p.v[k]);
     }
     Vec<X, V> p;
+    bool finite = true;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float gk = to_f(g.v[k]) * a.grad_scale;
@@ -40,7 +41,10 @@ struct AdamWOp {
       const float mhat = m.v[k] / a.bc1, vhat = v.v[k] / a.bc2;
       w.v[k] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + a.weight_decay * w.v[k]);
       p.v[k] = round_param<X>(w.v[k], e + k, a);
+      finite &= isfinite(w.v[k]) && isfinite(m.v[k]) && isfinite(v.v[k]);
     }
+    // the divergence check rides on the optimizer's own pass: no extra read of the state
+    if (!finite && a.nonfinite) atomicOr(a.nonfinite, 1u);
     stv<float, V>(a.m + e, m);
     stv<float, V>(a.v + e, v);
     if (a.master) stv<float, V>(a.master + e, w);

@@ -23,6 +23,7 @@ struct AdamWLaunch {
   uint64_t seed = 0;
   uint64_t index_offset = 0;  // logical index of element 0: rounding is the same however the tensor is split
   bool stochastic = true;     // bf16 params: stochastic rounding (seed ^ index) instead of nearest
+  unsigned* nonfinite = nullptr;  // (1) or null: set to 1 when an updated value (w, m, v) is not finite
 };
 template <class X>
 void adamw(const AdamWLaunch<X>& a, cudaStream_t s);

@@ -341,7 +341,7 @@ class CudaBackend final : public Backend {
       a.grad_scale = w.grad_scale;
       a.bc1 = 1.0f - std::pow(w.beta1, float(w.step));
       a.bc2 = 1.0f - std::pow(w.beta2, float(w.step));
-      a.seed = w.seed, a.index_offset = w.index_offset, a.stochastic = stochastic_;
+      a.seed = w.seed, a.index_offset = w.index_offset, a.stochastic = stochastic_, a.nonfinite = w.nonfinite;
       kern::adamw<X>(a, stream_);
     });
   }
