@@ -459,6 +459,7 @@ class OneRank final : public HostComm {
   int rank() const override { return 0; }
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
   double sum(double x) override { return x; }
   long max(long x) override { return x; }
   void broadcast(void*, size_t, int) override {}
