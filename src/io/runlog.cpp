@@ -47,6 +47,22 @@ void write_memory_attrs(hid_t g, const MemoryBreakdown& m) {
   h5::set_attr(g, "total", int64_t(m.total()));
   h5::set_attr(g, "components", names);
 }
+
+// /ranks: one row per rank of this (possibly resumed) run's ranks.
+void write_ranks(hid_t file, const std::vector<RankPlace>& ranks) {
+  if (h5::exists(file, "ranks")) H5_CHECK(H5Ldelete(file, "ranks", H5P_DEFAULT));
+  h5::Id g = h5::create_group(file, "ranks");
+  std::vector<std::string> node, from;
+  std::vector<int64_t> local;
+  for (const RankPlace& r : ranks) {
+    node.push_back(r.node);
+    from.push_back(r.local_rank_from);
+    local.push_back(r.local_rank);
+  }
+  h5::write_strings(g, "node", node);
+  h5::write_array(g, "local_rank", H5T_NATIVE_INT64, H5T_STD_I64LE, local.data(), local.size());
+  h5::write_strings(g, "local_rank_from", from);
+}
 }  // namespace
 
 RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdown& predicted, int64_t resume_step)
@@ -81,6 +97,7 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     h5::set_attr(p_->file, "status", std::string("running"));
     h5::set_attr(p_->file, "message", std::string(""));
     h5::set_attr(p_->file, "resumed_from_step", resume_step);
+    write_ranks(p_->file, info.ranks);
   } else {
     const std::string tmp = path + ".tmp";
     h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
@@ -111,6 +128,7 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
       write_memory_attrs(pg, predicted);
       h5::Id meas = h5::create_group(mg, "measured");
       h5::set_attr(meas, "peak", int64_t(0));
+      write_ranks(f, info.ranks);
     }
     f.reset();
     if (std::rename(tmp.c_str(), path.c_str()) != 0) throw input_error("cannot rename '" + tmp + "' to '" + path + "'");
