@@ -48,13 +48,27 @@ void write_memory_attrs(hid_t g, const MemoryBreakdown& m) {
   h5::set_attr(g, "components", names);
 }
 
-// /ranks: one row per rank of this (possibly resumed) run's ranks.
-void write_ranks(hid_t file, const std::vector<RankPlace>& ranks) {
-  if (h5::exists(file, "ranks")) H5_CHECK(H5Ldelete(file, "ranks", H5P_DEFAULT));
-  h5::Id g = h5::create_group(file, "ranks");
+// What this start of the run is: written when the log is made and again on every resume, which may run on
+// another number of ranks (nodes) or with other settings. /ranks has one row per rank.
+void write_run_attrs(hid_t f, const RunInfo& info) {
+  h5::set_attr(f, "name", info.name);
+  h5::set_attr(f, "config_yaml", info.config_yaml);
+  h5::set_attr(f, "n_params", info.n_params);
+  h5::set_attr(f, "flops_per_token", info.flops_per_token);
+  h5::set_attr(f, "tokens_per_step", info.tokens_per_step);
+  h5::set_attr(f, "world_size", info.world_size);
+  h5::set_attr(f, "zero_stage", info.zero_stage);
+  h5::set_attr(f, "device", info.device);
+  h5::set_attr(f, "hardware", info.hardware);
+  h5::set_attr(f, "peak_flops", info.peak_flops);
+  h5::set_attr(f, "git_rev", info.git_rev);
+  h5::set_attr(f, "point_index", info.point_index);
+  h5::set_attr(f, "point_values", info.point_values);
+  if (h5::exists(f, "ranks")) H5_CHECK(H5Ldelete(f, "ranks", H5P_DEFAULT));
+  h5::Id g = h5::create_group(f, "ranks");
   std::vector<std::string> node, from;
   std::vector<int64_t> local;
-  for (const RankPlace& r : ranks) {
+  for (const RankPlace& r : info.ranks) {
     node.push_back(r.node);
     from.push_back(r.local_rank_from);
     local.push_back(r.local_rank);
@@ -97,26 +111,14 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     h5::set_attr(p_->file, "status", std::string("running"));
     h5::set_attr(p_->file, "message", std::string(""));
     h5::set_attr(p_->file, "resumed_from_step", resume_step);
-    write_ranks(p_->file, info.ranks);
+    write_run_attrs(p_->file, info);
   } else {
     const std::string tmp = path + ".tmp";
     h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
     if (!f.valid()) throw input_error("cannot create run log '" + tmp + "'");
-    h5::set_attr(f, "name", info.name);
-    h5::set_attr(f, "config_yaml", info.config_yaml);
-    h5::set_attr(f, "n_params", info.n_params);
-    h5::set_attr(f, "flops_per_token", info.flops_per_token);
-    h5::set_attr(f, "tokens_per_step", info.tokens_per_step);
-    h5::set_attr(f, "world_size", info.world_size);
-    h5::set_attr(f, "zero_stage", info.zero_stage);
-    h5::set_attr(f, "device", info.device);
-    h5::set_attr(f, "hardware", info.hardware);
-    h5::set_attr(f, "peak_flops", info.peak_flops);
-    h5::set_attr(f, "git_rev", info.git_rev);
+    write_run_attrs(f, info);
     h5::set_attr(f, "status", std::string("running"));
     h5::set_attr(f, "message", std::string(""));
-    h5::set_attr(f, "point_index", info.point_index);
-    h5::set_attr(f, "point_values", info.point_values);
     {
       h5::Id tg = h5::create_group(f, "train");
       for (int i = 0; i < 7; ++i) h5::create_series(tg, kTrainCols[i], i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE);
@@ -128,7 +130,6 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
       write_memory_attrs(pg, predicted);
       h5::Id meas = h5::create_group(mg, "measured");
       h5::set_attr(meas, "peak", int64_t(0));
-      write_ranks(f, info.ranks);
     }
     f.reset();
     if (std::rename(tmp.c_str(), path.c_str()) != 0) throw input_error("cannot rename '" + tmp + "' to '" + path + "'");

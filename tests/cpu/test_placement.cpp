@@ -54,7 +54,8 @@ TEST(malformed_or_impossible_values_are_not_taken) {
 TEST(describes_nodes_and_where_local_ranks_came_from) {
   const std::vector<RankPlace> two{{"n1", 0, "SLURM_LOCALID"}, {"n1", 1, "SLURM_LOCALID"},
                                    {"n2", 0, "SLURM_LOCALID"}, {"n2", 1, "SLURM_LOCALID"}};
-  CHECK_MSG(describe_placement(two) == "4 ranks on 2 nodes: n1 (ranks 0-1), n2 (ranks 2-3); local rank from SLURM_LOCALID",
+  CHECK_MSG(describe_placement(two) ==
+                "4 ranks on 2 nodes: n1 (ranks 0-1), n2 (ranks 2-3); local rank from SLURM_LOCALID",
             describe_placement(two));
   const std::vector<RankPlace> cyclic{{"a", 0, "X"}, {"b", 0, "X"}, {"a", 1, "Y"}};
   CHECK_MSG(describe_placement(cyclic) == "3 ranks on 2 nodes: a (ranks 0,2), b (rank 1); local rank from X (2), Y (1)",
