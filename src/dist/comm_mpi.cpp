@@ -53,10 +53,13 @@ class MpiHostComm final : public HostComm {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_free(&local);
     std::string from = "MPI_COMM_TYPE_SHARED";
-    if (auto env = local_rank_from_env([](const char* k) { return std::getenv(k); }, rank_, world_)) {
+    auto getenv = [](const char* k) { return std::getenv(k); };
+    if (auto env = local_rank_from_env(getenv, rank_, world_)) {
       local_rank_ = env->rank;
       from = env->from;
     }
+    const std::string mismatch = launch_mismatch(getenv, world_);
+    if (!mismatch.empty()) std::cerr << "warning: " << mismatch << "\n";
     gather_placement(from);
   }
   ~MpiHostComm() override {

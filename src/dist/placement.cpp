@@ -50,6 +50,16 @@ std::optional<LocalRank> local_rank_from_env(const std::function<const char*(con
   return std::nullopt;
 }
 
+std::string launch_mismatch(const std::function<const char*(const char*)>& getenv, int world) {
+  const long tasks = parse_count(getenv("SLURM_STEP_NUM_TASKS"));
+  if (world != 1 || tasks <= 1 || parse_count(getenv("SLURM_PROCID")) < 0) return "";
+  const char* mpi = getenv("SLURM_MPI_TYPE");
+  return "srun started " + std::to_string(tasks) + " tasks (SLURM_STEP_NUM_TASKS) but MPI sees a world of 1" +
+         (mpi ? std::string(" under srun --mpi=") + mpi : std::string()) +
+         ": srun's MPI plugin does not start this MPI library's ranks, so each task runs alone (see `srun "
+         "--mpi=list`; SRUN_MPI or LAUNCHER=mpirun in slurm/lib.sh)";
+}
+
 std::string describe_placement(const std::vector<RankPlace>& ranks) {
   constexpr size_t kNamed = 4;  // nodes named in full; a job of hundreds gets a count
   std::vector<std::string> order;

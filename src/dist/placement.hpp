@@ -26,6 +26,10 @@ struct LocalRank {
 std::optional<LocalRank> local_rank_from_env(const std::function<const char*(const char*)>& getenv, int rank,
                                              int world);
 
+// Empty, or a warning when srun started this process as one of several tasks but MPI sees it alone
+// (world 1): srun's --mpi plugin does not wire up this MPI library, so each task would run by itself.
+std::string launch_mismatch(const std::function<const char*(const char*)>& getenv, int world);
+
 // "4 ranks on 2 nodes: n1 (ranks 0-1), n2 (ranks 2-3); local rank from SLURM_LOCALID", at most a few
 // nodes named.
 std::string describe_placement(const std::vector<RankPlace>& ranks);

@@ -51,6 +51,18 @@ TEST(malformed_or_impossible_values_are_not_taken) {
   }
 }
 
+TEST(warns_when_srun_tasks_each_see_a_world_of_one) {
+  const Env env{{"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_PROCID", "2"}, {"SLURM_MPI_TYPE", "none"}};
+  auto get = [&](const char* k) {
+    auto it = env.find(k);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  const std::string w = launch_mismatch(get, 1);
+  CHECK_MSG(w.find("srun started 4 tasks") != std::string::npos && w.find("--mpi=none") != std::string::npos, w);
+  CHECK(launch_mismatch(get, 4).empty());  // wired up: one world of 4
+  CHECK(launch_mismatch([](const char*) { return nullptr; }, 1).empty());  // not under srun
+}
+
 TEST(describes_nodes_and_where_local_ranks_came_from) {
   const std::vector<RankPlace> two{{"n1", 0, "SLURM_LOCALID"}, {"n1", 1, "SLURM_LOCALID"},
                                    {"n2", 0, "SLURM_LOCALID"}, {"n2", 1, "SLURM_LOCALID"}};

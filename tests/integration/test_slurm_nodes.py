@@ -132,13 +132,17 @@ def test_two_nodes_equal_one_machine(nodes2, tmp_path, launcher):
     assert (world, stage) == (4, 2)
 
 
-def test_usr1_reaches_every_rank_then_requeue_and_resume(nodes2, tmp_path, ref_losses):
-    """`scancel --signal=USR1` signals the ranks on both nodes (not the batch shell): all 4 receive it, checkpoint
-    and exit 75; the job requeues itself and resumes, with every step logged once and the uninterrupted losses."""
+@pytest.mark.parametrize("launcher,scancel", [("srun", ["--signal=USR1"]), ("srun", ["--batch", "--signal=USR1"]),
+                                              ("mpirun", ["--batch", "--signal=USR1"])],
+                         ids=["srun-ranks", "srun-batch", "mpirun-batch"])
+def test_usr1_reaches_every_rank_then_requeue_and_resume(nodes2, tmp_path, ref_losses, launcher, scancel):
+    """USR1 sent to the ranks on both nodes (`scancel --signal=USR1`), or to the batch shell as the time-limit
+    warning is (`--batch`), which passes it to srun or mpirun: all 4 ranks receive it, checkpoint and exit 75;
+    the job requeues itself and resumes, with every step logged once and the uninterrupted losses."""
     y = run_yaml(tmp_path, "sig")
-    jid, out = submit(nodes2, tmp_path, y, 2)
+    jid, out = submit(nodes2, tmp_path, y, 2, env={"LAUNCHER": launcher, "MPIRUN_ARGS": "--allow-run-as-root"})
     wait_until(nodes2, jid, out, lambda: last_step(out) >= 15, 120, "no progress to step 15")
-    nodes2.run(["scancel", "--signal=USR1", jid])
+    nodes2.run(["scancel", *scancel, jid])
     st = nodes2.wait([jid], 240, "the requeued run")
     t = text(out)
     assert st == {jid: "COMPLETED"} and nodes2.job_field(jid, "Restarts") == "1", nodes2.report([out])
@@ -148,6 +152,7 @@ def test_usr1_reaches_every_rank_then_requeue_and_resume(nodes2, tmp_path, ref_l
     assert m.group(2) == "4", f"USR1 reached {m.group(2)} of the 4 ranks\n" + t[-4000:]
     assert "train exited 75" in t and "job requeued" in t and f"resumed from step {m.group(1)}" in t, t[-4000:]
     assert t.count("4 ranks on 2 nodes: n1 (ranks 0-1), n2 (ranks 2-3)") == 2, t[-4000:]
+    assert ("after SIGUSR1" in t) == ("--batch" in scancel), t[-4000:]
     log = read_log(tmp_path / "runs" / "sig" / "log.h5")
     assert log["attrs"]["status"] == "ok"
     np.testing.assert_array_equal(log["step"], np.arange(1, STEPS + 1))
