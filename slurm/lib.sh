@@ -8,6 +8,7 @@
 : "${GPUS_PER_NODE:=8}"           # GPUs on one node of the partition
 : "${GPUS_PER_POINT:=1}"          # GPUs (= MPI ranks) per sweep point; 0 runs a point on the CPU
 : "${RANKS_PER_POINT:=}"          # ranks per sweep point (default: GPUS_PER_POINT, at least 1)
+: "${NODES_PER_POINT:=}"          # nodes of a CPU sweep point (default 1; GPU points: GPUS_PER_POINT / GPUS_PER_NODE)
 : "${CPUS_PER_TASK:=8}"           # CPU cores per rank
 : "${MEM_PER_POINT:=}"            # --mem for a sweep point (empty: the partition's default)
 : "${POINT_TIME:=04:00:00}"       # time limit of one sweep point
@@ -66,8 +67,11 @@ launcher_cmd() {
             printf '%s\n' "${a[@]}"
             ;;
         mpirun)
-            # OpenMPI's mpirun reads the Slurm allocation: one rank per task, spread over the nodes.
-            local a=(mpirun -np "${SLURM_NTASKS:-1}" -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE)
+            # OpenMPI's mpirun reads the Slurm allocation: one rank per task, spread over the nodes. It starts
+            # its daemons on the other nodes with srun, which passes them this environment; -x names what the
+            # ranks must see wherever mpirun starts them some other way (ssh): threads and every NCCL_* setting.
+            local a=(mpirun -np "${SLURM_NTASKS:-1}" -x OMP_NUM_THREADS) v
+            for v in $(compgen -e | grep '^NCCL_'); do a+=(-x "$v"); done
             # shellcheck disable=SC2206
             [[ -n "$MPIRUN_ARGS" ]] && a+=($MPIRUN_ARGS)
             printf '%s\n' "${a[@]}"
@@ -131,10 +135,11 @@ run_train() {
     fi
     if (( rc == 75 )); then
         # USR1 (the time-limit warning, or sent by hand) means "continue later": requeue. TERM/INT mean the job
-        # is being cancelled, killed at its limit or preempted: requeueing would undo a scancel, and a
-        # preemption with PreemptMode=REQUEUE requeues the job by itself.
+        # is being cancelled, killed at its limit, preempted or ended by a failed node: requeueing would undo
+        # a scancel, and Slurm requeues a --requeue job by itself after a node failure or a preemption with
+        # PreemptMode=REQUEUE.
         if [[ "$STOP_SIGNAL" == TERM || "$STOP_SIGNAL" == INT ]]; then
-            log "$stopped after SIG$STOP_SIGNAL: not requeued (resubmit to resume)"
+            log "$stopped after SIG$STOP_SIGNAL: not requeued by this script (resubmit to resume, unless Slurm requeues the job after a node failure or preemption)"
         else
             # Said first: a successful requeue cancels this job at once, often before this shell runs on.
             log "$stopped; job requeued, it will resume from the checkpoint"

@@ -70,16 +70,22 @@ else
 fi
 [[ -n "$MAX_PARALLEL" ]] && array+="%$MAX_PARALLEL"
 
-# Resources of one point: one rank per GPU, whole nodes of GPUS_PER_NODE when a point needs more than one.
+# Resources of one point: one rank per GPU, whole nodes of GPUS_PER_NODE when a point needs more than one;
+# CPU points on NODES_PER_POINT nodes (default 1), the same number of ranks on each.
 ranks=${RANKS_PER_POINT:-$(( GPUS_PER_POINT > 0 ? GPUS_PER_POINT : 1 ))}
 res=()
 if (( GPUS_PER_POINT > 0 )); then
+    [[ -z "$NODES_PER_POINT" ]] || die "NODES_PER_POINT is for CPU points; GPU points take GPUS_PER_POINT / GPUS_PER_NODE nodes"
     if (( GPUS_PER_POINT <= GPUS_PER_NODE )); then
         res+=(--nodes=1 "--ntasks-per-node=$ranks" "--gpus-per-node=$GPUS_PER_POINT")
     else
         (( GPUS_PER_POINT % GPUS_PER_NODE == 0 )) || die "GPUS_PER_POINT=$GPUS_PER_POINT is not a multiple of GPUS_PER_NODE=$GPUS_PER_NODE"
         res+=("--nodes=$((GPUS_PER_POINT / GPUS_PER_NODE))" "--ntasks-per-node=$GPUS_PER_NODE" "--gpus-per-node=$GPUS_PER_NODE")
     fi
+elif [[ -n "$NODES_PER_POINT" ]]; then
+    [[ "$NODES_PER_POINT" =~ ^[1-9][0-9]*$ ]] && (( ranks % NODES_PER_POINT == 0 )) \
+        || die "NODES_PER_POINT=$NODES_PER_POINT must be a whole number of nodes that divides the $ranks rank(s) of a point"
+    res+=("--nodes=$NODES_PER_POINT" "--ntasks-per-node=$((ranks / NODES_PER_POINT))")
 else
     res+=(--nodes=1 "--ntasks=$ranks")
 fi

@@ -5,7 +5,9 @@
 #   sbatch --nodes=4 --gpus-per-node=8 --ntasks-per-node=8 slurm/train.sh experiments/long_run.yaml
 #
 # Runs `./train --yaml YAML --resume [args]` on every task of the allocation (one rank per GPU: keep
-# --ntasks-per-node equal to --gpus-per-node). Slurm sends USR1 to this shell 300 s (the --signal line
+# --ntasks-per-node equal to --gpus-per-node), on as many nodes as the job has; each rank takes the GPU of
+# its local rank (SLURM_LOCALID). A node range (--nodes=2-4) lets a requeued job start on the nodes there
+# are; it resumes resharded to its new rank count. Slurm sends USR1 to this shell 300 s (the --signal line
 # below) before the time limit; the shell passes it to the ranks, which finish their step,
 # checkpoint and exit 75; the job then requeues itself and, when it starts again, resumes from the checkpoint
 # (the run log continues without duplicate rows). `scancel --batch --signal=USR1 JOBID` does the same by hand.
@@ -53,5 +55,5 @@ if (( gpn > 0 )) && [[ -n "${SLURM_NTASKS_PER_NODE:-}" && "$gpn" != "$SLURM_NTAS
     log "warning: $SLURM_NTASKS_PER_NODE task(s) per node but --gpus-per-node=$SLURM_GPUS_PER_NODE (one rank per GPU is intended)"
 fi
 
-log "run $1 on $SLURM_JOB_NUM_NODES node(s) [$SLURM_JOB_NODELIST], ${SLURM_NTASKS:-1} rank(s), restart ${SLURM_RESTART_COUNT:-0}"
+log "run $1 on $SLURM_JOB_NUM_NODES node(s) [$SLURM_JOB_NODELIST], ${SLURM_NTASKS:-1} rank(s) (per node: ${SLURM_TASKS_PER_NODE:-1}), restart ${SLURM_RESTART_COUNT:-0}"
 run_train --yaml "$@" --resume

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# A private single-node Slurm cluster on this machine, for the integration tests.
+# A private Slurm cluster on this machine, for the integration tests: one node, or several.
 #
-#   tests/slurm_cluster.sh start DIR   installs Slurm + munge if missing (apt), starts munged, slurmctld and
+#   tests/slurm_cluster.sh start DIR [NODES]
+#                                      installs Slurm + munge if missing (apt), starts munged, slurmctld and
 #                                      slurmd with all their state, logs and sockets under DIR, waits until
-#                                      the node is idle, and prints the line `SLURM_CONF=DIR/slurm.conf`
+#                                      every node is idle, and prints the line `SLURM_CONF=DIR/slurm.conf`
 #   tests/slurm_cluster.sh stop DIR    cancels the cluster's jobs and stops every daemon `start` started
 #   tests/slurm_cluster.sh logs DIR    prints the tails of the daemons' logs
 #
+# NODES (default 1) > 1 makes nodes n1..nNODES, each a slurmd of its own (`slurmd -N nI`, its own port,
+# spool folder, pid file and log) with this machine's cores, all reached at 127.0.0.1: Slurm places tasks,
+# steps and signals per node as on a real cluster, while the processes share one machine. Each slurmd runs
+# in a UTS namespace of its own whose hostname is the node's name, so that what its tasks start sees
+# nI as its host: OpenMPI then keeps each node's shared-memory segments apart (they are named by host and
+# local rank) and talks TCP between nodes. (Debian's Slurm is built without --enable-multiple-slurmd,
+# which also forbids two nodes with the same NodeHostname; each node's NodeHostname is its name.)
+#
 # Clients (sbatch, squeue, srun, ...) reach this cluster through SLURM_CONF=DIR/slurm.conf; nothing under
 # /etc is written and the system's own munged (if any) is left alone: this munged has its own key and socket.
-# Exit status of `start`: 0 running, 1 failed (logs printed), 77 Slurm cannot be installed here (no apt, not root).
+# Exit status of `start`: 0 running, 1 failed (logs printed), 77 Slurm cannot be installed here (no apt, not root)
+# or, for NODES > 1, no UTS namespace can be made here (`unshare --uts`).
 # Settings (environment): SLURM_TEST_CPUS (default: nproc), SLURM_TEST_PORT (slurmctld port; slurmd uses +1;
 # default: two free ports), SLURM_TEST_START_TIMEOUT (seconds to wait for an idle node, default 120).
 set -u
 
 cmd=${1:-}
 D=${2:-}
-if [[ -z "$cmd" || -z "$D" ]]; then
-    echo "usage: $0 start|stop|logs DIR" >&2
+NODES=${3:-1}
+if [[ -z "$cmd" || -z "$D" || ! "$NODES" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: $0 start DIR [NODES] | stop DIR | logs DIR" >&2
     exit 2
 fi
 mkdir -p "$D"
@@ -27,7 +38,7 @@ export SLURM_CONF=$CONF
 
 log_tails() {
     local f
-    for f in "$D"/munge/munged.log "$D"/slurmctld.log "$D"/slurmd.log; do
+    for f in "$D"/munge/munged.log "$D"/slurmctld.log "$D"/slurmd*.log; do
         [[ -f "$f" ]] && { echo "----- $f (last 40 lines)"; tail -n 40 "$f"; }
     done
 }
@@ -85,13 +96,15 @@ install_slurm() {
     fi
 }
 
-free_port_pair() {
-    python3 - <<'EOF'
-import random, socket
-start = random.randrange(20000, 40000, 2)  # concurrent test sessions rarely pick the same pair
-for p in list(range(start, 40000, 2)) + list(range(20000, start, 2)):
+free_ports() {  # free_ports N: the first of N consecutive free ports
+    python3 - "$1" <<'EOF'
+import random, socket, sys
+n = int(sys.argv[1])
+step = 2 * ((n + 1) // 2)
+start = random.randrange(20000, 40000, step)  # concurrent test sessions rarely pick the same ports
+for p in list(range(start, 40000, step)) + list(range(20000, start, step)):
     ok = True
-    for q in (p, p + 1):
+    for q in range(p, p + n):
         s = socket.socket()
         try:
             s.bind(("", q))
@@ -106,22 +119,42 @@ EOF
 }
 
 write_conf() {
-    local host cpus port mpi
+    local host cpus port mpi nodes i
     host=$(hostname -s)
     cpus=${SLURM_TEST_CPUS:-$(nproc)}
-    port=${SLURM_TEST_PORT:-$(free_port_pair)}
+    port=${SLURM_TEST_PORT:-$(free_ports $((NODES + 1)))}
     # PMIx lets srun start OpenMPI ranks directly; fall back to none when the plugin is absent.
     mpi=none
     # (srun --mpi=list would wait for a controller, so look for the plugin file instead.)
     compgen -G "/usr/lib/*/slurm-wlm/mpi_pmix.so" >/dev/null || compgen -G "/usr/lib*/slurm/mpi_pmix.so" >/dev/null \
         && mpi=pmix
-    mkdir -p "$D/state" "$D/spool"
+    mkdir -p "$D/state" "$D/spool" "$D/tmp"
+    # TmpFS is where srun's PMIx plugin makes each step's folder (named by job and step id only): under DIR,
+    # so that neither two clusters on this machine nor two nodes of this one share them.
+    if (( NODES == 1 )); then
+        nodes="SlurmdPort=$((port + 1))
+TmpFS=$D/tmp
+SlurmdSpoolDir=$D/spool
+SlurmdPidFile=$D/slurmd.pid
+SlurmdLogFile=$D/slurmd.log
+NodeName=$host CPUs=$cpus State=UNKNOWN"
+    else
+        # %n: the node's name, so that every slurmd has its own spool folder, pid file and log.
+        nodes="TmpFS=$D/tmp/%n
+SlurmdSpoolDir=$D/spool/%n
+SlurmdPidFile=$D/slurmd-%n.pid
+SlurmdLogFile=$D/slurmd-%n.log"
+        for ((i = 1; i <= NODES; i++)); do
+            mkdir -p "$D/spool/n$i" "$D/tmp/n$i"
+            nodes+="
+NodeName=n$i NodeHostname=n$i NodeAddr=127.0.0.1 Port=$((port + i)) CPUs=$cpus State=UNKNOWN"
+        done
+    fi
     cat > "$CONF" <<EOF
-# Generated by tests/slurm_cluster.sh: a single-node test cluster on $host.
+# Generated by tests/slurm_cluster.sh: a test cluster of $NODES node(s) on $host.
 ClusterName=testcluster
 SlurmctldHost=$host
 SlurmctldPort=$port
-SlurmdPort=$((port + 1))
 AuthType=auth/munge
 CredType=cred/munge
 # cred_expire is also how long a requeued job waits before it may start again (default 120 s).
@@ -129,11 +162,8 @@ AuthInfo=socket=$D/munge/munge.socket,cred_expire=10
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$D/state
-SlurmdSpoolDir=$D/spool
 SlurmctldPidFile=$D/slurmctld.pid
-SlurmdPidFile=$D/slurmd.pid
 SlurmctldLogFile=$D/slurmctld.log
-SlurmdLogFile=$D/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
@@ -150,7 +180,7 @@ JobRequeue=1
 MinJobAge=600
 KillWait=10
 SchedulerParameters=sched_interval=2
-NodeName=$host CPUs=$cpus State=UNKNOWN
+$nodes
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 }
@@ -162,10 +192,15 @@ start_daemon() {  # start_daemon NAME CMD...: runs CMD in the background, record
     echo $! >> "$D/pids"
 }
 
-node_state() { sinfo -h -N -o %t 2>/dev/null | head -n 1; }
+# "NAME STATE" for every node, one a line.
+node_states() { sinfo -h -N -o '%N %t' 2>/dev/null; }
 
 start_cluster() {
     install_slurm || return $?
+    if (( NODES > 1 )) && ! unshare --uts true 2>/dev/null; then
+        echo "slurm_cluster: $NODES nodes need a hostname each, and \`unshare --uts\` fails here (needs root)" >&2
+        return 77
+    fi
     [[ -n "$(started_pids)" ]] && stop_cluster
     : > "$D/pids"
     write_conf
@@ -198,15 +233,28 @@ start_cluster() {
     fi
 
     start_daemon slurmctld /usr/sbin/slurmctld -D -i -f "$CONF"
-    start_daemon slurmd /usr/sbin/slurmd -D -f "$CONF"
+    local i
+    if (( NODES == 1 )); then
+        start_daemon slurmd /usr/sbin/slurmd -D -f "$CONF"
+    else
+        for ((i = 1; i <= NODES; i++)); do
+            # shellcheck disable=SC2016
+            start_daemon "slurmd-n$i" unshare --uts sh -c 'hostname "$1" && exec /usr/sbin/slurmd -D -N "$1" -f "$2"' \
+                sh "n$i" "$CONF"
+        done
+    fi
 
-    local timeout=${SLURM_TEST_START_TIMEOUT:-120} t0=$SECONDS st=""
+    local timeout=${SLURM_TEST_START_TIMEOUT:-120} t0=$SECONDS st="" name state idle
     while (( SECONDS - t0 < timeout )); do
-        st=$(node_state)
-        case "$st" in
-            idle) echo "SLURM_CONF=$CONF"; return 0 ;;
-            down*|drain*|fail*) scontrol update nodename="$(hostname -s)" state=resume >/dev/null 2>&1 ;;
-        esac
+        st=$(node_states)
+        idle=0
+        while read -r name state; do
+            case "$state" in
+                idle) idle=$((idle + 1)) ;;
+                down*|drain*|fail*) scontrol update nodename="$name" state=resume >/dev/null 2>&1 ;;
+            esac
+        done <<< "$st"
+        if (( idle == NODES )); then echo "SLURM_CONF=$CONF"; return 0; fi
         for pid in $(started_pids); do
             if ! kill -0 "$pid" 2>/dev/null; then
                 echo "slurm_cluster: a daemon (pid $pid) exited during start" >&2
@@ -215,7 +263,7 @@ start_cluster() {
         done
         sleep 1
     done
-    echo "slurm_cluster: node not idle after $((SECONDS - t0)) s (state: '${st}')" >&2
+    echo "slurm_cluster: nodes not idle after $((SECONDS - t0)) s (states: '${st//$'\n'/, }')" >&2
     sinfo -N -l >&2 2>&1
     for f in "$D"/*.out; do echo "----- $f" >&2; tail -n 20 "$f" >&2; done
     log_tails >&2
@@ -227,5 +275,5 @@ case "$cmd" in
     start) start_cluster ;;
     stop) stop_cluster ;;
     logs) log_tails ;;
-    *) echo "usage: $0 start|stop|logs DIR" >&2; exit 2 ;;
+    *) echo "usage: $0 start DIR [NODES] | stop DIR | logs DIR" >&2; exit 2 ;;
 esac

@@ -3,8 +3,10 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "base/common.hpp"
+#include "dist/placement.hpp"
 
 namespace gpt {
 
@@ -37,7 +39,9 @@ class HostComm {
   virtual int rank() const = 0;
   virtual int world() const = 0;
   virtual int local_rank() const = 0;
-  virtual int local_size() const = 0;  // ranks on this node
+  virtual int local_size() const = 0;  // ranks sharing this node's memory
+  // Every rank's node and local rank, gathered at start (empty where unknown: test doubles).
+  virtual std::vector<RankPlace> placement() const { return {}; }
   virtual double sum(double x) = 0;
   virtual long max(long x) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;

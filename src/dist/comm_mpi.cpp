@@ -45,11 +45,23 @@ class MpiHostComm final : public HostComm {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &world_);
+    // The launcher's local rank comes first: it numbers the ranks of each node as the allocation placed
+    // them, whatever the MPI library takes a node to be. MPI_COMM_TYPE_SHARED (one shared-memory domain)
+    // is the fallback; where several Slurm nodes share one machine it is not the same thing.
     MPI_Comm local;
     MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
+    std::string from = "MPI_COMM_TYPE_SHARED";
+    auto getenv = [](const char* k) { return std::getenv(k); };
+    if (auto env = local_rank_from_env(getenv, rank_, world_)) {
+      local_rank_ = env->rank;
+      from = env->from;
+    }
+    const std::string mismatch = launch_mismatch(getenv, world_);
+    if (!mismatch.empty()) std::cerr << "warning: " << mismatch << "\n";
+    gather_placement(from);
   }
   ~MpiHostComm() override {
     MPI_Comm_free(&comm_);
@@ -59,6 +71,7 @@ class MpiHostComm final : public HostComm {
   int world() const override { return world_; }
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
+  std::vector<RankPlace> placement() const override { return placement_; }
   double sum(double x) override {
     double r = 0;
     MPI_CHECK(MPI_Allreduce(&x, &r, 1, MPI_DOUBLE, MPI_SUM, comm_));
@@ -81,8 +94,26 @@ class MpiHostComm final : public HostComm {
   void* mpi_comm() override { return &comm_; }
 
  private:
+  // One fixed-size record per rank, all-gathered: the run log and the start-up line show them.
+  void gather_placement(const std::string& from) {
+    struct Record {
+      char node[MPI_MAX_PROCESSOR_NAME];
+      char from[32];
+      int local_rank;
+    };
+    Record mine{};
+    int len = 0;
+    MPI_CHECK(MPI_Get_processor_name(mine.node, &len));
+    std::strncpy(mine.from, from.c_str(), sizeof mine.from - 1);
+    mine.local_rank = local_rank_;
+    std::vector<Record> all(static_cast<size_t>(world_));
+    MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_));
+    for (const Record& r : all) placement_.push_back({r.node, r.local_rank, r.from});
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::vector<RankPlace> placement_;
   bool own_ = false;
 };
 

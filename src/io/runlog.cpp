@@ -76,6 +76,36 @@ void write_memory_attrs(hid_t g, const MemoryBreakdown& m) {
   h5::set_attr(g, "total", int64_t(m.total()));
   h5::set_attr(g, "components", names);
 }
+
+// What this start of the run is: written when the log is made and again on every resume, which may run on
+// another number of ranks (nodes) or with other settings. /ranks has one row per rank.
+void write_run_attrs(hid_t f, const RunInfo& info) {
+  h5::set_attr(f, "name", info.name);
+  h5::set_attr(f, "config_yaml", info.config_yaml);
+  h5::set_attr(f, "n_params", info.n_params);
+  h5::set_attr(f, "flops_per_token", info.flops_per_token);
+  h5::set_attr(f, "tokens_per_step", info.tokens_per_step);
+  h5::set_attr(f, "world_size", info.world_size);
+  h5::set_attr(f, "zero_stage", info.zero_stage);
+  h5::set_attr(f, "device", info.device);
+  h5::set_attr(f, "hardware", info.hardware);
+  h5::set_attr(f, "peak_flops", info.peak_flops);
+  h5::set_attr(f, "git_rev", info.git_rev);
+  h5::set_attr(f, "point_index", info.point_index);
+  h5::set_attr(f, "point_values", info.point_values);
+  if (h5::exists(f, "ranks")) H5_CHECK(H5Ldelete(f, "ranks", H5P_DEFAULT));
+  h5::Id g = h5::create_group(f, "ranks");
+  std::vector<std::string> node, from;
+  std::vector<int64_t> local;
+  for (const RankPlace& r : info.ranks) {
+    node.push_back(r.node);
+    from.push_back(r.local_rank_from);
+    local.push_back(r.local_rank);
+  }
+  h5::write_strings(g, "node", node);
+  h5::write_array(g, "local_rank", H5T_NATIVE_INT64, H5T_STD_I64LE, local.data(), local.size());
+  h5::write_strings(g, "local_rank_from", from);
+}
 }  // namespace
 
 RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdown& predicted, int64_t resume_step)
@@ -110,25 +140,14 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     h5::set_attr(p_->file, "status", std::string("running"));
     h5::set_attr(p_->file, "message", std::string(""));
     h5::set_attr(p_->file, "resumed_from_step", resume_step);
+    write_run_attrs(p_->file, info);
   } else {
     const std::string tmp = path + ".tmp";
     h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
     if (!f.valid()) throw input_error("cannot create run log '" + tmp + "'");
-    h5::set_attr(f, "name", info.name);
-    h5::set_attr(f, "config_yaml", info.config_yaml);
-    h5::set_attr(f, "n_params", info.n_params);
-    h5::set_attr(f, "flops_per_token", info.flops_per_token);
-    h5::set_attr(f, "tokens_per_step", info.tokens_per_step);
-    h5::set_attr(f, "world_size", info.world_size);
-    h5::set_attr(f, "zero_stage", info.zero_stage);
-    h5::set_attr(f, "device", info.device);
-    h5::set_attr(f, "hardware", info.hardware);
-    h5::set_attr(f, "peak_flops", info.peak_flops);
-    h5::set_attr(f, "git_rev", info.git_rev);
+    write_run_attrs(f, info);
     h5::set_attr(f, "status", std::string("running"));
     h5::set_attr(f, "message", std::string(""));
-    h5::set_attr(f, "point_index", info.point_index);
-    h5::set_attr(f, "point_values", info.point_values);
     {
       h5::Id tg = h5::create_group(f, "train");
       for (int i = 0; i < 7; ++i) h5::create_series(tg, kTrainCols[i], i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE);

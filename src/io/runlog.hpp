@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/memory.hpp"
+#include "dist/placement.hpp"
 
 namespace gpt {
 
@@ -12,6 +13,7 @@ struct RunInfo {
   std::string name, config_yaml, device, hardware, git_rev, point_values;
   int64_t n_params = 0, tokens_per_step = 0, world_size = 1, zero_stage = 0, point_index = -1;
   double flops_per_token = 0, peak_flops = 0;
+  std::vector<RankPlace> ranks;  // node and local rank of every rank: /ranks, rewritten on resume
 };
 
 struct TrainRow {

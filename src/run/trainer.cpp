@@ -251,6 +251,8 @@ class Trainer {
     info.zero_stage = plan_.zero.stage;
     info.flops_per_token = plan_.flops_per_token;
     info.peak_flops = be_->peak_flops();
+    info.ranks = host_.placement();
+    if (world_ > 1 && !info.ranks.empty()) term_.note(describe_placement(info.ranks));
     log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(plan_), resumed_ ? st_.step : -1);
     term_.note("train data: " + train_src_->describe() + (val_src_ ? "; val data: " + val_src_->describe() : ""));
   }
@@ -383,8 +385,12 @@ class Trainer {
       const bool stop = boundary(failed);  // every rank stops at the same step
       if ((cfg_.checkpoint.every > 0 && st_.step % cfg_.checkpoint.every == 0) || (stop && !last)) checkpoint();
       if (stop && !last) {
+        // Counted after the checkpoint, by when a signal sent to every rank at once has reached them all:
+        // it shows whether the launcher passed it on to every rank on every node.
+        const int seen = int(host_.sum(stop_requested() ? 1 : 0));
         status_ = "checkpointed";
-        message_ = "stopped by a signal at step " + std::to_string(st_.step) + "; resume with --resume";
+        message_ = "stopped by a signal at step " + std::to_string(st_.step) + " (received by " + std::to_string(seen) +
+                   " of " + std::to_string(world_) + " ranks); resume with --resume";
         exit_code_ = kExitCheckpointed;
         term_.note(message_);
         return;

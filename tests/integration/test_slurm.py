@@ -32,8 +32,8 @@ class Cluster:
         # Everything the jobs need comes from the submitting environment (sbatch --export=ALL): this cluster,
         # the site settings of slurm/lib.sh for a CPU-only node, and nothing from a Slurm job we may run in.
         site = ("REPO_DIR", "TRAIN_BIN", "LAUNCHER", "SRUN_MPI", "SRUN_ARGS", "MPIRUN_ARGS", "MODULES",
-                "EXTRA_SBATCH_ARGS", "MAX_PARALLEL", "RANKS_PER_POINT", "GPUS_PER_NODE", "MEM_PER_POINT",
-                "POINT_SIGNAL_S", "PYTHON")
+                "EXTRA_SBATCH_ARGS", "MAX_PARALLEL", "RANKS_PER_POINT", "NODES_PER_POINT", "GPUS_PER_NODE",
+                "MEM_PER_POINT", "POINT_SIGNAL_S", "PYTHON")
         self.env = {k: v for k, v in os.environ.items()
                     if k not in site and not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_"))}
         self.env.update(SLURM_CONF=str(self.dir / "slurm.conf"), TRAIN_BIN=str(TRAIN), OMP_NUM_THREADS="1",
@@ -87,19 +87,20 @@ class Cluster:
         return "\n".join(parts)
 
 
-@pytest.fixture(scope="module")
-def slurm(train_bin):
+def started_cluster(nodes):
+    """A generator for a module fixture: starts a cluster of `nodes` nodes, yields it, stops it."""
     # Not pytest's tmp_path: its folders are 0700 and munged runs as the munge user.
     d = Path(tempfile.mkdtemp(prefix="slurm-test-"))
     d.chmod(0o755)
+    args = ["bash", str(CLUSTER_SH), "start", str(d), str(nodes)]
     try:
-        p = subprocess.run(["bash", str(CLUSTER_SH), "start", str(d)], capture_output=True, text=True, timeout=900)
+        p = subprocess.run(args, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
         subprocess.run(["bash", str(CLUSTER_SH), "stop", str(d)], timeout=120)
         pytest.fail("tests/slurm_cluster.sh start did not return within 900 s")
     if p.returncode == 77:
         shutil.rmtree(d, ignore_errors=True)
-        pytest.skip(f"SKIP: no Slurm cluster can be started here: {p.stderr.strip()}")
+        pytest.skip(f"SKIP: no Slurm cluster of {nodes} node(s) can be started here: {p.stderr.strip()}")
     if p.returncode != 0:
         shutil.rmtree(d, ignore_errors=True)
         pytest.fail(f"tests/slurm_cluster.sh start failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -108,6 +109,11 @@ def slurm(train_bin):
     finally:
         subprocess.run(["bash", str(CLUSTER_SH), "stop", str(d)], timeout=300)
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def slurm(train_bin):
+    yield from started_cluster(1)
 
 
 def read_kv(path):
