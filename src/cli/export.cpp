@@ -16,8 +16,7 @@ int run_export(int argc, char** argv) {
   std::string ckpt, out, dtype = "fp32";
   opts.add_options()("help,h", "this help")("ckpt", po::value(&ckpt)->required(), "checkpoint folder")(
       "out", po::value(&out)->required(), "llm.c model file to write")("dtype", po::value(&dtype), "fp32 | bf16");
-  po::variables_map vm;
-  po::store(po::parse_command_line(argc - 1, argv + 1, opts), vm);
+  po::variables_map vm = parse_options(argc - 1, argv + 1, opts);
   if (vm.count("help")) {
     std::cout << opts;
     return 0;

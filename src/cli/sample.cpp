@@ -63,8 +63,7 @@ int run_sample(int argc, char** argv, HostComm& host) {
       "prompt-ids", po::value(&prompt), "comma-separated token ids (default: <|endoftext|>)")(
       "tokens", po::value(&tokens), "tokens to generate")("temperature", po::value(&temperature), "0 = greedy")(
       "seed", po::value(&seed), "sampling seed")("device", po::value(&device), "cpu | cuda | auto");
-  po::variables_map vm;
-  po::store(po::parse_command_line(argc - 1, argv + 1, opts), vm);
+  po::variables_map vm = parse_options(argc - 1, argv + 1, opts);
   if (vm.count("help")) {
     std::cout << opts << "Prints the prompt and generated token ids, space-separated; scripts/sample.py turns text "
                          "into ids and back.\n";

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "base/common.hpp"
+#include "base/format.hpp"
 
 namespace gpt::config {
 
@@ -152,8 +153,7 @@ std::string field_text(const Field& f) {
         } else if constexpr (std::is_same_v<T, bool>) {
           return *p ? "true" : "false";
         } else if constexpr (std::is_same_v<T, float>) {
-          os.precision(9);
-          os << *p;
+          return yaml_float(*p);  // the shortest text that reads back as this float: 3e-4 -> 0.0003
         } else if constexpr (std::is_same_v<T, MicroBatch>) {
           if (p->max) return "max";
           os << p->size;

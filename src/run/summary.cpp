@@ -9,6 +9,7 @@
 #include <map>
 #include <unistd.h>
 
+#include "base/format.hpp"
 #include "base/memory.hpp"
 #include "io/h5util.hpp"
 #include "run/sweep.hpp"
@@ -147,11 +148,7 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
       for (auto& c : num_cols) {
         out << ",";
         const double v = r.num[c];
-        if (!std::isnan(v)) {
-          char buf[48];
-          std::snprintf(buf, sizeof buf, "%.10g", v);
-          out << buf;
-        }
+        if (!std::isnan(v)) out << shortest(v);
       }
       out << "\n";
     }
