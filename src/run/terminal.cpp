@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 
 #include "base/format.hpp"
@@ -22,9 +21,8 @@ std::string format_duration(double s) {
 }
 
 bool interactive_stdout() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v)) return false;
-  return isatty(1) == 1;
+  // a terminal, and this process's own controlling terminal with this process in its foreground
+  return isatty(1) == 1 && tcgetpgrp(1) == getpgrp();
 }
 
 Terminal::Terminal(bool on, bool progress, int steps)

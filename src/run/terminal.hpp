@@ -43,9 +43,10 @@ class Terminal {
   int64_t timed_ = 0;
 };
 
-// Whether rank 0's stdout is a terminal a person watches: a tty, and not one an MPI launcher made.
-// mpirun forwards every rank's output through a pseudo-terminal even when its own output goes to a
-// file or a pipe, so there isatty() says yes and a progress bar would fill the log with \r lines.
+// Whether stdout is a terminal a person watches: this process's controlling terminal, with the process
+// in its foreground. mpirun forwards every rank's output through a pseudo-terminal of its own even when
+// its output goes to a file or a pipe: isatty() says yes there, and a progress bar would fill the log
+// with \r lines, but that terminal controls no one.
 bool interactive_stdout();
 
 std::string format_duration(double seconds);  // "3m07s", "1h02m", "?"
