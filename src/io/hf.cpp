@@ -64,7 +64,11 @@ Place place_of(const ParamLayout& L, const HfTensor& h) {
 }
 
 nlohmann::json hf_config(const ModelDims& d) {
-  return {{"architectures", {"GPT2LMHeadModel"}},
+  // GPT-2's <|endoftext|> (50256) begins and ends documents; a smaller vocabulary has no such token
+  const nlohmann::json eot = d.vocab_size > 50256 ? nlohmann::json(50256) : nlohmann::json(nullptr);
+  return {{"bos_token_id", eot},
+          {"eos_token_id", eot},
+          {"architectures", {"GPT2LMHeadModel"}},
           {"model_type", "gpt2"},
           {"vocab_size", d.vocab_size},
           {"n_positions", d.max_seq_len},
@@ -79,8 +83,6 @@ nlohmann::json hf_config(const ModelDims& d) {
           {"embd_pdrop", 0.0},
           {"attn_pdrop", 0.0},
           {"initializer_range", 0.02},
-          {"bos_token_id", 50256},
-          {"eos_token_id", 50256},
           {"tie_word_embeddings", true},
           {"torch_dtype", "float32"}};
 }
