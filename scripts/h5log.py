@@ -168,13 +168,6 @@ def _config_int(config_yaml, section, key):
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def config_of(log):
-    """A read_log() result's resolved config as nested dicts ({} when the log has none)."""
-    text = log["attrs"].get("config_yaml", "")
-    cfg = yaml.safe_load(text) if text else {}
-    return cfg if isinstance(cfg, dict) else {}
-
-
 def median_step_ms(step_ms):
     """Median step time, leaving out the first logged step (one-off setup) when there are more."""
     step_ms = np.asarray(step_ms, dtype=float)

@@ -152,7 +152,7 @@ def test_dry_run_of_a_sweep_is_one_table(tmp_path, train_bin):
 def test_no_progress_bar_in_mpirun_output(tmp_path, train_bin):
     # mpirun hands every rank a pseudo-terminal even when its own output is a pipe
     y = tiny_yaml(tmp_path, steps=3)
-    cmd = mpirun_cmd(2) + [str(TRAIN), "--yaml", str(y), "log.progress=true"]
+    cmd = mpirun_cmd(2) + [str(TRAIN), "--yaml", str(y), "--set", "log.progress=true"]
     p = subprocess.run(cmd, capture_output=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert b"\r" not in p.stdout and b"step      3/3" in p.stdout
@@ -162,7 +162,7 @@ def test_progress_bar_on_an_interactive_terminal(tmp_path, train_bin):
     y = tiny_yaml(tmp_path, steps=3)
     pid, fd = pty.fork()
     if pid == 0:
-        os.execv(str(TRAIN), [str(TRAIN), "--yaml", str(y), "log.progress=true"])
+        os.execv(str(TRAIN), [str(TRAIN), "--yaml", str(y), "--set", "log.progress=true"])
     out = b""
     while True:
         r, _, _ = select.select([fd], [], [], 120)
