@@ -24,6 +24,8 @@ $(call need,pkg-config --exists yaml-cpp,yaml-cpp,apt-get install libyaml-cpp-de
 $(call need,pkg-config --exists $(HDF5_PC),HDF5,apt-get install libhdf5-dev)
 $(call need,test -f /usr/include/xxhash.h,xxHash,apt-get install libxxhash-dev)
 $(call need,test -f /usr/include/boost/program_options.hpp,Boost.Program_options,apt-get install libboost-program-options-dev)
+$(call need,test -f /usr/include/nlohmann/json.hpp,nlohmann-json,apt-get install nlohmann-json3-dev)
+$(call need,test -f /usr/include/xxhash.h,xxHash,apt-get install libxxhash-dev)
 $(call need,test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h,OpenBLAS (cblas.h),apt-get install libopenblas-dev)
 endif
 

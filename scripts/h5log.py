@@ -13,12 +13,13 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import yaml
 
 # The memory components in order: the C++ table kMemoryComponents (src/base/memory.hpp), which every log
 # records as the `components` attribute of /memory/predicted and /memory/measured; read_log takes the
 # log's own list, and tests/integration/test_cli.py keeps this fallback (for plots and older logs) equal to it.
 COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm")
-TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu")
+TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens")
 EVAL_FIELDS = ("step", "val_loss")
 STATUSES = ("running", "ok", "failed", "oom", "checkpointed")
 GIB = float(1 << 30)
@@ -160,19 +161,11 @@ def _config_int(config_yaml, section, key):
     if not config_yaml:
         return None
     try:
-        import yaml  # optional
         cfg = yaml.safe_load(config_yaml)
-        value = cfg.get(section, {}).get(key) if isinstance(cfg, dict) else None
-        return int(value) if value is not None else None
-    except ImportError:
-        m = re.search(rf"^{section}:\s*\n((?:[ \t]+.*\n?)*)", config_yaml, re.M)
-        if m:
-            m2 = re.search(rf"^[ \t]+{key}:\s*(-?\d+)\s*$", m.group(1), re.M)
-            if m2:
-                return int(m2.group(1))
-    except Exception:
-        pass
-    return None
+    except yaml.YAMLError as e:
+        raise LogError(f"config_yaml is not valid YAML: {e}") from e
+    value = cfg.get(section, {}).get(key) if isinstance(cfg, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def median_step_ms(step_ms):

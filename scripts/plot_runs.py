@@ -18,7 +18,11 @@ import h5log  # noqa: E402
 
 
 def run_label(log, given):
+    """A sweep point by its swept values (`lr=0.001, zero_stage=2`), any other run by its name."""
     name = log["attrs"].get("name") or str(given)
+    values = h5log.parse_point_values(log["attrs"].get("point_values", ""))
+    if values:
+        name = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in values.items())
     status = log["attrs"].get("status", "")
     return name if status in ("ok", "") else f"{name} [{status}]"
 

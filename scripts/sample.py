@@ -2,7 +2,7 @@
 """Generate text from a checkpoint: encodes the prompt with the GPT-2 tokenizer, runs
 `./train sample` for the token ids, and decodes what comes back.
 
-    python3 scripts/sample.py --ckpt runs/x/checkpoints/step_00001000 --prompt "ROMEO:" --tokens 100
+    python3 scripts/sample.py --ckpt runs/x --prompt "ROMEO:" --tokens 100
 """
 import argparse
 import subprocess
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ckpt", required=True, help="checkpoint folder (step_NNNNNNNN)")
+    ap.add_argument("--ckpt", required=True, help="a run directory (its newest checkpoint) or a checkpoint folder")
     ap.add_argument("--prompt", default="", help="text to continue (default: start of a document)")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.8)

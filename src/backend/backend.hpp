@@ -127,5 +127,6 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);
 // Declared always; defined by the CUDA build (a stub that throws otherwise).
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& o);
 int cuda_device_count();  // 0 when built without CUDA or when no GPU is present
+size_t cuda_device_memory();  // bytes of memory of GPU 0; 0 when there is none
 
 }  // namespace gpt

@@ -1,6 +1,7 @@
 #include "base/common.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 namespace gpt {
@@ -12,6 +13,29 @@ void throw_check_failure(const char* lib, const char* call, const std::string& d
   if (!detail.empty()) os << ": " << detail;
   os << " (" << file << ":" << line << ")";
   throw Error(code, os.str());
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    u = sign;
+  } else {  // subnormal: normalise the mantissa
+    int e = -1;
+    uint32_t m = man;
+    do {
+      ++e;
+      m <<= 1;
+    } while (!(m & 0x400u));
+    u = sign | (uint32_t(112 - e) << 23) | ((m & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
 void write_file_whole(const std::string& path, const std::string& text) {

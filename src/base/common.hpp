@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -10,6 +11,23 @@ namespace gpt {
 enum class DType : uint8_t { F32, BF16 };
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 inline const char* dtype_name(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
+
+// Host-side conversions for files (llm.c bf16 models, safetensors): exact widening, and fp32 -> bf16
+// rounded to nearest even.
+inline float bf16_to_f32(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return uint16_t(u >> 16);  // inf and NaN as they are
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float f16_to_f32(uint16_t h);  // IEEE half, subnormals included
 
 // Exit statuses, documented in docs/FORMATS.md.
 enum ExitCode : int {

@@ -1,5 +1,7 @@
 // The command line: parses arguments and dispatches to train / sweep / sample / export.
 #pragma once
+#include <boost/program_options.hpp>
+
 #include <string>
 
 #include "config/config.hpp"
@@ -7,6 +9,10 @@
 
 namespace gpt {
 int run_app(int argc, char** argv, HostComm& host);
+
+// Parses a subcommand's options (argv[0] is its name); a bare word is an input error naming it.
+boost::program_options::variables_map parse_options(int argc, char** argv,
+                                                    const boost::program_options::options_description& opts);
 
 // The subcommands (cli/sample.cpp, cli/export.cpp); argv[1] is the subcommand's name.
 int run_sample(int argc, char** argv, HostComm& host);

@@ -10,6 +10,7 @@
 #include "cli/app.hpp"
 #include "config/config_io.hpp"
 #include "io/checkpoint.hpp"
+#include "io/h5util.hpp"
 #include "model/gpt.hpp"
 #include "run/stack.hpp"
 
@@ -51,20 +52,33 @@ int next_token(const std::vector<float>& logits, double temperature, std::mt1993
   return std::discrete_distribution<int>(p.begin(), p.end())(rng);
 }
 
+// logits (n, V) of the prompt's n positions into an HDF5 file (dataset /logits, float32), for comparing
+// this trainer's forward with another implementation's (scripts/check_hf_export.py).
+void write_logits(const std::string& path, const std::vector<float>& logits, size_t n, size_t V) {
+  h5::silence_errors();
+  h5::Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!f.valid()) throw input_error("--logits: cannot create '" + path + "'");
+  const hsize_t dims[2] = {n, V};
+  h5::Id space(H5_CHECK(H5Screate_simple(2, dims, nullptr)));
+  h5::Id ds(H5_CHECK(H5Dcreate2(f, "logits", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, logits.data()));
+  h5::set_attr(ds, "units", std::string("nats (unnormalised log-probabilities)"));
+}
+
 }  // namespace
 
 int run_sample(int argc, char** argv, HostComm& host) {
   po::options_description opts("train sample");
-  std::string ckpt, prompt = "50256", device = "cpu";
+  std::string ckpt, prompt = "50256", device = "cpu", logits_path;
   int tokens = 64;
   double temperature = 1.0;
   uint64_t seed = 1;
-  opts.add_options()("help,h", "this help")("ckpt", po::value(&ckpt)->required(), "checkpoint folder (step_NNNNNNNN)")(
+  opts.add_options()("help,h", "this help")("ckpt", po::value(&ckpt)->required(), "a run directory, its checkpoints/ folder or checkpoints/latest (the newest checkpoint), or a step folder")(
       "prompt-ids", po::value(&prompt), "comma-separated token ids (default: <|endoftext|>)")(
       "tokens", po::value(&tokens), "tokens to generate")("temperature", po::value(&temperature), "0 = greedy")(
-      "seed", po::value(&seed), "sampling seed")("device", po::value(&device), "cpu | cuda | auto");
-  po::variables_map vm;
-  po::store(po::parse_command_line(argc - 1, argv + 1, opts), vm);
+      "seed", po::value(&seed), "sampling seed")("device", po::value(&device), "cpu | cuda | auto")(
+      "logits", po::value(&logits_path), "also write the prompt positions' logits to this HDF5 file (/logits)");
+  po::variables_map vm = parse_options(argc - 1, argv + 1, opts);
   if (vm.count("help")) {
     std::cout << opts << "Prints the prompt and generated token ids, space-separated; scripts/sample.py turns text "
                          "into ids and back.\n";
@@ -72,6 +86,7 @@ int run_sample(int argc, char** argv, HostComm& host) {
   }
   po::notify(vm);
   if (host.world() != 1) throw input_error("sample runs on one process");
+  ckpt = resolve_checkpoint(ckpt);
   Config cfg = checkpoint_config(ckpt);
   cfg.training.device = device;
   const Plan plan = make_plan(cfg, 1);
@@ -85,6 +100,13 @@ int run_sample(int argc, char** argv, HostComm& host) {
   std::mt19937_64 rng(seed);
   std::vector<float> logits(plan.dims.vocab_size);
   std::vector<int> window(T, 0);
+  if (!logits_path.empty()) {
+    const size_t n = std::min<size_t>(ids.size(), size_t(T)), V = size_t(plan.dims.vocab_size);
+    std::vector<float> all(n * V);
+    std::copy(ids.begin(), ids.begin() + n, window.begin());
+    for (size_t pos = 0; pos < n; ++pos) model.logits_row(*stack.engine, window.data(), int(pos), all.data() + pos * V);
+    write_logits(logits_path, all, n, V);
+  }
   for (int i = 0; i < tokens; ++i) {
     // the last T tokens (positions beyond the end are padding the causal mask ignores)
     const int start = std::max(0, int(ids.size()) - T), n = int(ids.size()) - start;

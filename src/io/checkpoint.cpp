@@ -11,6 +11,8 @@
 #include <iostream>
 #include <limits>
 
+#include <xxhash.h>
+
 #include "io/h5util.hpp"
 #include "io/manifest.hpp"
 #include "io/run_dir.hpp"
@@ -21,28 +23,13 @@ namespace gpt {
 namespace {
 
 constexpr const char* kFormat = "gpt2-train checkpoint";
-constexpr int64_t kFormatVersion = 1;
+constexpr int64_t kFormatVersion = 2;  // 2: XXH3-64 checksums (1 had FNV-1a), `units` on every dataset
 const char* kKinds[] = {"param", "master", "m", "v"};
 const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
                                      ZeroEngine::State::v};
 
-// FNV-1a 64 over the data taken as 8-byte little-endian words (an odd last float as one word of its
-// own): any flipped bit changes it, at memory speed rather than a byte at a time.
-int64_t checksum(const float* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  const size_t words = n / 2;
-  for (size_t i = 0; i < words; ++i) {
-    uint64_t w;
-    std::memcpy(&w, p + 2 * i, 8);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  if (n % 2) {
-    uint32_t w;
-    std::memcpy(&w, p + n - 1, 4);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  return int64_t(h);
-}
+// XXH3-64 of the data's bytes (little-endian fp32): any flipped bit changes it, at memory speed.
+int64_t checksum(const float* p, size_t n) { return int64_t(XXH3_64bits(p, n * sizeof(float))); }
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -130,6 +117,7 @@ void write_rank_file(const std::string& path, const TrainState& st, ZeroEngine& 
       h5::write_array(grp, kKinds[k], H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, data, hi - lo);
       h5::Id ds(H5_CHECK(H5Dopen2(grp, kKinds[k], H5P_DEFAULT)));
       h5::set_attr(ds, "checksum", checksum(data, hi - lo));
+      h5::set_attr(ds, "units", std::string("1"));  // parameter values and AdamW moments are pure numbers
     }
   }
   H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));

@@ -10,7 +10,7 @@
 // previous checkpoint tried instead.
 // Each piece records the logical range [begin, end) of its bucket it covers (stage 0, where every rank
 // holds everything, writes an equal slice per rank), so a checkpoint written by N ranks at stage k loads
-// on M ranks at stage j by re-slicing. Every dataset carries an FNV-1a checksum of its bytes.
+// on M ranks at stage j by re-slicing. Every dataset carries an XXH3-64 checksum of its bytes.
 #pragma once
 #include <functional>
 #include <string>
@@ -46,6 +46,12 @@ void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngin
 
 // <run dir>/checkpoints/step_NNNNNNNN: where the checkpoint of a step lives.
 std::string checkpoint_dir(const std::string& run_dir, int64_t step);
+
+// The run's newest complete checkpoint folder ("" when it has none).
+std::string latest_checkpoint(const std::string& run_dir);
+// The checkpoint folder meant by a run directory, its checkpoints/ folder, its `latest` file or a step
+// folder: the step folder itself, else the newest complete one. Input error naming the path otherwise.
+std::string resolve_checkpoint(const std::string& path);
 
 // Complete checkpoints of a run, newest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);

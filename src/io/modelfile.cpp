@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "base/common.hpp"
+#include "io/hf.hpp"
 
 namespace gpt {
 namespace {
@@ -22,20 +24,6 @@ int bucket_of(const ParamLayout& L, P id, int layer) {
   return L.layer_bucket(layer);
 }
 bool per_layer(P id) { return !(id == P::wte || id == P::wpe || id == P::lnfw || id == P::lnfb); }
-
-float bf16_to_f32(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t f32_to_bf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) return uint16_t(u >> 16);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
 
 struct FileCloser {
   void operator()(FILE* f) const { if (f) std::fclose(f); }
@@ -57,6 +45,10 @@ void walk(const ParamLayout& L, Fn fn) {
 }  // namespace
 
 std::vector<float> read_model_file(const std::string& path, const ParamLayout& L) {
+  if (is_hf_model_dir(path)) return read_hf_model(path, L);
+  if (std::filesystem::is_directory(path))
+    throw input_error("model.init_from: '" + path + "' is a folder without config.json (expected an llm.c model "
+                      "file or a Hugging Face GPT-2 folder with config.json and model.safetensors)");
   std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
   if (!f) throw input_error("model.init_from: cannot open '" + path + "'");
   int32_t h[256];

@@ -10,8 +10,25 @@
 namespace gpt {
 
 namespace {
-const char* kTrainCols[] = {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu"};
+// /train's columns and their units (every dataset carries a `units` attribute; docs/FORMATS.md)
+struct Column {
+  const char* name;
+  const char* units;
+  bool integer;
+};
+constexpr Column kTrainCols[] = {{"step", "steps", true},          {"loss", "nats/token", false},
+                                 {"lr", "1", false},               {"grad_norm", "1", false},
+                                 {"step_ms", "ms", false},         {"tokens_per_s", "tokens/s", false},
+                                 {"mfu", "fraction", false},       {"elapsed_s", "s", false},
+                                 {"tokens", "tokens", true}};
+constexpr int kNumTrain = sizeof(kTrainCols) / sizeof(kTrainCols[0]);
+
+h5::Id series_with_units(hid_t loc, const char* name, hid_t type, const char* units) {
+  h5::Id ds = h5::create_series(loc, name, type);
+  h5::set_attr(ds, "units", std::string(units));
+  return ds;
 }
+}  // namespace
 
 // A full disk must not leave the log unreadable: closing an HDF5 file writes its metadata, so the log
 // keeps a reserve of disk space beside it, a file it gives up the moment a write fails, so that the
@@ -21,13 +38,14 @@ constexpr off_t kReserveBytes = off_t(256) << 10;
 struct RunLog::Impl {
   std::string path, reserve;
   h5::Id file;
-  h5::Id train[7];
+  h5::Id train[kNumTrain];
+  double elapsed_before = 0;
   h5::Id eval_step, eval_loss;
   bool finished = false;
 
   void open_series() {
-    for (int i = 0; i < 7; ++i)
-      train[i] = h5::Id(H5_CHECK(H5Dopen2(file, (std::string("/train/") + kTrainCols[i]).c_str(), H5P_DEFAULT)));
+    for (int i = 0; i < kNumTrain; ++i)
+      train[i] = h5::Id(H5_CHECK(H5Dopen2(file, (std::string("/train/") + kTrainCols[i].name).c_str(), H5P_DEFAULT)));
     eval_step = h5::Id(H5_CHECK(H5Dopen2(file, "/eval/step", H5P_DEFAULT)));
     eval_loss = h5::Id(H5_CHECK(H5Dopen2(file, "/eval/val_loss", H5P_DEFAULT)));
   }
@@ -132,6 +150,8 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     hsize_t keep = 0;
     while (keep < steps.size() && steps[keep] <= resume_step) ++keep;
     for (auto& d : p_->train) h5::truncate(d, keep);
+    auto elapsed = h5::read_all<double>(p_->train[7], H5T_NATIVE_DOUBLE);
+    if (!elapsed.empty()) p_->elapsed_before = elapsed.back();
     auto esteps = h5::read_all<int64_t>(p_->eval_step, H5T_NATIVE_INT64);
     hsize_t ekeep = 0;
     while (ekeep < esteps.size() && esteps[ekeep] <= resume_step) ++ekeep;
@@ -150,10 +170,11 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     h5::set_attr(f, "message", std::string(""));
     {
       h5::Id tg = h5::create_group(f, "train");
-      for (int i = 0; i < 7; ++i) h5::create_series(tg, kTrainCols[i], i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE);
+      for (const Column& c : kTrainCols)
+        series_with_units(tg, c.name, c.integer ? H5T_STD_I64LE : H5T_IEEE_F64LE, c.units);
       h5::Id eg = h5::create_group(f, "eval");
-      h5::create_series(eg, "step", H5T_STD_I64LE);
-      h5::create_series(eg, "val_loss", H5T_IEEE_F64LE);
+      series_with_units(eg, "step", H5T_STD_I64LE, "steps");
+      series_with_units(eg, "val_loss", H5T_IEEE_F64LE, "nats/token");
       h5::Id mg = h5::create_group(f, "memory");
       h5::Id pg = h5::create_group(mg, "predicted");
       write_memory_attrs(pg, predicted);
@@ -181,11 +202,14 @@ RunLog::~RunLog() {
 void RunLog::train_row(const TrainRow& r) {
   p_->write([&] {
     h5::append(p_->train[0], &r.step, H5T_NATIVE_INT64);
-    const double v[6] = {r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.mfu};
-    for (int i = 0; i < 6; ++i) h5::append(p_->train[i + 1], &v[i], H5T_NATIVE_DOUBLE);
+    const double v[7] = {r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.mfu, r.elapsed_s};
+    for (int i = 0; i < 7; ++i) h5::append(p_->train[i + 1], &v[i], H5T_NATIVE_DOUBLE);
+    h5::append(p_->train[8], &r.tokens, H5T_NATIVE_INT64);
     for (auto& d : p_->train) H5_CHECK(H5Dflush(d));
   });
 }
+
+double RunLog::elapsed_before() const { return p_->elapsed_before; }
 
 void RunLog::eval_row(int64_t step, double val_loss) {
   p_->write([&] {

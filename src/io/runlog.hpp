@@ -19,6 +19,8 @@ struct RunInfo {
 struct TrainRow {
   int64_t step;
   double loss, lr, grad_norm, step_ms, tokens_per_s, mfu;
+  double elapsed_s;  // wall clock since the run's first step (continued across resumes)
+  int64_t tokens;    // tokens trained on up to and including this step, all ranks
 };
 
 class RunLog {
@@ -28,6 +30,8 @@ class RunLog {
   ~RunLog();
   void train_row(const TrainRow& r);
   void eval_row(int64_t step, double val_loss);
+  // elapsed_s of the last row kept when the log was reopened to resume (0 for a new log)
+  double elapsed_before() const;
   // Ends SWMR writing and records the outcome and the measured memory.
   void finish(const std::string& status, const std::string& message, const MemoryBreakdown& measured,
               size_t measured_peak);

@@ -13,23 +13,30 @@
 namespace gpt {
 
 namespace {
-std::string resolve_device(const std::string& d) {
+// The device a run of this config uses. A dry run plans for the configured device without needing it
+// (device: cuda plans as cuda on a login node), and says what device: auto was taken to mean.
+std::string resolve_device(const std::string& d, bool dry_run, std::string& note) {
   if (d == "cpu") return "cpu";
+  const bool gpu_here = cuda_device_count() > 0;
   if (d == "cuda") {
-    if (cuda_device_count() == 0)
+    if (!gpu_here && !dry_run)
       throw input_error("training.device: cuda was asked for but no CUDA device is usable here");
+    if (!gpu_here) note = "planned for cuda; no CUDA device here, so nothing was checked against one";
     return "cuda";
   }
-  return cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (dry_run)
+    note = gpu_here ? "device: auto -> cuda (a CUDA device is here)"
+                    : "device: auto -> cpu (no CUDA device here); set training.device: cuda to plan for a GPU";
+  return gpu_here ? "cuda" : "cpu";
 }
 }  // namespace
 
-Plan make_plan(const Config& cfg, int world) {
+Plan make_plan(const Config& cfg, int world, bool dry_run) {
   validate(cfg, world);
   const TrainingConfig& t = cfg.training;
   Plan p;
   p.dims = resolve_dims(cfg.model);
-  p.device = resolve_device(t.device);
+  p.device = resolve_device(t.device, dry_run, p.device_note);
   p.act = (p.device == "cuda" && t.precision == "bf16") ? DType::BF16 : DType::F32;
   p.world = world;
   p.micro_batch_max = t.micro_batch.max;
@@ -148,18 +155,21 @@ void print_plan(const Config& cfg, const Plan& plan) {
                 "| FLOPs per token    %.3g\n",
                 plan.dims.n_layer, plan.dims.n_head, plan.dims.n_embd, plan.dims.vocab_size, plan.dims.padded_vocab,
                 plan.n_params, plan.device.c_str(), dtype_name(plan.act), plan.world, plan.zero.stage,
-                plan.micro_batch_max ? -1 : plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
+                plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
                 (long long)plan.tokens_per_step, plan.flops_per_token);
   os << buf;
+  if (!plan.device_note.empty()) os << "| (" << plan.device_note << ")\n";
   os << "+-- predicted memory per rank " << std::string(39, '-') << "\n";
   const MemoryBreakdown mem = predict_memory(plan);
   auto row = [&](const char* name, size_t bytes) {
-    std::snprintf(buf, sizeof buf, "| %-18s %12s\n", name, format_bytes(double(bytes)).c_str());
+    std::snprintf(buf, sizeof buf, "| %-18s %12s %16zu B\n", name, format_bytes(double(bytes)).c_str(), bytes);
     os << buf;
   };
   for (const MemoryComponent& c : kMemoryComponents) row(c.name, mem.*c.bytes);
   row("total", mem.total());
-  if (plan.micro_batch_max) os << "| (activations: micro_batch is 'max', found at start)\n";
+  if (plan.micro_batch_max)
+    os << (plan.micro_batch > 0 ? "| (micro_batch: max -> the largest size predicted to fit; a GPU run also tries it)\n"
+                                : "| (activations: micro_batch is 'max', found at start)\n");
   os << "+" << std::string(69, '-') << "\n";
   std::cout << os.str() << std::flush;
 }

@@ -15,6 +15,7 @@ namespace gpt {
 struct Plan {
   ModelDims dims;
   std::string device;            // resolved: cpu | cuda
+  std::string device_note;       // dry run: what was assumed about the device (empty otherwise)
   DType act = DType::F32;        // activation dtype
   int micro_batch = 0;           // sequences per rank per micro-step; 0 while `max` is not yet searched
   bool micro_batch_max = false;  // training.micro_batch was `max`
@@ -28,8 +29,9 @@ struct Plan {
   BackendOptions backend;        // what the backend is built with (local_rank filled in per rank)
 };
 
-// Validates the config (every key, every combination) and derives the plan; throws input_error.
-Plan make_plan(const Config& cfg, int world);
+// Validates the config (every key, every combination) and derives the plan; throws input_error. A
+// dry run plans for the configured device even where there is none (device: cuda on a CPU node).
+Plan make_plan(const Config& cfg, int world, bool dry_run = false);
 // The same plan at a known micro-batch (micro_batch: max, once searched).
 Plan with_micro_batch(Plan plan, int micro_batch);
 // Predicted bytes per rank by component: the engine's buffers plus the model's activations.

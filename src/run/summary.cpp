@@ -9,6 +9,7 @@
 #include <map>
 #include <unistd.h>
 
+#include "base/format.hpp"
 #include "base/memory.hpp"
 #include "io/h5util.hpp"
 #include "run/sweep.hpp"
@@ -105,6 +106,24 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
   return r;
 }
 
+// The `units` attribute of a summary column (docs/FORMATS.md): text columns are "text", counts and
+// fractions "1".
+const char* column_units(const std::string& c) {
+  static const std::map<std::string, const char*> units = {
+      {"index", "1"},           {"world_size", "ranks"},          {"n_params", "parameters"},
+      {"flops_per_token", "FLOP/token"}, {"median_step_ms", "ms"},  {"tokens_per_s", "tokens/s"},
+      {"tokens_per_s_per_gpu", "tokens/s"}, {"mfu", "fraction"},  {"final_train_loss", "nats/token"},
+      {"final_val_loss", "nats/token"}, {"micro_batch", "sequences"}};
+  if (c.rfind("pred_", 0) == 0 || c.rfind("meas_", 0) == 0) return "bytes";
+  auto it = units.find(c);
+  return it == units.end() ? "text" : it->second;
+}
+
+void set_units(hid_t g, const std::string& c) {
+  h5::Id ds(H5_CHECK(H5Dopen2(g, c.c_str(), H5P_DEFAULT)));
+  h5::set_attr(ds, "units", std::string(column_units(c)));
+}
+
 }  // namespace
 
 void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_text) {
@@ -147,11 +166,7 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
       for (auto& c : num_cols) {
         out << ",";
         const double v = r.num[c];
-        if (!std::isnan(v)) {
-          char buf[48];
-          std::snprintf(buf, sizeof buf, "%.10g", v);
-          out << buf;
-        }
+        if (!std::isnan(v)) out << shortest(v);
       }
       out << "\n";
     }
@@ -169,15 +184,22 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
     for (auto& k : sw.keys) keys += k + "\n";
     h5::set_attr(f, "varied_keys", keys);
     h5::Id g = h5::create_group(f, "points");
+    std::vector<int64_t> index;
+    for (auto& r : rows) index.push_back(std::stoll(r.text["index"]));
+    h5::write_array(g, "index", H5T_NATIVE_INT64, H5T_STD_I64LE, index.data(), index.size());
+    set_units(g, "index");
     for (auto& c : text_cols) {
+      if (c == "index") continue;
       std::vector<std::string> col;
       for (auto& r : rows) col.push_back(r.text[c]);
       h5::write_strings(g, c, col);
+      set_units(g, c);
     }
     for (auto& c : num_cols) {
       std::vector<double> col;
       for (auto& r : rows) col.push_back(r.num[c]);
       h5::write_array(g, c, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, col.data(), col.size());
+      set_units(g, c);
     }
   }
   fs::rename(h5_tmp, root + "/summary.h5");

@@ -81,7 +81,8 @@ class Trainer {
     }
     finish_log();
     if (lead_ && status_ != "ok" && status_ != "checkpointed") std::cerr << "error: " << message_ << "\n";
-    return {status_, message_, exit_code_};
+    if (log_) term_.summary(status_, dir_ + "/log.h5", lead_ ? latest_checkpoint(dir_) : std::string());
+    return {status_, message_, exit_code_, term_.totals()};
   }
 
  private:
@@ -110,7 +111,7 @@ class Trainer {
     gpt::agreed(host_, phase, std::forward<Fn>(fn));
   }
 
-  [[noreturn]] void end_job(const Error& e) {
+  void end_job(const Error& e) {  // does not return: HostComm::abort ends the process
     std::cerr << "[rank " << host_.rank() << "] error: " << e.what() << "; ending every rank\n" << std::flush;
     record(e);
     finish_log();
@@ -358,6 +359,8 @@ class Trainer {
     int timed = 0;
     const size_t set_up_bytes = be_->bytes_in_use();
     be_->reset_peak();
+    const auto run_t0 = std::chrono::steady_clock::now();
+    const double elapsed0 = log_ ? log_->elapsed_before() : 0.0;  // a resumed run's clock goes on
     for (int step = int(st_.step); step < t_.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       fetch(*train_src_, plan_.grad_accum, "reading the training data");
@@ -374,14 +377,19 @@ class Trainer {
       } else {
         avg_ms = timed == 2 ? ms : 0.9 * avg_ms + 0.1 * ms;
       }
-      const double tps = plan_.tokens_per_step / (ms / 1000.0);
-      const TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, peak > 0 ? plan_.flops_per_token * tps / peak : NAN};
+      const double tps = plan_.tokens_per_step / (ms / 1000.0), mfu = peak > 0 ? plan_.flops_per_token * tps / peak : NAN;
+      term_.count_step(ms, plan_.tokens_per_step, mfu);
+      const TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, mfu, elapsed0 + seconds_since(run_t0),
+                         st_.step * plan_.tokens_per_step};
       const bool log_row = st_.step % cfg_.log.every == 0 || last || st_.step == 1;
       const bool eval = (cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last;
       const double vl = eval ? evaluate() : NAN;
       const std::optional<Error> failed = log_rows(row, log_row, vl);
-      if (log_row) term_.step_line(row, int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
-      if (!std::isnan(vl)) term_.note("step " + std::to_string(st_.step) + " | val loss " + std::to_string(vl));
+      if (log_row) term_.step_line(row, int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0, be_->peak_bytes());
+      if (lead_ && !std::isnan(vl)) {
+        term_.count_eval(vl);
+        term_.note("step " + std::to_string(st_.step) + " | val loss " + std::to_string(vl));
+      }
       const bool stop = boundary(failed);  // every rank stops at the same step
       if ((cfg_.checkpoint.every > 0 && st_.step % cfg_.checkpoint.every == 0) || (stop && !last)) checkpoint();
       if (stop && !last) {

@@ -6,6 +6,7 @@
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "run/plan.hpp"
+#include "run/terminal.hpp"
 
 namespace gpt {
 
@@ -20,6 +21,7 @@ struct RunResult {
   std::string status;     // ok | failed | oom | checkpointed
   std::string message;
   int exit_code = 0;
+  RunTotals totals;       // steps, time, mean tokens/s and MFU, best val loss (rank 0's view)
 };
 
 // Trains one run of `plan` (made from cfg by make_plan). Errors that end the run are recorded in the log

@@ -210,10 +210,15 @@ def test_speed_and_profiling_switches_are_config_keys(tmp_path, train_bin):
 
 
 @pytest.mark.parametrize("name", ["zero", "zero_max", "scaling", "accum_clip", "long_run"])
-def test_experiment_configs_are_valid(name, train_bin):
-    # the GPU experiments checked on the CPU: every point's config must parse and validate
-    p = run_train(["--yaml", ROOT / f"experiments/{name}.yaml", "--dry-run", "--set", "training.device=cpu"])
+def test_experiment_configs_are_valid(name, train_bin, tmp_path, shared_data):
+    # the GPU experiments planned on the CPU, for the GPU they name: every point's config must parse and
+    # validate, and the data files they name (data/tinyshakespeare/, here the shared copy) must be shards
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/tinyshakespeare").symlink_to(shared_data / "tinyshakespeare")
+    p = run_train(["--yaml", ROOT / f"experiments/{name}.yaml", "--dry-run"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
+    if "data/tinyshakespeare" in (ROOT / f"experiments/{name}.yaml").read_text():
+        assert "train data: 1 shard(s), 305261 tokens" in p.stdout
 
 
 def test_op_profile_accounts_for_the_training_step(tmp_path, train_bin):

@@ -402,4 +402,14 @@ int cuda_device_count() {
   return n;
 }
 
+size_t cuda_device_memory() {
+  if (cuda_device_count() == 0) return 0;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return prop.totalGlobalMem;
+}
+
 }  // namespace gpt

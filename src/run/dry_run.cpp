@@ -1,0 +1,110 @@
+#include "run/dry_run.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "io/data.hpp"
+#include "run/max_batch.hpp"
+#include "run/plan.hpp"
+
+namespace gpt {
+
+namespace {
+
+// The budget a point is checked against: training.memory_limit_gb, else the GPU's memory when this
+// machine has the GPU the plan is for; 0 = unknown.
+double budget_bytes(const Config& c, const Plan& p) {
+  if (c.training.memory_limit_gb > 0) return double(c.training.memory_limit_gb) * double(1ull << 30);
+  return p.device == "cuda" ? double(cuda_device_memory()) : 0.0;
+}
+
+// Every shard of the point's data globs opened and its header checked, as the run will; one line per
+// distinct glob. B and T size the check that each shard holds a global micro-batch.
+void check_data(const Config& c, const Plan& p, std::map<std::string, std::string>& seen) {
+  if (c.data.synthetic) return;
+  if (c.data.train.empty()) throw input_error("config error: data.train: give a glob of token shards or synthetic: true");
+  const int B = p.micro_batch > 0 ? p.micro_batch : 1;
+  for (const auto& [what, glob] : {std::pair<const char*, std::string>{"train", c.data.train}, {"val", c.data.val}}) {
+    if (glob.empty() || seen.count(glob)) continue;
+    try {
+      seen[glob] = std::string(what) + " data: " +
+                   make_shard_source(glob, B, p.seq_len, 0, p.world, p.dims.vocab_size)->describe() + " (" + glob + ")";
+    } catch (const Error& e) {
+      throw input_error("data." + std::string(what) + ": " + e.what());
+    }
+  }
+}
+
+// micro_batch: max in a dry run: the largest size whose predicted memory is within the budget (on a GPU
+// the run also tries it, so it may find less); 0 when there is no budget to search against.
+int predicted_max(Plan p, double budget, HostComm& host) {
+  if (budget <= 0) return 0;
+  try {
+    Plan cpu = p;  // the search by prediction alone (what the CPU does); the cuBLASLt workspace kept in the cap
+    cpu.device = "cpu";
+    const double ws = double(predict_memory(p).workspace) - double(predict_memory(cpu).workspace);
+    return find_max_micro_batch(cpu, budget - ws, host, [](int) { return true; });
+  } catch (const Error& e) {
+    if (e.code() != kExitOutOfMemory) throw;
+    return 0;
+  }
+}
+
+}  // namespace
+
+void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indices, HostComm& host) {
+  std::map<std::string, std::string> data_lines;
+  std::map<std::string, int> notes;
+  std::ostringstream table;
+  char buf[512];
+  const bool as_table = sw.is_sweep && indices.size() > 1;  // --index I: that point's whole plan
+  if (as_table) {
+    std::snprintf(buf, sizeof buf, "%-5s %-5s %-12s %-6s %-5s %-11s %12s %5s  %s\n", "point", "dir", "model", "device",
+                  "ZeRO", "micro-batch", "per rank", "fits", "values");
+    table << buf;
+  }
+  for (int i : indices) {  // every point planned (and so validated) before saying yes
+    const SweepPoint& pt = sw.points[i];
+    const Config c = point_config(base, sw, pt);
+    Plan plan = make_plan(c, host.world(), true);
+    check_data(c, plan, data_lines);
+    const double budget = budget_bytes(c, plan);
+    std::string mb = std::to_string(plan.micro_batch);
+    if (plan.micro_batch_max) {
+      const int B = predicted_max(plan, budget, host);
+      mb = B > 0 ? "max->" + std::to_string(B) : "max";
+      if (B > 0) plan = with_micro_batch(plan, B);
+    }
+    if (!plan.device_note.empty()) notes[plan.device_note] = 1;
+    if (host.rank() != 0) continue;
+    if (!as_table) {
+      print_plan(c, plan);
+      continue;
+    }
+    const double total = double(predict_memory(plan).total());
+    const std::string fits = budget > 0 ? (total <= budget ? "yes" : "NO") : "n/a";
+    std::snprintf(buf, sizeof buf, "%-5d %-5s %-12s %-6s %-5d %-11s %12s %5s  %s\n", pt.index, pt.dir_name.c_str(),
+                  (std::to_string(plan.dims.n_layer) + "x" + std::to_string(plan.dims.n_embd)).c_str(),
+                  plan.device.c_str(), plan.zero.stage, mb.c_str(), format_bytes(total).c_str(), fits.c_str(),
+                  [&] {
+                    std::string v;
+                    for (auto& kv : pt.values) v += (v.empty() ? "" : " ") + kv.key + "=" + kv.value;
+                    return v;
+                  }().c_str());
+    table << buf;
+  }
+  if (host.rank() != 0) return;
+  if (as_table)
+    std::cout << "sweep " << base.run.name << ": " << indices.size() << " point(s), " << host.world()
+              << " rank(s); fits: predicted memory per rank within training.memory_limit_gb, or the GPU's memory "
+                 "when that GPU is here (n/a: neither known); one point's whole plan: --dry-run --index I\n"
+              << table.str();
+  if (as_table)
+    for (auto& n : notes) std::cout << "(" << n.first << ")\n";
+  for (auto& [glob, line] : data_lines) std::cout << line << "\n";
+  std::cout << std::flush;
+}
+
+}  // namespace gpt

@@ -1,0 +1,155 @@
+"""Hugging Face interop: `./train export --format hf` writes a GPT-2 folder (config.json, model.safetensors)
+with GPT-2's tensor names and shapes and the llm.c export's values; `model.init_from` reads one back bit
+for bit; its logits equal this trainer's; sample and export find a run's checkpoint from the run."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_train, tiny_yaml
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import check_hf_export  # noqa: E402
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy", reason="SKIP: pip install safetensors")
+
+L, C, V, VP, T = 2, 32, 64, 128, 32  # the tiny model of conftest.TINY_SYNTH
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny run with a checkpoint at step 5, exported as llm.c (m.bin) and as HF (hf/)."""
+    tmp = tmp_path_factory.mktemp("hf")
+    run_train(["--yaml", tiny_yaml(tmp, name="a", steps=5, ckpt_every=5)], check=True)
+    run = tmp / "runs/a"
+    run_train(["export", "--ckpt", run / "checkpoints/step_00000005", "--out", tmp / "m.bin"], check=True)
+    run_train(["export", "--ckpt", run, "--format", "hf", "--out", tmp / "hf"], check=True)
+    return tmp, run
+
+
+def llmc_tensors(path):
+    """The llm.c fp32 file's tensors by name, in its order and shapes."""
+    data = np.fromfile(path, dtype=np.float32, offset=1024)
+    shapes = [("wte", (VP, C)), ("wpe", (T, C)), ("ln1w", (L, C)), ("ln1b", (L, C)), ("qkvw", (L, 3 * C, C)),
+              ("qkvb", (L, 3 * C)), ("attprojw", (L, C, C)), ("attprojb", (L, C)), ("ln2w", (L, C)),
+              ("ln2b", (L, C)), ("fcw", (L, 4 * C, C)), ("fcb", (L, 4 * C)), ("fcprojw", (L, C, 4 * C)),
+              ("fcprojb", (L, C)), ("lnfw", (C,)), ("lnfb", (C,))]
+    out, off = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        out[name] = data[off:off + n].reshape(shape)
+        off += n
+    assert off == len(data)
+    return out
+
+
+def test_hf_export_has_gpt2_names_shapes_and_the_llmc_values(trained):
+    tmp, _ = trained
+    cfg = json.loads((tmp / "hf/config.json").read_text())
+    assert cfg["model_type"] == "gpt2" and cfg["architectures"] == ["GPT2LMHeadModel"]
+    assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]) == (L, 2, C, V, T)
+    assert cfg["activation_function"] == "gelu_new" and cfg["tie_word_embeddings"] is True
+    hf = safetensors_numpy.load_file(str(tmp / "hf/model.safetensors"))
+    ref = llmc_tensors(tmp / "m.bin")
+    expected = {"transformer.wte.weight": ref["wte"][:V],  # the vocabulary unpadded
+                "transformer.wpe.weight": ref["wpe"],
+                "transformer.ln_f.weight": ref["lnfw"], "transformer.ln_f.bias": ref["lnfb"]}
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        expected.update({
+            h + "ln_1.weight": ref["ln1w"][i], h + "ln_1.bias": ref["ln1b"][i],
+            h + "attn.c_attn.weight": ref["qkvw"][i].T, h + "attn.c_attn.bias": ref["qkvb"][i],  # Conv1D: (in, out)
+            h + "attn.c_proj.weight": ref["attprojw"][i].T, h + "attn.c_proj.bias": ref["attprojb"][i],
+            h + "ln_2.weight": ref["ln2w"][i], h + "ln_2.bias": ref["ln2b"][i],
+            h + "mlp.c_fc.weight": ref["fcw"][i].T, h + "mlp.c_fc.bias": ref["fcb"][i],
+            h + "mlp.c_proj.weight": ref["fcprojw"][i].T, h + "mlp.c_proj.bias": ref["fcprojb"][i]})
+    assert set(hf) == set(expected)  # lm_head is tied to wte and not stored
+    for name, want in expected.items():
+        assert hf[name].dtype == np.float32 and hf[name].shape == want.shape, name
+        assert np.array_equal(hf[name], want), name
+    assert np.count_nonzero(ref["wte"][V:]) == 0  # nothing is lost by dropping the padding rows
+
+
+def test_hf_export_then_init_from_round_trips_bit_exactly(trained, tmp_path):
+    tmp, _ = trained
+    # a run from the HF folder at lr 0 keeps the weights: its checkpoint exports to the same bytes
+    y = tiny_yaml(tmp_path, name="b", steps=1, ckpt_every=1)
+    run_train(["--yaml", y, "--set", f"model.init_from={tmp / 'hf'}", "--set", "training.lr=0"], check=True)
+    run_train(["export", "--ckpt", tmp_path / "runs/b", "--out", tmp_path / "m2.bin"], check=True)
+    assert (tmp / "m.bin").read_bytes() == (tmp_path / "m2.bin").read_bytes()
+    run_train(["export", "--ckpt", tmp_path / "runs/b", "--format", "hf", "--out", tmp_path / "hf2"], check=True)
+    assert (tmp / "hf/model.safetensors").read_bytes() == (tmp_path / "hf2/model.safetensors").read_bytes()
+    # and a fine-tune from it trains exactly as one from the llm.c file does
+    losses = []
+    for i, src in enumerate((tmp / "hf", tmp / "m.bin")):
+        y = tiny_yaml(tmp_path, name=f"ft{i}", steps=3)
+        p = run_train(["--yaml", y, "--set", f"model.init_from={src}"], check=True)
+        losses.append([l.split("| loss ")[1].split()[0] for l in p.stdout.splitlines() if "| loss " in l])
+    assert losses[0] == losses[1] and len(losses[0]) == 3
+
+
+def test_bf16_export_and_init_from(trained, tmp_path):
+    tmp, run = trained
+    run_train(["export", "--ckpt", run, "--format", "hf", "--dtype", "bf16", "--out", tmp_path / "hf"], check=True)
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "hf/model.safetensors"), framework="numpy") as f:
+        header = f.metadata()
+    assert header == {"format": "pt"}
+    raw = (tmp_path / "hf/model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    meta = json.loads(raw[8:8 + n])
+    assert {v["dtype"] for k, v in meta.items() if k != "__metadata__"} == {"BF16"}
+    assert json.loads((tmp_path / "hf/config.json").read_text())["torch_dtype"] == "bfloat16"
+    y = tiny_yaml(tmp_path, name="c", steps=1)
+    run_train(["--yaml", y, "--set", f"model.init_from={tmp_path / 'hf'}"], check=True)
+
+
+def test_init_from_a_folder_of_another_model_is_a_named_error(trained, tmp_path):
+    tmp, _ = trained
+    y = tiny_yaml(tmp_path, name="d", steps=1)
+    p = run_train(["--yaml", y, "--set", f"model.init_from={tmp / 'hf'}", "--set", "model.n_layer=3"])
+    assert p.returncode == 1 and "n_layer is 2 but the config says 3" in p.stderr
+    (tmp_path / "empty").mkdir()
+    p = run_train(["--yaml", y, "--set", f"model.init_from={tmp_path / 'empty'}"])
+    assert p.returncode == 1 and "without config.json" in p.stderr
+
+
+def test_hf_logits_match_the_trainers_forward_numpy_reference(trained):
+    # GPT-2's forward written from Hugging Face's layout (Conv1D (in, out), tied head), in float64
+    _, run = trained
+    diff, tol, used = check_hf_export.compare(run, reference="numpy")
+    assert used == "numpy" and diff <= tol, (diff, tol)
+
+
+def test_hf_export_loads_in_transformers(trained):
+    if not check_hf_export.have_transformers():
+        pytest.skip("SKIP: torch or transformers is not installed; GPT2LMHeadModel.from_pretrained not tried "
+                    "(scripts/check_hf_export.py --reference transformers runs it where they are)")
+    _, run = trained
+    diff, tol, used = check_hf_export.compare(run, reference="transformers")
+    assert used == "transformers" and diff <= tol, (diff, tol)
+
+
+@pytest.mark.parametrize("where", ["run", "checkpoints", "latest", "step"])
+def test_sample_and_export_find_the_checkpoint(trained, tmp_path, where):
+    _, run = trained
+    path = {"run": run, "checkpoints": run / "checkpoints", "latest": run / "checkpoints/latest",
+            "step": run / "checkpoints/step_00000005"}[where]
+    p = run_train(["sample", "--ckpt", path, "--prompt-ids", "1,2", "--tokens", "4", "--temperature", "0"], check=True)
+    assert len(p.stdout.split()) == 6
+    p = run_train(["export", "--ckpt", path, "--out", tmp_path / "m.bin"], check=True)
+    assert "step_00000005" in p.stdout
+
+
+def test_a_folder_without_checkpoints_is_a_named_error(tmp_path, train_bin):
+    p = run_train(["export", "--ckpt", tmp_path, "--out", tmp_path / "m.bin"])
+    assert p.returncode == 1 and "holds no complete checkpoint" in p.stderr and str(tmp_path) in p.stderr
+
+
+def test_check_hf_export_script(trained):
+    _, run = trained
+    p = subprocess.run([sys.executable, ROOT / "scripts/check_hf_export.py", run, "--reference", "numpy"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("ok: largest logit difference"), p.stdout + p.stderr
