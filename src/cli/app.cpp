@@ -16,7 +16,8 @@ namespace {
 
 const char* kUsage =
     "usage:\n"
-    "  train --yaml FILE [--set key.path=value | key.path=value]... [--dry-run] [--list] [--index I] [--resume] [--summarize]\n"
+    "  train --yaml FILE [--set key.path=value | key.path=value]... [--dry-run] [--list] [--index I] [--resume]\n"
+    "        [--summarize]\n"
     "  train --config-reference            every config key, its type, default and meaning (docs/CONFIG.md)\n"
     "  train sample --ckpt DIR [--prompt-ids 50256,...] [--tokens N] [--temperature T] [--seed S]\n"
     "  train export --ckpt DIR --out PATH [--format llmc|hf] [--dtype fp32|bf16]\n"
@@ -103,8 +104,9 @@ int run_app(int argc, char** argv, HostComm& host) {
   for (auto& s : sets) {
     const Override ov = parse_override(s);
     if (std::find(sw.keys.begin(), sw.keys.end(), ov.key) != sw.keys.end())
-      throw input_error("override '" + s + "': the sweep varies " + ov.key + ", so its values would win over this one; change " +
-                        ov.key + "'s list in the sweep: section (or take the key out of it) instead");
+      throw input_error("override '" + s + "': the sweep varies " + ov.key +
+                        ", so its values would win over this one; change " + ov.key +
+                        "'s list in the sweep: section (or take the key out of it) instead");
     apply_override(base, ov);
   }
 

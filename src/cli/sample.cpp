@@ -73,7 +73,9 @@ int run_sample(int argc, char** argv, HostComm& host) {
   int tokens = 64;
   double temperature = 1.0;
   uint64_t seed = 1;
-  opts.add_options()("help,h", "this help")("ckpt", po::value(&ckpt)->required(), "a run directory, its checkpoints/ folder or checkpoints/latest (the newest checkpoint), or a step folder")(
+  opts.add_options()("help,h", "this help")(
+      "ckpt", po::value(&ckpt)->required(),
+      "a run directory, its checkpoints/ folder or checkpoints/latest (the newest checkpoint), or a step folder")(
       "prompt-ids", po::value(&prompt), "comma-separated token ids (default: <|endoftext|>)")(
       "tokens", po::value(&tokens), "tokens to generate")("temperature", po::value(&temperature), "0 = greedy")(
       "seed", po::value(&seed), "sampling seed")("device", po::value(&device), "cpu | cuda | auto")(

@@ -25,8 +25,9 @@ std::vector<Field> fields_of(Config& c) {
       {"model.n_embd", &m.n_embd, "model width (without a preset)"},
       {"model.vocab_size", &m.vocab_size, "real vocabulary; padded to a multiple of 128 internally"},
       {"model.max_seq_len", &m.max_seq_len, "positions of the position embedding"},
-      {"model.init_from", &m.init_from, "weights to start from: an llm.c model file (fp32 or bf16) or a Hugging Face GPT-2 folder "
-       "(config.json, model.safetensors; e.g. `./train export --format hf`)"},
+      {"model.init_from", &m.init_from,
+       "weights to start from: an llm.c model file (fp32 or bf16) or a Hugging Face GPT-2 folder (config.json, "
+       "model.safetensors; e.g. `./train export --format hf`)"},
       {"model.init_std", &m.init_std, "normal init std (residual projections scaled by 1/sqrt(2*n_layer))"},
       {"data.train", &d.train, "glob of llm.c token shards"},
       {"data.val", &d.val, "glob of llm.c token shards (empty: no validation unless synthetic)"},
@@ -74,8 +75,9 @@ std::vector<Field> fields_of(Config& c) {
       {"eval.every", &c.eval.every, "steps between validations; 0 = only after the last step"},
       {"eval.batches", &c.eval.batches, "micro-batches per validation"},
       {"log.every", &c.log.every, "steps between log rows"},
-      {"log.progress", &c.log.progress, "progress bar with ETA when rank 0's output is an interactive terminal (never under an MPI "
-       "launcher, whose output is forwarded: piped logs get no \\r lines)"},
+      {"log.progress", &c.log.progress,
+       "progress bar with ETA when rank 0's output is an interactive terminal (never under an MPI launcher, "
+       "whose output is forwarded: piped logs get no \\r lines)"},
       {"log.op_profile", &c.log.op_profile,
        "time every op of every training step (GPU: CUDA events; CPU: wall clock) and print, at the end, each "
        "op's milliseconds and share of the step and the idle time between ops; the warm-up step and evaluation "

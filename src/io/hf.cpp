@@ -104,8 +104,10 @@ void write_hf_model(const std::string& dir, const ParamLayout& L, const std::vec
     const float* src = logical.data() + p.offset;
     out.push_back({h.name, p.shape, [p, src, transposed = h.transposed](float* dst) {
                      for (int r = 0; r < p.rows; ++r)
-                       for (int c = 0; c < p.cols; ++c)
-                         dst[transposed ? size_t(c) * p.rows + r : size_t(r) * p.cols + c] = src[size_t(r) * p.cols + c];
+                       for (int c = 0; c < p.cols; ++c) {
+                         const size_t to = transposed ? size_t(c) * p.rows + r : size_t(r) * p.cols + c;
+                         dst[to] = src[size_t(r) * p.cols + c];
+                       }
                    }});
   }
   write_safetensors(dir + "/model.safetensors", out, bf16, {{"format", "pt"}});
@@ -137,7 +139,8 @@ std::vector<float> read_hf_model(const std::string& dir, const ParamLayout& L) {
                         " but the config says " + std::to_string(v));
   }
   if (!fs::exists(st_path))
-    throw input_error("model.init_from: '" + dir + "' has no model.safetensors (a sharded or .bin checkpoint is not read)");
+    throw input_error("model.init_from: '" + dir +
+                      "' has no model.safetensors (a sharded or .bin checkpoint is not read)");
   const SafetensorsReader st(st_path);
   std::vector<float> out(L.total(), 0.0f);  // padded vocabulary rows and alignment gaps stay zero
   for (const HfTensor& h : hf_tensors(d.n_layer)) {

@@ -24,7 +24,8 @@ double budget_bytes(const Config& c, const Plan& p) {
 // distinct glob. B and T size the check that each shard holds a global micro-batch.
 void check_data(const Config& c, const Plan& p, std::map<std::string, std::string>& seen) {
   if (c.data.synthetic) return;
-  if (c.data.train.empty()) throw input_error("config error: data.train: give a glob of token shards or synthetic: true");
+  if (c.data.train.empty())
+    throw input_error("config error: data.train: give a glob of token shards or synthetic: true");
   const int B = p.micro_batch > 0 ? p.micro_batch : 1;
   for (const auto& [what, glob] : {std::pair<const char*, std::string>{"train", c.data.train}, {"val", c.data.val}}) {
     if (glob.empty() || seen.count(glob)) continue;

@@ -377,7 +377,8 @@ class Trainer {
       } else {
         avg_ms = timed == 2 ? ms : 0.9 * avg_ms + 0.1 * ms;
       }
-      const double tps = plan_.tokens_per_step / (ms / 1000.0), mfu = peak > 0 ? plan_.flops_per_token * tps / peak : NAN;
+      const double tps = plan_.tokens_per_step / (ms / 1000.0);
+      const double mfu = peak > 0 ? plan_.flops_per_token * tps / peak : NAN;
       term_.count_step(ms, plan_.tokens_per_step, mfu);
       const TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, mfu, elapsed0 + seconds_since(run_t0),
                          st_.step * plan_.tokens_per_step};
