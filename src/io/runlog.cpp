@@ -1,6 +1,7 @@
 #include "io/runlog.hpp"
 
 #include <cstdio>
+#include <vector>
 
 #include "io/h5util.hpp"
 
@@ -8,25 +9,57 @@ namespace gpt {
 
 namespace {
 const char* kTrainCols[] = {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu"};
+// /eval: one row per evaluation in every series. The samples' text goes, one after another, into the
+// byte series /samples (variable-length strings are not safe for SWMR readers); sample_end says where
+// each row's text ends.
+const char* kEvalCols[] = {"step", "val_loss", "hellaswag_acc", "hellaswag_acc_norm", "sample_end"};
+constexpr int kEvalN = 5;
+hid_t eval_file_type(int i) { return i == 0 || i == kEvalN - 1 ? H5T_STD_I64LE : H5T_IEEE_F64LE; }
+
+// Appends n elements to a 1-D series.
+void append_n(hid_t ds, const void* values, hsize_t n, hid_t type) {
+  hsize_t start = h5::length(ds), total = start + n;
+  H5_CHECK(H5Dset_extent(ds, &total));
+  if (n == 0) return;
+  h5::Id fspace(H5_CHECK(H5Dget_space(ds)));
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, nullptr, &n, nullptr));
+  h5::Id mspace(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+  H5_CHECK(H5Dwrite(ds, type, mspace, fspace, H5P_DEFAULT, values));
 }
+}  // namespace
 
 struct RunLog::Impl {
   std::string path;
   h5::Id file;
   h5::Id train[7];
-  h5::Id eval_step, eval_loss;
+  h5::Id eval[kEvalN], samples;
   bool finished = false;
 
   void open_series() {
     for (int i = 0; i < 7; ++i)
       train[i] = h5::Id(H5_CHECK(H5Dopen2(file, (std::string("/train/") + kTrainCols[i]).c_str(), H5P_DEFAULT)));
-    eval_step = h5::Id(H5_CHECK(H5Dopen2(file, "/eval/step", H5P_DEFAULT)));
-    eval_loss = h5::Id(H5_CHECK(H5Dopen2(file, "/eval/val_loss", H5P_DEFAULT)));
+    const hsize_t rows = h5::length(h5::Id(H5_CHECK(H5Dopen2(file, "/eval/step", H5P_DEFAULT))));
+    for (int i = 0; i < kEvalN; ++i) {
+      const std::string path = std::string("/eval/") + kEvalCols[i];
+      if (h5::exists(file, path)) {
+        eval[i] = h5::Id(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
+        continue;
+      }
+      // a log from before the series existed: its rows measured none of it
+      h5::Id g = h5::open_group(file, "/eval");
+      eval[i] = h5::create_series(g, kEvalCols[i], eval_file_type(i));
+      const std::vector<double> nan(rows, NAN);
+      const std::vector<int64_t> zero(rows, 0);
+      append_n(eval[i], i == kEvalN - 1 ? (const void*)zero.data() : nan.data(), rows,
+               i == kEvalN - 1 ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE);
+    }
+    samples = h5::exists(file, "/samples") ? h5::Id(H5_CHECK(H5Dopen2(file, "/samples", H5P_DEFAULT)))
+                                           : h5::create_series(file, "samples", H5T_STD_U8LE);
   }
   void close_series() {
     for (auto& d : train) d.reset();
-    eval_step.reset();
-    eval_loss.reset();
+    for (auto& d : eval) d.reset();
+    samples.reset();
   }
   static h5::Id fapl() {
     h5::Id p(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
@@ -73,11 +106,12 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     hsize_t keep = 0;
     while (keep < steps.size() && steps[keep] <= resume_step) ++keep;
     for (auto& d : p_->train) h5::truncate(d, keep);
-    auto esteps = h5::read_all<int64_t>(p_->eval_step, H5T_NATIVE_INT64);
+    auto esteps = h5::read_all<int64_t>(p_->eval[0], H5T_NATIVE_INT64);
     hsize_t ekeep = 0;
     while (ekeep < esteps.size() && esteps[ekeep] <= resume_step) ++ekeep;
-    h5::truncate(p_->eval_step, ekeep);
-    h5::truncate(p_->eval_loss, ekeep);
+    const auto ends = h5::read_all<int64_t>(p_->eval[kEvalN - 1], H5T_NATIVE_INT64);
+    for (auto& d : p_->eval) h5::truncate(d, ekeep);
+    h5::truncate(p_->samples, ekeep ? hsize_t(ends[ekeep - 1]) : 0);
     h5::set_attr(p_->file, "status", std::string("running"));
     h5::set_attr(p_->file, "message", std::string(""));
     h5::set_attr(p_->file, "resumed_from_step", resume_step);
@@ -104,8 +138,8 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
       h5::Id tg = h5::create_group(f, "train");
       for (int i = 0; i < 7; ++i) h5::create_series(tg, kTrainCols[i], i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE);
       h5::Id eg = h5::create_group(f, "eval");
-      h5::create_series(eg, "step", H5T_STD_I64LE);
-      h5::create_series(eg, "val_loss", H5T_IEEE_F64LE);
+      for (int i = 0; i < kEvalN; ++i) h5::create_series(eg, kEvalCols[i], eval_file_type(i));
+      h5::create_series(f, "samples", H5T_STD_U8LE);
       h5::Id mg = h5::create_group(f, "memory");
       h5::Id pg = h5::create_group(mg, "predicted");
       write_memory_attrs(pg, predicted);
@@ -135,11 +169,15 @@ void RunLog::train_row(const TrainRow& r) {
   for (auto& d : p_->train) H5_CHECK(H5Dflush(d));
 }
 
-void RunLog::eval_row(int64_t step, double val_loss) {
-  h5::append(p_->eval_step, &step, H5T_NATIVE_INT64);
-  h5::append(p_->eval_loss, &val_loss, H5T_NATIVE_DOUBLE);
-  H5_CHECK(H5Dflush(p_->eval_step));
-  H5_CHECK(H5Dflush(p_->eval_loss));
+void RunLog::eval_row(const EvalRow& r) {
+  h5::append(p_->eval[0], &r.step, H5T_NATIVE_INT64);
+  const double v[3] = {r.val_loss, r.hellaswag_acc, r.hellaswag_acc_norm};
+  for (int i = 0; i < 3; ++i) h5::append(p_->eval[i + 1], &v[i], H5T_NATIVE_DOUBLE);
+  append_n(p_->samples, r.sample.data(), r.sample.size(), H5T_NATIVE_UCHAR);
+  const int64_t end = int64_t(h5::length(p_->samples));
+  h5::append(p_->eval[kEvalN - 1], &end, H5T_NATIVE_INT64);
+  H5_CHECK(H5Dflush(p_->samples));
+  for (auto& d : p_->eval) H5_CHECK(H5Dflush(d));
 }
 
 void RunLog::finish(const std::string& status, const std::string& message, const MemoryBreakdown& measured,

@@ -13,6 +13,7 @@
 #include "io/runlog.hpp"
 #include "model/gpt.hpp"
 #include "model/init.hpp"
+#include "run/eval.hpp"
 #include "run/max_batch.hpp"
 #include "run/schedule.hpp"
 #include "run/signals.hpp"
@@ -165,13 +166,12 @@ class Trainer {
     const int B = plan_.micro_batch, T = plan_.seq_len, r = host_.rank();
     tok_.resize(size_t(B) * T);
     tgt_.resize(size_t(B) * T);
-    if (cfg_.data.synthetic) {
+    if (cfg_.data.synthetic)
       train_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 0, B, T, r, world_);
-      val_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 1, B, T, r, world_);
-    } else {
-      train_src_ = make_shard_source(cfg_.data.train, B, T, r, world_, plan_.dims.vocab_size);
-      if (!cfg_.data.val.empty()) val_src_ = make_shard_source(cfg_.data.val, B, T, r, world_, plan_.dims.vocab_size);
-    }
+    else
+      train_src_ = make_shard_source(cfg_.data.train, B, T, r, world_, plan_.dims.vocab_size,
+                                     ShardOrder{cfg_.data.shuffle, cfg_.run.seed});
+    eval_ = std::make_unique<Evaluator>(cfg_, plan_, host_);
   }
 
   // Parameters from an llm.c model file, or GPT-2's initialisation.
@@ -207,7 +207,8 @@ class Trainer {
     info.flops_per_token = plan_.flops_per_token;
     info.peak_flops = be_->peak_flops();
     log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(plan_), resumed_ ? st_.step : -1);
-    term_.note("train data: " + train_src_->describe() + (val_src_ ? "; val data: " + val_src_->describe() : ""));
+    const std::string evals = eval_->describe();
+    term_.note("train data: " + train_src_->describe() + (evals.empty() ? "" : "; " + evals));
   }
 
   struct StepResult {
@@ -239,17 +240,6 @@ class Trainer {
     be_->synchronize();
     be_->op_profile_pause(true);
     return r;
-  }
-
-  double evaluate() {
-    if (!val_src_ || cfg_.eval.batches == 0) return NAN;
-    val_src_->seek(DataPosition{});  // the same batches every time
-    double sum = 0;
-    for (int i = 0; i < cfg_.eval.batches; ++i) {
-      val_src_->next(tok_.data(), tgt_.data());
-      sum += model_->forward(*engine_, tok_.data(), tgt_.data(), false, 0.0f);
-    }
-    return host_.sum(sum / cfg_.eval.batches) / world_;
   }
 
   void checkpoint() {
@@ -287,10 +277,10 @@ class Trainer {
         term_.step_line(row, int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
       }
       if ((cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last) {
-        const double vl = evaluate();
-        if (lead_ && !std::isnan(vl)) {
-          log_->eval_row(st_.step, vl);
-          term_.note("step " + std::to_string(st_.step) + " | val loss " + std::to_string(vl));
+        const EvalRow e = eval_->run(*model_, *engine_, st_.step);
+        if (lead_ && !e.empty()) {
+          log_->eval_row(e);
+          term_.note(eval_text(e));
         }
       }
       const bool stop = host_.max(stop_requested() ? 1 : 0) > 0;  // every rank stops at the same step
@@ -322,7 +312,8 @@ class Trainer {
   ZeroEngine* engine_ = nullptr;
   const ParamLayout* layout_ = nullptr;
   std::unique_ptr<GPT> model_;
-  std::unique_ptr<TokenSource> train_src_, val_src_;
+  std::unique_ptr<TokenSource> train_src_;
+  std::unique_ptr<Evaluator> eval_;
   std::unique_ptr<RunLog> log_;
   std::vector<int> tok_, tgt_;
 
