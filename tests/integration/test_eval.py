@@ -190,13 +190,13 @@ def test_bad_hellaswag_file_is_named(tmp_path, train_bin):
 
 ANIMALS = ["fox", "owl", "cat", "bear", "wolf", "hare", "deer", "crow"]
 PLACES = ["river", "hill", "barn", "forest", "lake", "field", "bridge", "garden"]
-DEEDS = ["sleeps by the", "sings near the", "hides under the", "dances on the", "waits beside the"]
+DEEDS = ["sleeps by the", "sings near the", "hides under the", "dances on the", "waits beside the", "runs to the",
+         "looks at the", "swims past the"]
 
 
 def story_sentences():
-    """The training text's sentences: which place each animal goes to is fixed, so a model that read
-    the text knows how each sentence ends."""
-    return [f"The {a} {DEEDS[i % len(DEEDS)]} {PLACES[i]} at dawn." for i, a in enumerate(ANIMALS)]
+    """The training text's sentences, in a fixed word order a model that read the text knows."""
+    return [f"The {a} {DEEDS[i]} {PLACES[i]} at dawn." for i, a in enumerate(ANIMALS)]
 
 
 def test_trained_model_beats_chance_and_samples_text(tmp_path, train_bin):
@@ -210,23 +210,24 @@ def test_trained_model_beats_chance_and_samples_text(tmp_path, train_bin):
                         "--no-progress", "--vocab", VOCAB_DIR / "vocab.json", "--merges", VOCAB_DIR / "merges.txt"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
+    # each sentence's context, its true ending and three with the same words in another order
     with open(tmp_path / "story.jsonl", "w", encoding="utf-8") as f:
         for i, a in enumerate(ANIMALS):
-            deed = DEEDS[i % len(DEEDS)]
-            wrong = [PLACES[j] for j in rng.permutation(len(PLACES)) if j != i][:3]
-            endings = [f"{w} at dawn." for w in wrong]
+            words = [PLACES[i], "at", "dawn."]
+            wrong = [[words[1], words[0], words[2]], [words[2], words[1], words[0]], [words[0], words[2], words[1]]]
+            endings = [" ".join(w) for w in wrong]
             label = int(rng.integers(0, 4))
-            endings.insert(label, f"{PLACES[i]} at dawn.")
-            f.write(json.dumps({"ctx": f"The {a} {deed}", "endings": endings, "label": label}) + "\n")
+            endings.insert(label, " ".join(words))
+            f.write(json.dumps({"ctx": f"The {a} {DEEDS[i]}", "endings": endings, "label": label}) + "\n")
     hs = prepare_hellaswag(tmp_path / "story.jsonl", tmp_path / "story.bin")
     y = write_yaml(tmp_path / "story.yaml", f"""
 run: {{name: story, out_dir: {tmp_path / 'runs'}, seed: 3}}
 model: {{preset: tiny, max_seq_len: 64}}
 data: {{train: {tmp_path / 'data/story_train.bin'}, val: {tmp_path / 'data/story_val.bin'}}}
-training: {{device: cpu, micro_batch: 8, seq_len: 64, steps: 150, lr: 3.0e-3, warmup_steps: 10, weight_decay: 0.0}}
-eval: {{every: 75, batches: 2, hellaswag: {hs}, sample_tokens: 12, sample_prompt: "The fox", sample_temperature: 0,
+training: {{device: cpu, micro_batch: 4, seq_len: 32, steps: 80, lr: 4.0e-3, warmup_steps: 5, weight_decay: 0.0}}
+eval: {{every: 40, batches: 2, hellaswag: {hs}, sample_tokens: 12, sample_prompt: "The fox", sample_temperature: 0,
         vocab: {VOCAB_DIR}}}
-log: {{every: 50, progress: false}}
+log: {{every: 20, progress: false}}
 """)
     p = run_train(["--yaml", y], env={"OMP_NUM_THREADS": "2"}, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -235,7 +236,7 @@ log: {{every: 50, progress: false}}
         acc, acc_norm = f["eval/hellaswag_acc"][:], f["eval/hellaswag_acc_norm"][:]
         ends = f["eval/sample_end"][:]
         samples = bytes(f["samples"][:]).decode("utf-8")
-    assert steps == [75, 150]
+    assert steps == [40, 80]
     assert acc_norm[-1] >= 0.75 and acc[-1] >= 0.75, (acc, acc_norm)  # chance: 0.25 on 8 examples
     texts = [samples[a:b] for a, b in zip([0] + list(ends[:-1]), ends)]
     assert all(t.startswith("The fox") and len(t) > len("The fox") for t in texts), texts
@@ -262,15 +263,19 @@ def test_sample_token_ids_are_the_models_greedy_continuation(tmp_path, train_bin
 
 
 def test_eval_batches_all_covers_the_whole_val_set(tmp_path, train_bin, shared_data):
-    d = shared_data / "tinyshakespeare"
-    n_val = (d / "tiny_shakespeare_val.bin").stat().st_size // 2 - 512
-    batches = (n_val - 1) // 32 // 4  # whole global micro-batches of 4 sequences of 32 tokens
+    # the first 3000 tokens of tinyshakespeare's val shard as a val shard of its own
+    tokens = np.fromfile(shared_data / "tinyshakespeare/tiny_shakespeare_val.bin", dtype="<u2", offset=1024)[:3000]
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [20240520, 1, len(tokens)]
+    val = tmp_path / "val.bin"
+    val.write_bytes(header.tobytes() + tokens.tobytes())
+    batches = (len(tokens) - 1) // 32 // 4  # whole global micro-batches of 4 sequences of 32 tokens
 
     def val_loss(name, value, ranks=1, B=4):
         y = write_yaml(tmp_path / f"{name}.yaml", f"""
 run: {{name: {name}, out_dir: {tmp_path / 'runs'}}}
 model: {{preset: tiny, max_seq_len: 64}}
-data: {{train: {d / 'tiny_shakespeare_val.bin'}, val: {d / 'tiny_shakespeare_val.bin'}}}
+data: {{train: {val}, val: {val}}}
 training: {{device: cpu, micro_batch: {B}, seq_len: 32, steps: 1, lr: 0}}
 eval: {{batches: {value}}}
 log: {{progress: false}}
