@@ -83,7 +83,7 @@ std::vector<Field> fields_of(Config& c) {
        "micro-batch); 0 = none"},
       {"eval.sample_prompt", &c.eval.sample_prompt,
        "the sample's start: token ids separated by commas or spaces, or text (needs eval.vocab); empty = the "
-       "last id of the vocabulary (GPT-2's <|endoftext|>)"},
+       "last id of the vocabulary (GPT-2's end-of-text token, 50256)"},
       {"eval.sample_temperature", &c.eval.sample_temperature,
        "sampling temperature; 0 = greedy. The draws are seeded by run.seed and the step"},
       {"eval.vocab", &c.eval.vocab,

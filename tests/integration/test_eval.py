@@ -242,8 +242,17 @@ log: {{every: 20, progress: false}}
     assert all(t.startswith("The fox") and len(t) > len("The fox") for t in texts), texts
     assert f"sample: {texts[-1]}" in p.stdout
     assert "hellaswag acc_norm" in p.stdout
-    log = read_log(tmp_path / "runs/story/log.h5")
-    assert log["attrs"]["status"] == "ok" and len(log["val_loss"]) == 2
+    # the Python reader and the plots see the same
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import h5log
+    log = h5log.read_log(tmp_path / "runs/story")
+    assert log["attrs"]["status"] == "ok" and len(log["eval"]["val_loss"]) == 2
+    assert log["samples"] == texts and list(log["eval"]["hellaswag_acc_norm"]) == list(acc_norm)
+    p = subprocess.run([sys.executable, ROOT / "scripts/plot_runs.py", tmp_path / "runs/story", "-o",
+                        tmp_path / "story.png"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    import matplotlib.image
+    assert matplotlib.image.imread(tmp_path / "story.png").shape[1] == 1400  # loss and accuracy panels
 
 
 def test_sample_token_ids_are_the_models_greedy_continuation(tmp_path, train_bin):
