@@ -23,15 +23,14 @@ $(call need,which mpicxx,OpenMPI compiler wrapper mpicxx,apt-get install libopen
 $(call need,pkg-config --exists yaml-cpp,yaml-cpp,apt-get install libyaml-cpp-dev)
 $(call need,pkg-config --exists $(HDF5_PC),HDF5,apt-get install libhdf5-dev)
 $(call need,test -f /usr/include/boost/program_options.hpp,Boost.Program_options,apt-get install libboost-program-options-dev)
-$(call need,pkg-config --exists icu-uc icu-i18n,ICU,apt-get install libicu-dev)
 $(call need,pkg-config --exists nlohmann_json,nlohmann-json,apt-get install nlohmann-json3-dev)
 $(call need,test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h,OpenBLAS (cblas.h),apt-get install libopenblas-dev)
 endif
 
-CPPFLAGS := -Isrc -I. -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC) icu-uc icu-i18n nlohmann_json) -DGIT_REV='"$(GIT_REV)"'
+CPPFLAGS := -Isrc -I. -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC) nlohmann_json) -DGIT_REV='"$(GIT_REV)"'
 CXXFLAGS ?= -O3 -march=x86-64-v2 -g
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter
-LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC) icu-uc icu-i18n) -lboost_program_options -lopenblas -lgomp -lpthread
+LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lopenblas -lgomp -lpthread
 
 # every source under src/ but main and the no-CUDA stub; objects mirror the folders under $(BUILD)/
 CORE_SRC := $(filter-out src/cli/main.cpp src/backend/cuda_stub.cpp,$(shell find src -name '*.cpp'))

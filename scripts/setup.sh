@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential pkg-config git libyaml-cpp-dev libhdf5-dev libboost-program-options-dev
-              libopenmpi-dev openmpi-bin libopenblas-dev libicu-dev nlohmann-json3-dev python3 python3-venv python3-pip)
+              libopenmpi-dev openmpi-bin libopenblas-dev nlohmann-json3-dev python3 python3-venv python3-pip)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -71,7 +71,7 @@ void validate(const Config& cfg, int world) {
   if (cfg.eval.every < 0) bad("eval.every", "must be >= 0");
   const auto& ev = cfg.eval;
   if (!ev.batches.all && ev.batches.count < 0) bad("eval.batches", "must be >= 0 or 'all'");
-  if (ev.batches.all && dc.val.empty())
+  if (ev.batches.all && (dc.synthetic || dc.val.empty()))
     bad("eval.batches", "'all' needs validation shards in data.val (the synthetic corpus has no end)");
   if (ev.sample_tokens < 0) bad("eval.sample_tokens", "must be >= 0");
   if (!(ev.sample_temperature >= 0) || !std::isfinite(ev.sample_temperature))

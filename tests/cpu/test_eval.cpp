@@ -55,6 +55,13 @@ TEST(bpe_encodes_as_gpt2_and_decodes_back) {
        {2616, 38776, 40304, 851, 10545, 251, 109, 12859, 105, 34719, 225, 44805, 32485}},
       {"xxx", {31811}},
       {"<|endoftext|>Hello", {50256, 15496}},
+      // contractions (case-sensitive), letters against digits, tabs, a no-break space, trailing spaces
+      {"It's ''s we'll I'D abc123def\t\tx \xC2\xA0y  ",
+       {1026, 338, 10148, 82, 356, 1183, 314, 6, 35, 450, 66, 10163, 4299, 197, 197, 87, 220, 1849, 88, 220, 220}},
+      // a letter outside ASCII (U+00BA), Arabic-Indic digits, CJK punctuation, a fraction (a number)
+      {"n\xC2\xBA \xD9\xA3\xD9\xA4 \xE3\x80\x82\xE6\x9D\xB1 \xC2\xBD!!?",
+       {77, 36165, 18923, 96, 149, 97, 220, 16764, 30266, 109, 25208, 3228, 30}},
+      {"   ", {220, 220, 220}},
   };
   for (auto& [text, ids] : cases) {
     CHECK_MSG(v.encode(text) == ids, "encode '" + text + "'");
