@@ -35,7 +35,7 @@ LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost
 # every source under src/ but main and the no-CUDA stub; objects mirror the folders under $(BUILD)/
 CORE_SRC := $(filter-out src/cli/main.cpp src/backend/cuda_stub.cpp,$(shell find src -name '*.cpp'))
 CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
-HEADERS := $(shell find src -name '*.hpp')
+HEADERS := $(shell find src -name '*.hpp' -o -name '*.inc')
 CU_HEADERS := $(wildcard kernels/*.cuh) $(shell find src -name '*.cuh')
 
 ifeq ($(CUDA),1)

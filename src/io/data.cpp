@@ -58,11 +58,12 @@ class ShardSource final : public TokenSource {
       }
       open(p);
     }
-    const int64_t first = pos_.offset / T_ + int64_t(rank_) * B_;  // this rank's first sequence place
+    const int64_t row0 = int64_t(rank_) * B_;  // this rank's first row of the global micro-batch
     buf_.resize(size_t(T_) + 1);
     for (int r = 0; r < B_; ++r) {
-      const int64_t place = first + r;
-      read_sequence(order_.shuffle ? int64_t(seq_order_[size_t(place)]) * T_ : place * T_);
+      // in file order the offset is a token offset (what checkpoints have always held)
+      read_sequence(order_.shuffle ? int64_t(seq_order_[size_t(pos_.offset / T_ + row0 + r)]) * T_
+                                   : pos_.offset + (row0 + r) * T_);
       for (int t = 0; t < T_; ++t) {
         tokens[r * T_ + t] = buf_[t];
         targets[r * T_ + t] = buf_[t + 1];

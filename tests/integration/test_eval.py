@@ -147,13 +147,13 @@ def write_fixture(path):
     return path
 
 
-def hellaswag_yaml(tmp_path, name, hs, B=3, steps=3):
+def hellaswag_yaml(tmp_path, name, hs, B=3, steps=3, stage=0):
     return write_yaml(tmp_path / f"{name}.yaml", f"""
 run: {{name: {name}, out_dir: {tmp_path / 'runs'}, seed: 5}}
 model: {{preset: tiny, max_seq_len: 64}}
 data: {{synthetic: true, synthetic_vocab: 500}}
-training: {{device: cpu, micro_batch: {B}, seq_len: 32, steps: {steps}, lr: 1.0e-3}}
-eval: {{every: 0, batches: 1, hellaswag: {hs}}}
+training: {{device: cpu, micro_batch: {B}, seq_len: 32, steps: {steps}, lr: 1.0e-3, zero_stage: {stage}}}
+eval: {{every: 0, batches: 1, hellaswag: {hs}, sample_tokens: 5, sample_prompt: "464", sample_temperature: 0}}
 log: {{progress: false}}
 checkpoint: {{every: {steps}}}
 """)
@@ -164,9 +164,10 @@ def test_hellaswag_scores_match_a_numpy_gpt2(tmp_path, train_bin):
     hs = prepare_hellaswag(write_fixture(tmp_path / "hs.jsonl"), tmp_path / "hs.bin")
     examples = read_eval_file(hs)
     assert len(examples) == len(FIXTURE) and len(examples[-1][0]) + 5 > 33  # one row outgrows seq_len + 1
-    # the same training on 1 rank x 6 rows and 2 ranks x 3: rows of an example straddle micro-batches
+    # the same training on 1 rank x 6 rows and 2 ranks x 3 (at ZeRO-3, where every forward pass is
+    # collective): rows of an example straddle micro-batches, and the ranks score different examples
     run_train(["--yaml", hellaswag_yaml(tmp_path, "one", hs, B=6)], env=ENV, check=True)
-    run_train(["--yaml", hellaswag_yaml(tmp_path, "two", hs, B=3)], ranks=2, env=ENV, check=True)
+    run_train(["--yaml", hellaswag_yaml(tmp_path, "two", hs, B=3, stage=3)], ranks=2, env=ENV, check=True)
     run_train(["export", "--ckpt", tmp_path / "runs/one/checkpoints/step_00000003", "--out", tmp_path / "m.bin"],
               check=True)
     acc, acc_norm, gap = reference_scores(read_model(tmp_path / "m.bin"), examples, T=32)
@@ -177,6 +178,33 @@ def test_hellaswag_scores_match_a_numpy_gpt2(tmp_path, train_bin):
             assert f["eval/hellaswag_acc"][-1] == pytest.approx(acc, abs=1e-12), name
             assert f["eval/hellaswag_acc_norm"][-1] == pytest.approx(acc_norm, abs=1e-12), name
             assert np.isfinite(f["eval/val_loss"][-1])
+            samples = bytes(f["samples"][:]).decode()
+            assert samples.startswith("464 ") and len(samples.split()) == 6
+            if name == "one":
+                first = samples
+            assert samples == first  # the greedy sample too
+
+
+def test_log_from_before_the_new_series_resumes(tmp_path, train_bin):
+    """A log without the HellaSwag and sample series (as written before they existed) gets them on
+    resume, NaN (and empty) for its earlier rows."""
+    y = tiny_yaml(tmp_path, name="old", steps=4, ckpt_every=2)
+    sets = ["--set", "eval.every=2", "--set", "eval.sample_tokens=3", "--set", "eval.sample_prompt=1"]
+    run_train(["--yaml", y, *sets], env=ENV, check=True)
+    log = tmp_path / "runs/old/log.h5"
+    with h5py.File(log, "a") as f:
+        for k in ("eval/hellaswag_acc", "eval/hellaswag_acc_norm", "eval/sample_end", "samples"):
+            del f[k]
+    import shutil
+    shutil.rmtree(tmp_path / "runs/old/checkpoints/step_00000004")
+    (tmp_path / "runs/old/checkpoints/latest").write_text("step_00000002\n")
+    run_train(["--yaml", y, "--resume", *sets], env=ENV, check=True)
+    with h5py.File(log, "r") as f:
+        assert list(f["eval/step"][:]) == [2, 4]
+        assert np.isnan(f["eval/hellaswag_acc"][:]).all() and len(f["eval/hellaswag_acc_norm"]) == 2
+        ends = list(f["eval/sample_end"][:])
+        text = bytes(f["samples"][:]).decode()
+    assert ends == [0, len(text.encode())] and text.startswith("1 ") and len(text.split()) == 4
 
 
 def test_bad_hellaswag_file_is_named(tmp_path, train_bin):
