@@ -29,7 +29,7 @@ $(call need,test -f /usr/include/xxhash.h,xxHash,apt-get install libxxhash-dev)
 $(call need,test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h,OpenBLAS (cblas.h),apt-get install libopenblas-dev)
 endif
 
-CPPFLAGS := -Isrc -I. -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC)) -DGIT_REV='"$(GIT_REV)"'
+CPPFLAGS := -Isrc -I. -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC) nlohmann_json) -DGIT_REV='"$(GIT_REV)"'
 CXXFLAGS ?= -O3 -march=x86-64-v2 -g
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter
 LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lxxhash -lopenblas -lgomp -lpthread
@@ -37,7 +37,7 @@ LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost
 # every source under src/ but main and the no-CUDA stub; objects mirror the folders under $(BUILD)/
 CORE_SRC := $(filter-out src/cli/main.cpp src/backend/cuda_stub.cpp,$(shell find src -name '*.cpp'))
 CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
-HEADERS := $(shell find src -name '*.hpp')
+HEADERS := $(shell find src -name '*.hpp' -o -name '*.inc')
 CU_HEADERS := $(wildcard kernels/*.cuh) $(shell find src -name '*.cuh')
 
 ifeq ($(CUDA),1)

@@ -20,7 +20,7 @@ import yaml
 # log's own list, and tests/integration/test_cli.py keeps this fallback (for plots and older logs) equal to it.
 COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm")
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens")
-EVAL_FIELDS = ("step", "val_loss")
+EVAL_FIELDS = ("step", "val_loss", "hellaswag_acc", "hellaswag_acc_norm", "sample_end")
 STATUSES = ("running", "ok", "failed", "oom", "checkpointed")
 GIB = float(1 << 30)
 
@@ -120,9 +120,11 @@ def _read_attrs(obj):
 def read_log(path):
     """Read a run's log.h5 (or the log.h5 in a run folder).
 
-    Returns {"path", "attrs", "train", "eval", "memory": {"predicted", "measured"}}:
-    attrs are str/int/float, train/eval map dataset names to numpy arrays of equal length,
-    memory groups map component names to bytes (int); memory["components"] lists them in order.
+    Returns {"path", "attrs", "train", "eval", "samples", "memory": {"predicted", "measured"}}:
+    attrs are str/int/float, train/eval map dataset names to numpy arrays of equal length (eval
+    values not measured, or absent from an older log, are NaN), samples holds each evaluation's
+    generated text ("" for none), memory groups map component names to bytes (int);
+    memory["components"] lists them in order.
     """
     path = find_log(path)
     with open_h5(path) as f:
@@ -130,6 +132,11 @@ def read_log(path):
             attrs = _read_attrs(f)
             train = _read_group(f, "train", TRAIN_FIELDS)
             evals = _read_group(f, "eval", EVAL_FIELDS)
+            n = len(evals["step"])
+            for k in ("hellaswag_acc", "hellaswag_acc_norm"):
+                if len(evals[k]) != n:
+                    evals[k] = np.full(n, math.nan)
+            samples = _samples(f, evals["sample_end"] if len(evals["sample_end"]) == n else np.zeros(n, int))
             memory = {"components": list(COMPONENTS)}
             for group in ("predicted", "measured"):
                 name = "memory/" + group
@@ -139,7 +146,27 @@ def read_log(path):
                     memory["components"] = listed.split()
         except (KeyError, OSError) as e:
             raise LogError(f"{path}: unreadable ({e})") from e
-    return {"path": str(path), "attrs": attrs, "train": train, "eval": evals, "memory": memory}
+    return {"path": str(path), "attrs": attrs, "train": train, "eval": evals, "samples": samples,
+            "memory": memory}
+
+
+def _samples(f, ends):
+    """Each evaluation's sample text: /samples holds them one after another, /eval/sample_end says where
+    each ends."""
+    data = b""
+    if "samples" in f:
+        ds = f["samples"]
+        if hasattr(ds, "refresh"):
+            try:
+                ds.refresh()
+            except (OSError, ValueError, RuntimeError):
+                pass
+        data = bytes(np.asarray(ds[()], dtype=np.uint8))
+    out, start = [], 0
+    for end in np.asarray(ends, dtype=np.int64):
+        out.append(data[start:end].decode("utf-8", "replace"))
+        start = end
+    return out
 
 
 def parse_point_values(text):

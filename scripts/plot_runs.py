@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Plot train and val loss of several runs on one figure.
+"""Plot train and val loss of several runs on one figure, and their HellaSwag accuracy beside it
+when they evaluated it.
 
     python3 scripts/plot_runs.py runs/a runs/b/log.h5 [-o loss.png] [--tokens] [--logy]
 """
@@ -27,9 +28,16 @@ def run_label(log, given):
     return name if status in ("ok", "") else f"{name} [{status}]"
 
 
+def has_hellaswag(log):
+    return bool(np.isfinite(np.asarray(log["eval"]["hellaswag_acc_norm"], dtype=float)).any())
+
+
 def plot_runs(logs, labels, path, tokens=False, logy=False):
-    """Draw each log's train loss (solid) and val loss (dashed) into path."""
-    fig, ax = plt.subplots(figsize=(8.0, 5.0))
+    """Draw each log's train loss (solid) and val loss (dashed) into path; with HellaSwag results, a
+    second panel with acc_norm (solid) and acc (dotted)."""
+    accuracy = any(has_hellaswag(log) for log in logs)
+    fig, axes = plt.subplots(1, 2 if accuracy else 1, figsize=(14.0 if accuracy else 8.0, 5.0), squeeze=False)
+    ax = axes[0][0]
     colors = plt.get_cmap("tab10").colors
     drawn = 0
     for i, (log, label) in enumerate(zip(logs, labels)):
@@ -57,9 +65,27 @@ def plot_runs(logs, labels, path, tokens=False, logy=False):
         ax.text(0.5, 0.5, "no loss values logged yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("tokens" if tokens else "step")
     ax.set_ylabel("loss")
+    if accuracy:
+        plot_accuracy(axes[0][1], logs, labels, colors, tokens)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_accuracy(ax, logs, labels, colors, tokens):
+    for i, (log, label) in enumerate(zip(logs, labels)):
+        if not has_hellaswag(log):
+            continue
+        ev, color = log["eval"], colors[i % len(colors)]
+        scale = float(log["attrs"].get("tokens_per_step", 0) or 0) if tokens else 1.0
+        ok = np.isfinite(np.asarray(ev["hellaswag_acc_norm"], dtype=float))
+        x = np.asarray(ev["step"])[ok] * scale
+        ax.plot(x, np.asarray(ev["hellaswag_acc_norm"])[ok], color=color, marker="o", ms=3, label=f"{label} acc_norm")
+        ax.plot(x, np.asarray(ev["hellaswag_acc"])[ok], color=color, ls=":", marker=".", label=f"{label} acc")
+    ax.set_xlabel("tokens" if tokens else "step")
+    ax.set_ylabel("HellaSwag accuracy")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
 
 
 def main(argv=None):

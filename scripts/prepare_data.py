@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Turn a text file into llm.c token shards with the GPT-2 tokenizer.
+"""Turn a corpus into llm.c token shards with the GPT-2 tokenizer, streaming.
 
-The text is split into documents on blank lines (the separator "\\n\\n"); every document is
-encoded with "\\n\\n" restored at its end and prefixed with <|endoftext|> (50256). The first
---val-tokens tokens form the val shard, the rest go to train shards of at most --shard-tokens
-tokens each. This reproduces the reference tinyshakespeare shards token for token.
+Inputs are files or folders (searched for *.txt, *.jsonl, *.parquet, also gzipped: *.txt.gz,
+*.jsonl.gz), read in order and never whole: a text file is split into documents on blank lines
+(the separator "\n\n"), each encoded with "\n\n" restored at its end; a JSONL file holds one
+document per line and a Parquet file one per row, in the --text-field field. Every document is
+prefixed with <|endoftext|> (50256). Worker processes (--workers) tokenize batches of documents
+while the main process writes the tokens in input order, so any number of workers writes the same
+shards. The first --val-tokens tokens form the val shard, the rest go to train shards of at most
+--shard-tokens tokens each. A text file alone reproduces the reference tinyshakespeare shards token
+for token.
 
 Shard format: int32[256] little-endian header ([0]=20240520, [1]=1, [2]=n_tokens), then
 uint16[n_tokens]. Output names: PREFIX_val.bin, and PREFIX_train.bin when one train shard
@@ -12,8 +17,12 @@ suffices, else PREFIX_train_000000.bin, PREFIX_train_000001.bin, ...
 
     python3 scripts/prepare_data.py input.txt --vocab gpt2/vocab.json --merges gpt2/merges.txt \\
         --out-dir data/shakespeare --prefix tiny_shakespeare
+    python3 scripts/prepare_data.py fineweb-edu/sample/10BT --out-dir data/edu_fineweb10B \\
+        --prefix edufineweb --shard-tokens 100000000 --val-tokens 100000000 --workers 16
 """
 import argparse
+import collections
+import multiprocessing
 import os
 import re
 import sys
@@ -24,11 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
+import corpus
+from corpus import PrepareError, input_files, read_batches
+
 MAGIC = 20240520
 VERSION = 1
 HEADER_INTS = 256
 EOT = 50256
-DOC_SEPARATOR = "\n\n"
+DOC_SEPARATOR = corpus.DOC_SEPARATOR
 GPT2_URLS = {
     "vocab.json": "https://huggingface.co/openai-community/gpt2/resolve/main/vocab.json",
     "merges.txt": "https://huggingface.co/openai-community/gpt2/resolve/main/merges.txt",
@@ -36,11 +48,6 @@ GPT2_URLS = {
 # "First Citizen:" must encode to these ids with the real GPT-2 vocabulary.
 SANITY_TEXT = "First Citizen:"
 SANITY_IDS = [5962, 22307, 25]
-READ_CHARS = 8 << 20  # text read per chunk; documents are encoded a chunk at a time
-
-
-class PrepareError(Exception):
-    """Bad input: the message says what is wrong."""
 
 
 def _file_mode():
@@ -114,33 +121,8 @@ def load_tokenizer(vocab_path, merges_path):
     return tok
 
 
-def iter_documents(path):
-    """Yield the documents of a text file (split on "\\n\\n"), reading it in chunks."""
-    rest = ""
-    with open(path, "r", encoding="utf-8") as f:
-        while True:
-            chunk = f.read(READ_CHARS)
-            if not chunk:
-                break
-            parts = (rest + chunk).split(DOC_SEPARATOR)
-            rest = parts.pop()  # may continue in the next chunk
-            yield from parts
-    yield rest
-
-
-def iter_token_blocks(tok, path, docs_per_batch=4096):
-    """Yield uint16 arrays of tokens: <|endoftext|> + document + "\\n\\n", in file order."""
-    batch = []
-    for doc in iter_documents(path):
-        batch.append(doc + DOC_SEPARATOR)
-        if len(batch) == docs_per_batch:
-            yield encode_batch(tok, batch)
-            batch = []
-    if batch:
-        yield encode_batch(tok, batch)
-
-
 def encode_batch(tok, docs):
+    """<|endoftext|> + document, for each, as one uint16 array."""
     out = []
     for enc in tok.encode_batch(docs):
         out.append(EOT)
@@ -148,21 +130,70 @@ def encode_batch(tok, docs):
     return np.asarray(out, dtype=np.uint16)
 
 
-def write_shard(path, tokens):
-    """Write one shard atomically: a temp file in the same folder, then rename."""
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[0], header[1], header[2] = MAGIC, VERSION, len(tokens)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header.tobytes())
-            f.write(np.asarray(tokens, dtype="<u2").tobytes())
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+_WORKER_TOKENIZER = None
+
+
+def _worker_init(vocab, merges):
+    global _WORKER_TOKENIZER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
+    _WORKER_TOKENIZER = load_tokenizer(vocab, merges)
+
+
+def _worker_encode(docs):
+    return encode_batch(_WORKER_TOKENIZER, docs)
+
+
+def token_blocks(files, field, workers, bpe_files, tok, progress):
+    """Yield the uint16 token arrays of every document of every file, in input order; workers > 1
+    tokenize in that many processes with a bounded number of batches in flight (memory stays flat)."""
+    batches = ((docs, nbytes) for path, fmt in files for docs, nbytes in read_batches(path, fmt, field))
+    if workers <= 1:
+        for docs, nbytes in batches:
+            yield encode_batch(tok, docs)
+            progress.update(nbytes)
+        return
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds tokenizer threads
+    with ctx.Pool(workers, initializer=_worker_init, initargs=tuple(str(p) for p in bpe_files)) as pool:
+        pending = collections.deque()
+        for docs, nbytes in batches:
+            pending.append((pool.apply_async(_worker_encode, (docs,)), nbytes))
+            while len(pending) > 2 * workers:
+                result, n = pending.popleft()
+                yield result.get()
+                progress.update(n)
+        while pending:
+            result, n = pending.popleft()
+            yield result.get()
+            progress.update(n)
+
+
+class ShardFile:
+    """One shard written as its tokens arrive, so no shard is held in memory: a temp file in the
+    output folder whose header gets the token count when it is closed."""
+
+    def __init__(self, out_dir, prefix):
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{prefix}.", suffix=".tmp")
+        self.path, self.f, self.n = Path(tmp), os.fdopen(fd, "wb"), 0
+        self.f.write(np.zeros(HEADER_INTS, dtype="<i4").tobytes())
+
+    def write(self, tokens):
+        self.f.write(np.asarray(tokens, dtype="<u2").tobytes())
+        self.n += len(tokens)
+
+    def close(self):
+        header = np.zeros(HEADER_INTS, dtype="<i4")
+        header[0], header[1], header[2] = MAGIC, VERSION, self.n
+        self.f.seek(0)
+        self.f.write(header.tobytes())
+        self.f.close()
+        os.chmod(self.path, _file_mode())
+        return self.path
+
+    def discard(self):
+        if not self.f.closed:
+            self.f.close()
+        if self.path.exists():
+            self.path.unlink()
 
 
 def read_shard(path):
@@ -182,12 +213,12 @@ def read_shard(path):
 
 
 class ShardWriter:
-    """Collects tokens: the first val_tokens go to the val shard, the rest to train shards."""
+    """Takes tokens in order: the first val_tokens go to the val shard, the rest to train shards."""
 
     def __init__(self, out_dir, prefix, val_tokens, shard_tokens):
         self.out_dir, self.prefix = out_dir, prefix
         self.val_tokens, self.shard_tokens = val_tokens, shard_tokens
-        self.buf, self.buf_len = [], 0
+        self.current = None  # the ShardFile being written
         self.val_done = val_tokens == 0
         self.train_tmp = []  # finished train shards, named at the end when their count is known
         self.n_val = 0
@@ -195,35 +226,34 @@ class ShardWriter:
 
     def add(self, tokens):
         while len(tokens):
+            if self.current is None:
+                self.current = ShardFile(self.out_dir, f"{self.prefix}_{'train' if self.val_done else 'val'}")
             cap = self.val_tokens if not self.val_done else self.shard_tokens
-            take = min(cap - self.buf_len, len(tokens))
-            self.buf.append(tokens[:take])
-            self.buf_len += take
+            take = min(cap - self.current.n, len(tokens))
+            self.current.write(tokens[:take])
             tokens = tokens[take:]
-            if self.buf_len == cap:
-                self._flush()
+            if self.current.n == cap:
+                self._close()
 
-    def _flush(self):
-        data = np.concatenate(self.buf) if self.buf else np.zeros(0, np.uint16)
-        self.buf, self.buf_len = [], 0
+    def _close(self):
+        shard, self.current = self.current, None
+        path = shard.close()
         if not self.val_done:
-            write_shard(self.out_dir / f"{self.prefix}_val.bin", data)
-            self.n_val = len(data)
+            os.replace(path, self.out_dir / f"{self.prefix}_val.bin")
+            self.n_val = shard.n
             self.val_done = True
             return
-        fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=f".{self.prefix}_train.", suffix=".tmp")
-        os.close(fd)
-        write_shard(Path(tmp), data)
-        self.train_tmp.append(Path(tmp))
-        self.n_train += len(data)
+        self.train_tmp.append(path)
+        self.n_train += shard.n
 
     def finish(self):
-        """Write what is left and give the train shards their final names; return their paths."""
+        """Close what is left and give the train shards their final names; return their paths."""
         if not self.val_done:
-            raise PrepareError(f"the input has only {self.buf_len} tokens, not more than "
+            n = self.current.n if self.current else 0
+            raise PrepareError(f"the input has only {n} tokens, not more than "
                                f"--val-tokens {self.val_tokens}; lower --val-tokens")
-        if self.buf_len:
-            self._flush()
+        if self.current is not None:
+            self._close()
         if not self.train_tmp:
             raise PrepareError("no tokens left for the train shard after the val shard; "
                                "lower --val-tokens")
@@ -242,23 +272,32 @@ class ShardWriter:
         return names
 
     def cleanup(self):
+        if self.current is not None:
+            self.current.discard()
         for tmp in self.train_tmp:
             if tmp.exists():
                 tmp.unlink()
 
 
-def prepare(input_path, out_dir, prefix, val_tokens, shard_tokens, tokenizer):
-    """Tokenize input_path into shards under out_dir; return (val_path or None, train_paths)."""
+def prepare(files, out_dir, prefix, val_tokens, shard_tokens, tokenizer, bpe_files, workers=1, field="text",
+            progress=True):
+    """Tokenize the [(path, format)] files into shards under out_dir;
+    return (val_path or None, train_paths, val tokens, train tokens)."""
+    from tqdm import tqdm
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = ShardWriter(out_dir, prefix, val_tokens, shard_tokens)
+    total = sum(p.stat().st_size for p, _ in files)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=not progress, file=sys.stderr)
     try:
-        for block in iter_token_blocks(tokenizer, input_path):
+        for block in token_blocks(files, field, workers, bpe_files, tokenizer, bar):
             writer.add(block)
+            bar.set_postfix_str(f"{writer.n_val + writer.n_train + (writer.current.n if writer.current else 0):,} tokens",
+                                refresh=False)
         train = writer.finish()
-    except UnicodeDecodeError as e:
-        raise PrepareError(f"{input_path}: not UTF-8 text ({e})") from e
     finally:
+        bar.close()
         writer.cleanup()
     val = out_dir / f"{prefix}_val.bin" if val_tokens else None
     return val, train, writer.n_val, writer.n_train
@@ -266,29 +305,39 @@ def prepare(input_path, out_dir, prefix, val_tokens, shard_tokens, tokenizer):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("input", help="UTF-8 text file")
+    ap.add_argument("input", nargs="+", help="UTF-8 text, JSONL or Parquet files (optionally .gz), or folders of them")
     ap.add_argument("--out-dir", help="output folder (default: data/<prefix>)")
-    ap.add_argument("--prefix", help="shard name prefix (default: the input file's stem)")
+    ap.add_argument("--prefix", help="shard name prefix (default: the first input's stem)")
     ap.add_argument("--val-tokens", type=int, default=32768, help="tokens in the val shard (0: none)")
     ap.add_argument("--shard-tokens", type=int, default=100_000_000, help="max tokens per train shard")
+    ap.add_argument("--format", choices=["auto", "text", "jsonl", "parquet"], default="auto",
+                    help="input type (default: from each file's name)")
+    ap.add_argument("--text-field", default="text", help="JSONL field / Parquet column of the text (default text)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                    help="tokenizer processes (default: one per CPU; the shards do not depend on it)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--vocab", help="GPT-2 vocab.json")
     ap.add_argument("--merges", help="GPT-2 merges.txt")
     ap.add_argument("--cache-dir", help=f"where downloaded vocab/merges go (default {default_cache_dir()})")
     args = ap.parse_args(argv)
 
     try:
-        if not Path(args.input).is_file():
-            raise PrepareError(f"input: no such file: {args.input}")
+        files = input_files(args.input, args.format)
         if args.val_tokens < 0:
             raise PrepareError("--val-tokens must be >= 0")
         if args.shard_tokens <= 0:
             raise PrepareError("--shard-tokens must be > 0")
-        prefix = args.prefix or re.sub(r"[^A-Za-z0-9_.-]", "_", Path(args.input).stem)
+        if args.workers < 1:
+            raise PrepareError("--workers must be >= 1")
+        first = Path(args.input[0])
+        stem = Path(first.name[:-3] if first.name.endswith(".gz") else first.name).stem if first.is_file() else first.name
+        prefix = args.prefix or re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
         out_dir = Path(args.out_dir) if args.out_dir else Path("data") / prefix
         vocab, merges = resolve_bpe_files(args.vocab, args.merges, args.cache_dir)
         tok = load_tokenizer(vocab, merges)
-        val, train, n_val, n_train = prepare(args.input, out_dir, prefix, args.val_tokens,
-                                             args.shard_tokens, tok)
+        val, train, n_val, n_train = prepare(files, out_dir, prefix, args.val_tokens, args.shard_tokens, tok,
+                                             (vocab, merges), args.workers, args.text_field,
+                                             progress=not args.no_progress)
     except PrepareError as e:
         print(f"prepare_data: error: {e}", file=sys.stderr)
         return 1

@@ -25,7 +25,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python3 ]; then
   "$PY" -m venv .venv 2>/dev/null || { /usr/bin/python3 -m venv .venv; }
 fi
-if ! .venv/bin/python3 -c "import numpy, h5py, matplotlib, tokenizers, pytest, psutil, yaml, safetensors" 2>/dev/null \
+if ! .venv/bin/python3 -c "import numpy, h5py, matplotlib, tokenizers, pytest, psutil, yaml, safetensors, pyarrow, tqdm" 2>/dev/null \
    || [ ! -f "$(.venv/bin/python3 -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])')/include/cudnn_frontend.h" ]; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/python3 -m pip install -q --upgrade pip >/dev/null

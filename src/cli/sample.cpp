@@ -2,9 +2,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <iostream>
-#include <random>
 #include <sstream>
 
 #include "cli/app.hpp"
@@ -12,6 +10,7 @@
 #include "io/checkpoint.hpp"
 #include "io/h5util.hpp"
 #include "model/gpt.hpp"
+#include "run/generate.hpp"
 #include "run/stack.hpp"
 
 namespace po = boost::program_options;
@@ -41,15 +40,6 @@ std::vector<int> parse_ids(const std::string& text, int vocab_size) {
   }
   if (ids.empty()) throw input_error("--prompt-ids: give at least one token id");
   return ids;
-}
-
-// Greedy at temperature 0, else a draw from softmax(logits / temperature).
-int next_token(const std::vector<float>& logits, double temperature, std::mt19937_64& rng) {
-  if (temperature <= 0) return int(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> p(logits.size());
-  for (size_t j = 0; j < p.size(); ++j) p[j] = std::exp((logits[j] - mx) / temperature);
-  return std::discrete_distribution<int>(p.begin(), p.end())(rng);
 }
 
 // logits (n, V) of the prompt's n positions into an HDF5 file (dataset /logits, float32), for comparing
@@ -99,8 +89,6 @@ int run_sample(int argc, char** argv, HostComm& host) {
   for (int b = 0; b < layout.n_buckets(); ++b) stack.engine->set_bucket_params(b, params.data() + layout.logical_offset(b));
   const int T = std::min<int>(plan.dims.max_seq_len, int(ids.size()) + tokens);
   GPT model(plan.dims, layout, *stack.backend, 1, T, 0);
-  std::mt19937_64 rng(seed);
-  std::vector<float> logits(plan.dims.vocab_size);
   std::vector<int> window(T, 0);
   if (!logits_path.empty()) {
     const size_t n = std::min<size_t>(ids.size(), size_t(T)), V = size_t(plan.dims.vocab_size);
@@ -109,14 +97,7 @@ int run_sample(int argc, char** argv, HostComm& host) {
     for (size_t pos = 0; pos < n; ++pos) model.logits_row(*stack.engine, window.data(), int(pos), all.data() + pos * V);
     write_logits(logits_path, all, n, V);
   }
-  for (int i = 0; i < tokens; ++i) {
-    // the last T tokens (positions beyond the end are padding the causal mask ignores)
-    const int start = std::max(0, int(ids.size()) - T), n = int(ids.size()) - start;
-    std::fill(window.begin(), window.end(), 0);
-    std::copy(ids.begin() + start, ids.end(), window.begin());
-    model.logits_row(*stack.engine, window.data(), n - 1, logits.data());
-    ids.push_back(next_token(logits, temperature, rng));
-  }
+  ids = generate(model, *stack.engine, ids, tokens, temperature, seed);
   for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
   std::cout << "\n";
   return 0;

@@ -16,6 +16,13 @@ struct MicroBatch {
   bool operator==(const MicroBatch& o) const { return max == o.max && (max || size == o.size); }
 };
 
+// eval.batches: a number of micro-batches, or `all` (one whole pass over the validation shards).
+struct EvalBatches {
+  int count = 8;         // micro-batches per validation (when not all)
+  bool all = false;
+  static EvalBatches fixed(int n) { return {n, false}; }
+};
+
 struct RunConfig {
   std::string name = "run";
   std::string out_dir = "runs";
@@ -40,6 +47,7 @@ struct DataConfig {
   bool synthetic = false;
   int synthetic_vocab = 256;
   int synthetic_branching = 4;
+  bool shuffle = true;
 };
 
 struct TrainingConfig {
@@ -70,7 +78,12 @@ struct TrainingConfig {
 
 struct EvalConfig {
   int every = 0;
-  int batches = 8;
+  EvalBatches batches;
+  std::string hellaswag = "";
+  int sample_tokens = 0;
+  std::string sample_prompt = "";
+  float sample_temperature = 1.0f;
+  std::string vocab = "";
 };
 
 struct LogConfig {

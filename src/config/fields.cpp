@@ -34,6 +34,10 @@ std::vector<Field> fields_of(Config& c) {
       {"data.synthetic", &d.synthetic, "the built-in Markov corpus (best loss = ln(synthetic_branching))"},
       {"data.synthetic_vocab", &d.synthetic_vocab, "number of token ids the corpus uses (ids 0..synthetic_vocab-1)"},
       {"data.synthetic_branching", &d.synthetic_branching, "each token has this many equally likely successors"},
+      {"data.shuffle", &d.shuffle,
+       "train shards: each epoch a new order of the shards and of the sequences inside each shard, drawn from "
+       "run.seed and the epoch (the same on every rank); false: file order. Validation is never shuffled; the "
+       "synthetic corpus has no order to shuffle"},
       {"training.device", &t.device, "auto / cpu / cuda"},
       {"training.precision", &t.precision, "bf16 / fp32 (on CPU always fp32)"},
       {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
@@ -73,7 +77,24 @@ std::vector<Field> fields_of(Config& c) {
        "backward, cuBLASLt's first-choice algorithms); `false` takes the fastest (non-deterministic attention "
        "backward, matmul algorithms timed on first use). The CPU path is always deterministic"},
       {"eval.every", &c.eval.every, "steps between validations; 0 = only after the last step"},
-      {"eval.batches", &c.eval.batches, "micro-batches per validation"},
+      {"eval.batches", &c.eval.batches,
+       "micro-batches per validation (the first ones of data.val, the same each time), or `all`: every whole "
+       "global micro-batch of the validation shards"},
+      {"eval.hellaswag", &c.eval.hellaswag,
+       "HellaSwag token file (scripts/prepare_hellaswag.py; llm.c's eval format): at each evaluation every "
+       "example is scored by the loss of each ending after its context, split across ranks, and the accuracy "
+       "logged (`acc`: lowest summed loss, `acc_norm`: lowest mean loss per token); empty = none"},
+      {"eval.sample_tokens", &c.eval.sample_tokens,
+       "tokens to generate at each evaluation, printed and logged (each costs a forward pass over one "
+       "micro-batch); 0 = none"},
+      {"eval.sample_prompt", &c.eval.sample_prompt,
+       "the sample's start: token ids separated by commas or spaces, or text (needs eval.vocab); empty = the "
+       "last id of the vocabulary (GPT-2's end-of-text token, 50256)"},
+      {"eval.sample_temperature", &c.eval.sample_temperature,
+       "sampling temperature; 0 = greedy. The draws are seeded by run.seed and the step"},
+      {"eval.vocab", &c.eval.vocab,
+       "folder with GPT-2's vocab.json and merges.txt: samples are decoded to text and a text sample_prompt "
+       "encoded; empty = samples are token ids"},
       {"log.every", &c.log.every, "steps between log rows"},
       {"log.progress", &c.log.progress,
        "progress bar with ETA when rank 0's output is an interactive terminal (never under an MPI launcher, "
@@ -139,6 +160,8 @@ void set_field(const Field& f, const YAML::Node& n, int line) {
           *p = int_from(n, key, line);
         } else if constexpr (std::is_same_v<T, MicroBatch>) {
           *p = n.IsScalar() && n.Scalar() == "max" ? MicroBatch{p->size, true} : MicroBatch::fixed(int_from(n, key, line));
+        } else if constexpr (std::is_same_v<T, EvalBatches>) {
+          *p = n.IsScalar() && n.Scalar() == "all" ? EvalBatches{p->count, true} : EvalBatches::fixed(int_from(n, key, line));
         } else if constexpr (std::is_same_v<T, uint64_t>) {
           *p = scalar_as<uint64_t>(n, key, line, "non-negative integer");
         } else {
@@ -164,6 +187,9 @@ std::string field_text(const Field& f) {
         } else if constexpr (std::is_same_v<T, MicroBatch>) {
           if (p->max) return "max";
           os << p->size;
+        } else if constexpr (std::is_same_v<T, EvalBatches>) {
+          if (p->all) return "all";
+          os << p->count;
         } else {
           os << *p;
         }
@@ -180,6 +206,7 @@ const char* type_name(const Field& f) {
         else if constexpr (std::is_same_v<T, bool>) return "bool";
         else if constexpr (std::is_same_v<T, float>) return "float";
         else if constexpr (std::is_same_v<T, MicroBatch>) return "int or `max`";
+        else if constexpr (std::is_same_v<T, EvalBatches>) return "int or `all`";
         else return "int";
       },
       f.ref);

@@ -11,7 +11,8 @@
 
 namespace gpt::config {
 
-using FieldRef = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*, MicroBatch*>;
+using FieldRef = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*, MicroBatch*,
+                              EvalBatches*>;
 struct Field {
   const char* key;  // dotted: section.name
   FieldRef ref;
@@ -26,7 +27,7 @@ std::string section_of(const std::string& key);
 void set_field(const Field& f, const YAML::Node& n, int line);
 // The field's value as a YAML scalar.
 std::string field_text(const Field& f);
-// "int", "float", "bool", "string", "int or `max`"
+// "int", "float", "bool", "string", "int or `max`", "int or `all`"
 const char* type_name(const Field& f);
 
 }  // namespace gpt::config

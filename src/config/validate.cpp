@@ -82,7 +82,13 @@ void validate(const Config& cfg, int world) {
     bad("data.train", "no training data: give a glob of token shards or set data.synthetic: true");
   }
   if (cfg.eval.every < 0) bad("eval.every", "must be >= 0");
-  if (cfg.eval.batches < 0) bad("eval.batches", "must be >= 0");
+  const auto& ev = cfg.eval;
+  if (!ev.batches.all && ev.batches.count < 0) bad("eval.batches", "must be >= 0 or 'all'");
+  if (ev.batches.all && (dc.synthetic || dc.val.empty()))
+    bad("eval.batches", "'all' needs validation shards in data.val (the synthetic corpus has no end)");
+  if (ev.sample_tokens < 0) bad("eval.sample_tokens", "must be >= 0");
+  if (!(ev.sample_temperature >= 0) || !std::isfinite(ev.sample_temperature))
+    bad("eval.sample_temperature", "must be a finite number >= 0 (0 = greedy)");
   if (cfg.log.every < 1) bad("log.every", "must be >= 1");
   if (cfg.checkpoint.every < 0) bad("checkpoint.every", "must be >= 0");
   if (cfg.checkpoint.keep_last < 1) bad("checkpoint.keep_last", "must be >= 1");

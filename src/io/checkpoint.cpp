@@ -89,6 +89,7 @@ void write_rank_file(const std::string& path, const TrainState& st, ZeroEngine& 
   h5::set_attr(f, "data_shard", st.data.shard);
   h5::set_attr(f, "data_offset", st.data.offset);
   h5::set_attr(f, "data_epoch", st.data.epoch);
+  h5::set_attr(f, "data_shuffle", int64_t(st.data.shuffled));
   h5::set_attr(f, "seed", int64_t(st.seed));
   h5::set_attr(f, "config_yaml", st.config_yaml);
   h5::set_attr(f, "n_buckets", int64_t(L.n_buckets()));
@@ -179,6 +180,8 @@ std::vector<OldFile> open_checkpoint(const std::string& dir, const ParamLayout& 
   st.data.shard = h5::get_attr_i64(f0, "data_shard");
   st.data.offset = h5::get_attr_i64(f0, "data_offset");
   st.data.epoch = h5::get_attr_i64(f0, "data_epoch");
+  // absent from checkpoints written before data.shuffle existed, which read in file order
+  st.data.shuffled = H5Aexists(f0, "data_shuffle") > 0 && h5::get_attr_i64(f0, "data_shuffle") != 0;
   st.seed = uint64_t(h5::get_attr_i64(f0, "seed"));
   st.config_yaml = h5::get_attr_str(f0, "config_yaml");
   st.world = files[0].world;

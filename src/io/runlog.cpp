@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <vector>
 
 #include "io/h5util.hpp"
 
@@ -28,6 +29,27 @@ h5::Id series_with_units(hid_t loc, const char* name, hid_t type, const char* un
   h5::set_attr(ds, "units", std::string(units));
   return ds;
 }
+// /eval: one row per evaluation in every series. The samples' text goes, one after another, into the
+// byte series /samples (variable-length strings are not safe for SWMR readers); sample_end says where
+// each row's text ends.
+constexpr Column kEvalCols[] = {{"step", "steps", true},
+                                {"val_loss", "nats/token", false},
+                                {"hellaswag_acc", "fraction", false},
+                                {"hellaswag_acc_norm", "fraction", false},
+                                {"sample_end", "bytes", true}};
+constexpr int kEvalN = sizeof(kEvalCols) / sizeof(kEvalCols[0]);
+hid_t eval_file_type(int i) { return kEvalCols[i].integer ? H5T_STD_I64LE : H5T_IEEE_F64LE; }
+
+// Appends n elements to a 1-D series.
+void append_n(hid_t ds, const void* values, hsize_t n, hid_t type) {
+  hsize_t start = h5::length(ds), total = start + n;
+  H5_CHECK(H5Dset_extent(ds, &total));
+  if (n == 0) return;
+  h5::Id fspace(H5_CHECK(H5Dget_space(ds)));
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, nullptr, &n, nullptr));
+  h5::Id mspace(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+  H5_CHECK(H5Dwrite(ds, type, mspace, fspace, H5P_DEFAULT, values));
+}
 }  // namespace
 
 // A full disk must not leave the log unreadable: closing an HDF5 file writes its metadata, so the log
@@ -40,19 +62,34 @@ struct RunLog::Impl {
   h5::Id file;
   h5::Id train[kNumTrain];
   double elapsed_before = 0;
-  h5::Id eval_step, eval_loss;
+  h5::Id eval[kEvalN], samples;
   bool finished = false;
 
   void open_series() {
     for (int i = 0; i < kNumTrain; ++i)
       train[i] = h5::Id(H5_CHECK(H5Dopen2(file, (std::string("/train/") + kTrainCols[i].name).c_str(), H5P_DEFAULT)));
-    eval_step = h5::Id(H5_CHECK(H5Dopen2(file, "/eval/step", H5P_DEFAULT)));
-    eval_loss = h5::Id(H5_CHECK(H5Dopen2(file, "/eval/val_loss", H5P_DEFAULT)));
+    const hsize_t rows = h5::length(h5::Id(H5_CHECK(H5Dopen2(file, "/eval/step", H5P_DEFAULT))));
+    for (int i = 0; i < kEvalN; ++i) {
+      const std::string path = std::string("/eval/") + kEvalCols[i].name;
+      if (h5::exists(file, path)) {
+        eval[i] = h5::Id(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
+        continue;
+      }
+      // a log from before the series existed: its rows measured none of it
+      h5::Id g = h5::open_group(file, "/eval");
+      eval[i] = series_with_units(g, kEvalCols[i].name, eval_file_type(i), kEvalCols[i].units);
+      const std::vector<double> nan(rows, NAN);
+      const std::vector<int64_t> zero(rows, 0);
+      append_n(eval[i], i == kEvalN - 1 ? (const void*)zero.data() : nan.data(), rows,
+               i == kEvalN - 1 ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE);
+    }
+    samples = h5::exists(file, "/samples") ? h5::Id(H5_CHECK(H5Dopen2(file, "/samples", H5P_DEFAULT)))
+                                           : h5::create_series(file, "samples", H5T_STD_U8LE);
   }
   void close_series() {
     for (auto& d : train) d.reset();
-    eval_step.reset();
-    eval_loss.reset();
+    for (auto& d : eval) d.reset();
+    samples.reset();
   }
   void take_reserve() {
     reserve = path + ".reserve";
@@ -152,11 +189,12 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     for (auto& d : p_->train) h5::truncate(d, keep);
     auto elapsed = h5::read_all<double>(p_->train[7], H5T_NATIVE_DOUBLE);
     if (!elapsed.empty()) p_->elapsed_before = elapsed.back();
-    auto esteps = h5::read_all<int64_t>(p_->eval_step, H5T_NATIVE_INT64);
+    auto esteps = h5::read_all<int64_t>(p_->eval[0], H5T_NATIVE_INT64);
     hsize_t ekeep = 0;
     while (ekeep < esteps.size() && esteps[ekeep] <= resume_step) ++ekeep;
-    h5::truncate(p_->eval_step, ekeep);
-    h5::truncate(p_->eval_loss, ekeep);
+    const auto ends = h5::read_all<int64_t>(p_->eval[kEvalN - 1], H5T_NATIVE_INT64);
+    for (auto& d : p_->eval) h5::truncate(d, ekeep);
+    h5::truncate(p_->samples, ekeep ? hsize_t(ends[ekeep - 1]) : 0);
     h5::set_attr(p_->file, "status", std::string("running"));
     h5::set_attr(p_->file, "message", std::string(""));
     h5::set_attr(p_->file, "resumed_from_step", resume_step);
@@ -173,8 +211,8 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
       for (const Column& c : kTrainCols)
         series_with_units(tg, c.name, c.integer ? H5T_STD_I64LE : H5T_IEEE_F64LE, c.units);
       h5::Id eg = h5::create_group(f, "eval");
-      series_with_units(eg, "step", H5T_STD_I64LE, "steps");
-      series_with_units(eg, "val_loss", H5T_IEEE_F64LE, "nats/token");
+      for (int i = 0; i < kEvalN; ++i) series_with_units(eg, kEvalCols[i].name, eval_file_type(i), kEvalCols[i].units);
+      series_with_units(f, "samples", H5T_STD_U8LE, "UTF-8 bytes");
       h5::Id mg = h5::create_group(f, "memory");
       h5::Id pg = h5::create_group(mg, "predicted");
       write_memory_attrs(pg, predicted);
@@ -211,12 +249,16 @@ void RunLog::train_row(const TrainRow& r) {
 
 double RunLog::elapsed_before() const { return p_->elapsed_before; }
 
-void RunLog::eval_row(int64_t step, double val_loss) {
+void RunLog::eval_row(const EvalRow& r) {
   p_->write([&] {
-    h5::append(p_->eval_step, &step, H5T_NATIVE_INT64);
-    h5::append(p_->eval_loss, &val_loss, H5T_NATIVE_DOUBLE);
-    H5_CHECK(H5Dflush(p_->eval_step));
-    H5_CHECK(H5Dflush(p_->eval_loss));
+    h5::append(p_->eval[0], &r.step, H5T_NATIVE_INT64);
+    const double v[3] = {r.val_loss, r.hellaswag_acc, r.hellaswag_acc_norm};
+    for (int i = 0; i < 3; ++i) h5::append(p_->eval[i + 1], &v[i], H5T_NATIVE_DOUBLE);
+    append_n(p_->samples, r.sample.data(), r.sample.size(), H5T_NATIVE_UCHAR);
+    const int64_t end = int64_t(h5::length(p_->samples));
+    h5::append(p_->eval[kEvalN - 1], &end, H5T_NATIVE_INT64);
+    H5_CHECK(H5Dflush(p_->samples));
+    for (auto& d : p_->eval) H5_CHECK(H5Dflush(d));
   });
 }
 

@@ -1,6 +1,7 @@
 // The run log, <run dir>/log.h5 (layout in docs/FORMATS.md). Rank 0 writes it; it is readable with
 // h5py while the run goes on (SWMR), and its status says how the run ended.
 #pragma once
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -23,13 +24,21 @@ struct TrainRow {
   int64_t tokens;    // tokens trained on up to and including this step, all ranks
 };
 
+// One evaluation: NaN (or an empty sample) for what was not measured.
+struct EvalRow {
+  int64_t step = 0;
+  double val_loss = NAN, hellaswag_acc = NAN, hellaswag_acc_norm = NAN;
+  std::string sample;  // generated text (token ids without a vocabulary)
+  bool empty() const { return std::isnan(val_loss) && std::isnan(hellaswag_acc) && sample.empty(); }
+};
+
 class RunLog {
  public:
   // Creates the log, or with resume_step >= 0 reopens it and drops rows after that step.
   RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdown& predicted, int64_t resume_step);
   ~RunLog();
   void train_row(const TrainRow& r);
-  void eval_row(int64_t step, double val_loss);
+  void eval_row(const EvalRow& r);
   // elapsed_s of the last row kept when the log was reopened to resume (0 for a new log)
   double elapsed_before() const;
   // Ends SWMR writing and records the outcome and the measured memory.

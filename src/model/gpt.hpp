@@ -32,7 +32,10 @@ class GPT {
   void backward(ParamStore& ps);
   // The vocab_size logits of one row (b*T + t) of a forward pass over tokens (B*T host ints).
   void logits_row(ParamStore& ps, const int* tokens, int row, float* out);
+  // The B*T per-token losses of the last forward, on the host (multiple-choice scoring reads them).
+  const std::vector<float>& token_losses() const { return losses_host_; }
   int B() const { return B_; }
+  int vocab_size() const { return d_.vocab_size; }
   size_t stored_bytes() const { return stored_bytes_; }    // activations kept for backward
   size_t scratch_bytes() const { return scratch_bytes_; }  // logits chunk, gradient scratch, inputs
   int T() const { return T_; }

@@ -16,6 +16,7 @@
 #include "io/runlog.hpp"
 #include "model/gpt.hpp"
 #include "model/init.hpp"
+#include "run/eval.hpp"
 #include "run/faults.hpp"
 #include "run/max_batch.hpp"
 #include "run/resume.hpp"
@@ -208,16 +209,14 @@ class Trainer {
 
   void open_data() {
     const int B = plan_.micro_batch, T = plan_.seq_len, r = host_.rank();
-    const int batches = std::max(plan_.grad_accum, cfg_.eval.batches);
-    tok_.resize(size_t(B) * T * batches);
-    tgt_.resize(size_t(B) * T * batches);
-    if (cfg_.data.synthetic) {
+    tok_.resize(size_t(B) * T * plan_.grad_accum);  // a step's micro-batches, read (and agreed) up front
+    tgt_.resize(size_t(B) * T * plan_.grad_accum);
+    if (cfg_.data.synthetic)
       train_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 0, B, T, r, world_);
-      val_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 1, B, T, r, world_);
-    } else {
-      train_src_ = make_shard_source(cfg_.data.train, B, T, r, world_, plan_.dims.vocab_size);
-      if (!cfg_.data.val.empty()) val_src_ = make_shard_source(cfg_.data.val, B, T, r, world_, plan_.dims.vocab_size);
-    }
+    else
+      train_src_ = make_shard_source(cfg_.data.train, B, T, r, world_, plan_.dims.vocab_size,
+                                     ShardOrder{cfg_.data.shuffle, cfg_.run.seed});
+    eval_ = std::make_unique<Evaluator>(cfg_, plan_, host_);
   }
 
   // Parameters from an llm.c model file, or GPT-2's initialisation.
@@ -255,7 +254,8 @@ class Trainer {
     info.ranks = host_.placement();
     if (world_ > 1 && !info.ranks.empty()) term_.note(describe_placement(info.ranks));
     log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(plan_), resumed_ ? st_.step : -1);
-    term_.note("train data: " + train_src_->describe() + (val_src_ ? "; val data: " + val_src_->describe() : ""));
+    const std::string evals = eval_->describe();
+    term_.note("train data: " + train_src_->describe() + (evals.empty() ? "" : "; " + evals));
   }
 
   struct StepResult {
@@ -306,18 +306,6 @@ class Trainer {
                                    (ck.empty() ? std::string("none (no checkpoint was written)") : ck.front()));
   }
 
-  double evaluate() {
-    if (!val_src_ || cfg_.eval.batches == 0) return NAN;
-    val_src_->seek(DataPosition{});  // the same batches every time
-    fetch(*val_src_, cfg_.eval.batches, "reading the validation data");
-    const size_t BT = size_t(plan_.micro_batch) * plan_.seq_len;
-    faults_.at("eval", st_.step);
-    double sum = 0;
-    for (int i = 0; i < cfg_.eval.batches; ++i)
-      sum += model_->forward(*engine_, tok_.data() + i * BT, tgt_.data() + i * BT, false, 0.0f);
-    return host_.sum(sum / cfg_.eval.batches) / world_;
-  }
-
   void checkpoint() {
     const auto t0 = std::chrono::steady_clock::now();
     save_checkpoint(dir_, st_, *engine_, *layout_, host_, cfg_.checkpoint.keep_last,
@@ -327,12 +315,12 @@ class Trainer {
   }
 
   // Rank 0's log writes for this step; a failure (a full disk) is this rank's, told at the boundary.
-  std::optional<Error> log_rows(const TrainRow& row, bool train_row, double val_loss) {
+  std::optional<Error> log_rows(const TrainRow& row, bool train_row, const EvalRow& ev) {
     if (!lead_) return std::nullopt;
     try {
       faults_.at("log", st_.step);
       if (train_row) log_->train_row(row);
-      if (!std::isnan(val_loss)) log_->eval_row(st_.step, val_loss);
+      if (!ev.empty()) log_->eval_row(ev);
     } catch (const Error& e) {
       return Error(e.code(), "writing the run log " + dir_ + "/log.h5 failed: " + e.what() + full_disk_note(dir_));
     }
@@ -384,12 +372,16 @@ class Trainer {
                          st_.step * plan_.tokens_per_step};
       const bool log_row = st_.step % cfg_.log.every == 0 || last || st_.step == 1;
       const bool eval = (cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last;
-      const double vl = eval ? evaluate() : NAN;
-      const std::optional<Error> failed = log_rows(row, log_row, vl);
+      EvalRow ev;
+      if (eval) {
+        faults_.at("eval", st_.step);
+        ev = eval_->run(*model_, *engine_, st_.step);
+      }
+      const std::optional<Error> failed = log_rows(row, log_row, ev);
       if (log_row) term_.step_line(row, int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0, be_->peak_bytes());
-      if (lead_ && !std::isnan(vl)) {
-        term_.count_eval(vl);
-        term_.note("step " + std::to_string(st_.step) + " | val loss " + std::to_string(vl));
+      if (lead_ && !ev.empty()) {
+        if (!std::isnan(ev.val_loss)) term_.count_eval(ev.val_loss);
+        term_.note(eval_text(ev));
       }
       const bool stop = boundary(failed);  // every rank stops at the same step
       if ((cfg_.checkpoint.every > 0 && st_.step % cfg_.checkpoint.every == 0) || (stop && !last)) checkpoint();
@@ -426,7 +418,8 @@ class Trainer {
   ZeroEngine* engine_ = nullptr;
   const ParamLayout* layout_ = nullptr;
   std::unique_ptr<GPT> model_;
-  std::unique_ptr<TokenSource> train_src_, val_src_;
+  std::unique_ptr<TokenSource> train_src_;
+  std::unique_ptr<Evaluator> eval_;
   std::unique_ptr<RunLog> log_;
   std::vector<int> tok_, tgt_;
 

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -117,6 +118,111 @@ TEST(synthetic_corpus_follows_its_chain) {
   again->seek(pos);
   again->next(vt.data(), vg.data());
   CHECK(vt == tok);
+}
+
+// Shards whose sequences (of kT tokens) name themselves: sequence i of shard s starts with token
+// 1000 * s + i, so a batch row says which sequence it is.
+constexpr int kT = 8;
+const std::string kShardDir = "/tmp/gpt_shuffle_test";
+std::string write_numbered_shards(const std::vector<int>& n_seq) {
+  std::system(("rm -rf " + kShardDir + " && mkdir -p " + kShardDir).c_str());
+  for (size_t s = 0; s < n_seq.size(); ++s) {
+    std::vector<uint16_t> tok(size_t(n_seq[s]) * kT + 1 + 3);  // 3 tokens of tail that make no sequence
+    for (size_t i = 0; i < tok.size(); ++i) tok[i] = uint16_t(i % kT == 0 ? 1000 * s + i / kT : 7);
+    int32_t h[256] = {20240520, 1, int32_t(tok.size())};
+    std::ofstream out(kShardDir + "/s_" + std::to_string(s) + ".bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(h), sizeof h);
+    out.write(reinterpret_cast<const char*>(tok.data()), std::streamsize(2 * tok.size()));
+  }
+  return kShardDir + "/s_*.bin";
+}
+// The sequence names of the next `batches` global micro-batches, read by `world` ranks of B rows.
+std::vector<int> read_names(std::vector<std::unique_ptr<TokenSource>>& ranks, int B, int batches) {
+  std::vector<int> names, tok(size_t(B) * kT), tgt(size_t(B) * kT);
+  for (int i = 0; i < batches; ++i)
+    for (auto& r : ranks) {
+      r->next(tok.data(), tgt.data());
+      for (int b = 0; b < B; ++b) names.push_back(tok[size_t(b) * kT]);
+    }
+  return names;
+}
+std::vector<std::unique_ptr<TokenSource>> sources(const std::string& glob, int B, int world, ShardOrder o) {
+  std::vector<std::unique_ptr<TokenSource>> v;
+  for (int r = 0; r < world; ++r) v.push_back(make_shard_source(glob, B, kT, r, world, 65535, o));
+  return v;
+}
+
+TEST(shuffle_is_seeded_and_each_epoch_reads_every_sequence_once) {
+  const std::vector<int> n_seq = {12, 20, 8};  // multiples of the 4 rows of a global micro-batch
+  const std::string glob = write_numbered_shards(n_seq);
+  const int per_epoch = 40 / 4;
+  auto a = sources(glob, 4, 1, {true, 11});
+  CHECK(a[0]->epoch_batches() == per_epoch);
+  const std::vector<int> e1 = read_names(a, 4, per_epoch), e2 = read_names(a, 4, per_epoch);
+  CHECK(a[0]->position().epoch == 1);
+  std::set<int> all;
+  for (size_t s = 0; s < n_seq.size(); ++s)
+    for (int i = 0; i < n_seq[s]; ++i) all.insert(int(1000 * s + i));
+  for (const auto* e : {&e1, &e2}) {
+    CHECK(std::set<int>(e->begin(), e->end()) == all);  // each sequence, and (40 names) each once
+    CHECK(e->size() == all.size());
+    // a global micro-batch never mixes shards
+    for (size_t b = 0; b < e->size(); b += 4) CHECK((*e)[b] / 1000 == (*e)[b + 3] / 1000);
+  }
+  CHECK(e1 != e2);  // a new order each epoch
+  std::vector<int> file_order(all.begin(), all.end());
+  CHECK(e1 != file_order);
+  auto again = sources(glob, 4, 1, {true, 11});
+  std::vector<int> both = e1;
+  both.insert(both.end(), e2.begin(), e2.end());
+  CHECK(read_names(again, 4, 2 * per_epoch) == both);
+  auto other = sources(glob, 4, 1, {true, 12});
+  CHECK(read_names(other, 4, per_epoch) != e1);
+  // data.shuffle: false is the file order, shard after shard
+  auto plain = sources(glob, 4, 1, {false, 11});
+  CHECK(read_names(plain, 4, per_epoch) == file_order);
+}
+
+TEST(shuffle_skips_a_different_tail_each_epoch) {
+  const std::string glob = write_numbered_shards({10});  // 2 rows left over after 2 batches of 4
+  auto a = sources(glob, 4, 1, {true, 3});
+  CHECK(a[0]->epoch_batches() == 2);
+  std::set<int> seen_over_epochs;
+  for (int e = 0; e < 8; ++e) {
+    const std::vector<int> names = read_names(a, 4, 2);
+    CHECK(std::set<int>(names.begin(), names.end()).size() == 8);  // none twice in an epoch
+    seen_over_epochs.insert(names.begin(), names.end());
+  }
+  CHECK(seen_over_epochs.size() == 10);  // the skipped two differ between epochs
+}
+
+TEST(two_ranks_read_what_one_rank_with_twice_the_rows_reads) {
+  const std::string glob = write_numbered_shards({12, 20, 9});
+  auto one = sources(glob, 6, 1, {true, 5});
+  auto two = sources(glob, 3, 2, {true, 5});
+  CHECK(read_names(one, 6, 14) == read_names(two, 3, 14));  // two epochs and more
+  auto three = sources(glob, 2, 3, {true, 5});
+  auto one_again = sources(glob, 6, 1, {true, 5});
+  CHECK(read_names(one_again, 6, 9) == read_names(three, 2, 9));
+}
+
+TEST(a_shuffled_position_resumes_exactly) {
+  const std::string glob = write_numbered_shards({12, 20, 8});
+  for (int stop : {1, 3, 4, 9, 10, 13}) {  // inside a shard, at a shard's end, at the epoch's end, after it
+    auto a = sources(glob, 4, 1, {true, 9});
+    read_names(a, 4, stop);
+    const DataPosition p = a[0]->position();
+    CHECK(p.shuffled);
+    const std::vector<int> rest = read_names(a, 4, 12);
+    auto b = sources(glob, 4, 1, {true, 9});
+    b[0]->seek(p);
+    CHECK_MSG(read_names(b, 4, 12) == rest, "resumed after " + std::to_string(stop) + " batches");
+  }
+  auto plain = sources(glob, 4, 1, {false, 9});
+  DataPosition p;
+  p.shuffled = true;
+  CHECK_THROWS_WITH(plain[0]->seek(p), "data.shuffle");
+  std::system(("rm -rf " + kShardDir).c_str());
 }
 
 int main(int argc, char** argv) { return check::run_all(argc > 1 ? argv[1] : nullptr); }

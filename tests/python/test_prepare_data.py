@@ -144,3 +144,150 @@ def test_read_shard_rejects_bad_header(tmp_path):
     bad.write_bytes(np.zeros(256, dtype="<i4").tobytes())
     with pytest.raises(prepare_data.PrepareError, match="magic"):
         prepare_data.read_shard(bad)
+
+
+# --- streaming corpora: several files and formats, worker processes, flat memory ---------------------
+
+WORDS = ("the quick brown fox jumps over a lazy dog and runs far away into the forest where light "
+         "falls softly upon green leaves while rivers sing").split()
+
+
+def random_docs(n, seed, words_per_doc=60):
+    rng = np.random.default_rng(seed)
+    return [" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), size=words_per_doc)) + f" ({seed}.{k})"
+            for k in range(n)]
+
+
+def gpt2():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tok = Tokenizer(models.BPE.from_file(str(VOCAB), str(MERGES)))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    return tok
+
+
+def all_tokens(out_dir, prefix):
+    """The val shard's tokens, then the train shards' in order."""
+    shards = [out_dir / f"{prefix}_val.bin"] + sorted(out_dir.glob(f"{prefix}_train*.bin"))
+    return np.concatenate([prepare_data.read_shard(p) for p in shards])
+
+
+def write_corpus(folder):
+    """A folder of JSONL (one gzipped), Parquet and text files; returns the documents in reading order
+    (files sorted by path) as they must be encoded."""
+    import gzip
+    import json
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    folder.mkdir()
+    expected = []
+    for i in range(3):
+        docs = random_docs(40, i)
+        lines = "".join(json.dumps({"id": k, "text": d}) + "\n" for k, d in enumerate(docs))
+        if i == 1:
+            with gzip.open(folder / f"part_{i}.jsonl.gz", "wt", encoding="utf-8") as f:
+                f.write(lines)
+        else:
+            (folder / f"part_{i}.jsonl").write_text(lines, encoding="utf-8")
+        expected += docs
+    docs = random_docs(50, 3)
+    pq.write_table(pa.table({"text": docs, "n": list(range(50))}), folder / "part_3.parquet", row_group_size=16)
+    expected += docs
+    docs = random_docs(30, 4)
+    (folder / "part_4.txt").write_text("\n\n".join(docs), encoding="utf-8")
+    expected += [d + "\n\n" for d in docs]
+    return expected
+
+
+def test_corpus_folder_in_two_workers_gives_the_tokens_of_one(tmp_path, capsys):
+    require_shared()
+    expected_docs = write_corpus(tmp_path / "corpus")
+    tok = gpt2()
+    expected = []
+    for d in expected_docs:
+        expected += [50256] + tok.encode(d).ids
+    outs = []
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        code, stdout, err = run_main([tmp_path / "corpus", "--vocab", VOCAB, "--merges", MERGES, "--out-dir", out,
+                                      "--prefix", "c", "--val-tokens", "1000", "--shard-tokens", "4000",
+                                      "--workers", workers], capsys)
+        assert code == 0, err
+        outs.append(out)
+    names = sorted(p.name for p in outs[0].iterdir())
+    assert names == sorted(p.name for p in outs[1].iterdir())
+    assert len(names) > 3, names  # the val shard and several train shards
+    for name in names:
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    assert all_tokens(outs[0], "c").tolist() == expected
+    assert not list(outs[1].glob("*.tmp")) and not list(outs[1].glob(".*"))
+
+
+def test_jsonl_documents_and_bad_lines(tmp_path, capsys):
+    require_shared()
+    import json
+    docs = random_docs(25, 7)
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"body": d, "text": d}) + "\n" for d in docs), encoding="utf-8")
+    code, _, err = run_main([src, "--vocab", VOCAB, "--merges", MERGES, "--out-dir", tmp_path / "o",
+                             "--val-tokens", "64", "--workers", "1", "--text-field", "body"], capsys)
+    assert code == 0, err
+    tok = gpt2()
+    expected = [t for d in docs for t in [50256] + tok.encode(d).ids]
+    assert all_tokens(tmp_path / "o", "docs").tolist() == expected
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"title": "no text"}) + "\n", encoding="utf-8")
+    code, _, err = run_main([bad, "--vocab", VOCAB, "--merges", MERGES, "--out-dir", tmp_path / "b"], capsys)
+    assert code == 1 and "bad.jsonl:2" in err and "'text'" in err
+    bad.write_text('{"text": "cut', encoding="utf-8")
+    code, _, err = run_main([bad, "--vocab", VOCAB, "--merges", MERGES, "--out-dir", tmp_path / "b"], capsys)
+    assert code == 1 and "bad.jsonl:1: not JSON" in err
+    assert not list((tmp_path / "b").glob(".*.tmp")), "temporary shard left behind"
+
+
+def test_parquet_without_the_column_is_named(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    src = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"content": ["a", "b"]}), src)
+    code, _, err = run_main([src, "--vocab", VOCAB, "--merges", MERGES, "--out-dir", tmp_path / "o"], capsys)
+    if not VOCAB.is_file():
+        pytest.skip("reference vocabulary absent")
+    assert code == 1 and "t.parquet" in err and "'text'" in err and "content" in err
+
+
+PEAK_RSS = """
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+import prepare_data
+code = prepare_data.main(sys.argv[2:])
+print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+sys.exit(code)
+"""
+
+
+def peak_rss_bytes(tmp_path, src, name):
+    import subprocess
+    p = subprocess.run([sys.executable, "-c", PEAK_RSS, str(REPO / "scripts"), str(src), "--vocab", str(VOCAB),
+                        "--merges", str(MERGES), "--out-dir", str(tmp_path / name), "--workers", "1",
+                        "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return int(p.stdout.split("PEAK_KB")[1]) * 1024
+
+
+def test_memory_stays_flat_on_a_large_input(tmp_path):
+    """A corpus three times larger than the bound on memory growth: the tokens go to the shard file as
+    they come, and the text is read a megabyte at a time."""
+    require_shared()
+    bound = 8 << 20
+    rng = np.random.default_rng(1)
+    words = np.array(WORDS)
+    small, large = tmp_path / "small.txt", tmp_path / "large.txt"
+    with open(large, "w", encoding="utf-8") as f:
+        while f.tell() < 3 * bound:
+            parts = words[rng.integers(0, len(words), size=100_000)]
+            f.write("\n\n".join(" ".join(parts[i:i + 80]) for i in range(0, len(parts), 80)) + "\n\n")
+    small.write_text(large.read_text(encoding="utf-8")[: 1 << 20], encoding="utf-8")
+    base = peak_rss_bytes(tmp_path, small, "s")
+    peak = peak_rss_bytes(tmp_path, large, "l")
+    assert peak - base < bound, f"peak RSS grew by {(peak - base) / 2**20:.1f} MiB for a {3 * bound / 2**20:.0f} MiB input"
+    assert len(prepare_data.read_shard(tmp_path / "l" / "large_train.bin")) > 4_000_000

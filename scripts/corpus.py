@@ -1,0 +1,131 @@
+"""Corpus files read as batches of documents, streaming: text (documents split on blank lines),
+JSONL (one document per line) and Parquet (one per row), each optionally gzipped (not Parquet).
+scripts/prepare_data.py tokenizes what these readers yield."""
+import gzip
+import io
+import json
+from pathlib import Path
+
+READ_BYTES = 1 << 20  # input read per batch of documents: what one tokenizer task takes
+FORMATS = {".txt": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
+DOC_SEPARATOR = "\n\n"
+
+
+class PrepareError(Exception):
+    """Bad input: the message says what is wrong."""
+
+
+def input_format(path, given="auto"):
+    """text, jsonl or parquet: given, or from the file name (a .gz suffix is looked through); a file of
+    any other name is text."""
+    if given != "auto":
+        return given
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    return FORMATS.get(Path(name).suffix, "text")
+
+
+def input_files(inputs, given="auto"):
+    """[(path, format)] of the inputs in order; a folder gives its corpus files, sorted, recursively."""
+    out = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.is_file() and
+                           (q.name[:-3] if q.name.endswith(".gz") else q.name).endswith(tuple(FORMATS)))
+            if not found:
+                raise PrepareError(f"{p}: no {', '.join('*' + e for e in FORMATS)} files in this folder")
+            out += [(q, input_format(q, given)) for q in found]
+        elif p.is_file():
+            out.append((p, input_format(p, given)))
+        else:
+            raise PrepareError(f"input: no such file or folder: {item}")
+    return out
+
+
+class InputFile:
+    """A corpus file opened for reading (through gzip for *.gz); `consumed()` is how many of the file's
+    own bytes were read since the last call, for the progress bar."""
+
+    def __init__(self, path):
+        self.raw = open(path, "rb")
+        self.stream = gzip.GzipFile(fileobj=self.raw) if path.name.endswith(".gz") else self.raw
+        self.seen = 0
+
+    def consumed(self):
+        now = self.raw.tell()
+        n, self.seen = now - self.seen, now
+        return n
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stream.close()
+        self.raw.close()
+
+
+def read_text(path):
+    """Yield (documents, bytes read) of a text file: documents split on "\n\n", each with it restored."""
+    rest = ""
+    try:
+        with InputFile(path) as f:
+            text = io.TextIOWrapper(f.stream, encoding="utf-8")  # universal newlines, as open() reads
+            while True:
+                chunk = text.read(READ_BYTES)
+                parts = (rest + chunk).split(DOC_SEPARATOR)
+                rest = parts.pop()  # may continue in the next chunk
+                if not chunk:
+                    yield [d + DOC_SEPARATOR for d in parts + [rest]], f.consumed()
+                    return
+                yield [d + DOC_SEPARATOR for d in parts], f.consumed()
+    except UnicodeDecodeError as e:
+        raise PrepareError(f"{path}: not UTF-8 text ({e})") from e
+
+
+def read_jsonl(path, field):
+    """Yield (documents, bytes read) of a JSONL file: the `field` of every line."""
+    docs, size = [], 0
+    with InputFile(path) as f:
+        for lineno, line in enumerate(f.stream, 1):
+            size += len(line)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise PrepareError(f"{path}:{lineno}: not JSON ({e})") from e
+            text = record.get(field) if isinstance(record, dict) else None
+            if not isinstance(text, str):
+                raise PrepareError(f"{path}:{lineno}: no text field {field!r} (use --text-field)")
+            docs.append(text)
+            if size >= READ_BYTES:
+                yield docs, f.consumed()
+                docs, size = [], 0
+        yield docs, f.consumed()
+
+
+def read_parquet(path, field):
+    """Yield (documents, a share of the file's bytes) of a Parquet file: column `field`, in batches."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise PrepareError("reading Parquet needs pyarrow: pip install pyarrow") from e
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid and OSError subclasses
+        raise PrepareError(f"{path}: not a Parquet file ({e})") from e
+    names = pf.schema_arrow.names
+    if field not in names:
+        raise PrepareError(f"{path}: no column {field!r} (columns: {', '.join(names)}; use --text-field)")
+    rows, size = max(pf.metadata.num_rows, 1), path.stat().st_size
+    for batch in pf.iter_batches(batch_size=1024, columns=[field]):
+        docs = [t for t in batch.column(0).to_pylist() if t is not None]
+        yield docs, size * batch.num_rows // rows
+
+
+def read_batches(path, fmt, field):
+    if fmt == "text":
+        return read_text(path)
+    if fmt == "jsonl":
+        return read_jsonl(path, field)
+    return read_parquet(path, field)

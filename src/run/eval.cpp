@@ -1,0 +1,114 @@
+#include "run/eval.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "dist/agree.hpp"
+#include "run/generate.hpp"
+#include "run/hellaswag.hpp"
+
+namespace gpt {
+
+std::vector<int> sample_prompt_ids(const std::string& prompt, const Gpt2Vocab* vocab, int vocab_size) {
+  if (prompt.find_first_not_of(" \t") == std::string::npos) return {vocab_size - 1};
+  std::vector<int> ids;
+  if (prompt.find_first_not_of("0123456789, \t") == std::string::npos) {
+    std::string p = prompt;
+    for (char& c : p)
+      if (c == ',') c = ' ';
+    std::istringstream in(p);
+    for (long long id; in >> id;) {
+      if (id >= vocab_size)
+        throw input_error("config error: eval.sample_prompt: token id " + std::to_string(id) +
+                          " is outside the vocabulary (" + std::to_string(vocab_size) + ")");
+      ids.push_back(int(id));
+    }
+    return ids;
+  }
+  if (!vocab)
+    throw input_error("config error: eval.sample_prompt: '" + prompt +
+                      "' is text, which needs eval.vocab (a folder with GPT-2's vocab.json and merges.txt); "
+                      "or give token ids such as 50256,464");
+  ids = vocab->encode(prompt);
+  for (int id : ids)
+    if (id >= vocab_size)
+      throw input_error("config error: eval.sample_prompt encodes to token id " + std::to_string(id) +
+                        ", outside the model's vocabulary (" + std::to_string(vocab_size) + ")");
+  return ids;
+}
+
+Evaluator::Evaluator(const Config& cfg, const Plan& plan, HostComm& host)
+    : ec_(cfg.eval), seed_(cfg.run.seed), host_(host) {
+  const int B = plan.micro_batch, T = plan.seq_len, V = plan.dims.vocab_size;
+  tok_.resize(size_t(B) * T);
+  tgt_.resize(size_t(B) * T);
+  if (cfg.data.synthetic)
+    val_ = make_synthetic_source(cfg.data, cfg.run.seed, 1, B, T, host.rank(), host.world());
+  else if (!cfg.data.val.empty())
+    val_ = make_shard_source(cfg.data.val, B, T, host.rank(), host.world(), V);  // never shuffled
+  if (!ec_.hellaswag.empty()) hellaswag_ = read_choice_file(ec_.hellaswag, V);
+  if (!ec_.vocab.empty()) {
+    vocab_ = std::make_unique<Gpt2Vocab>(ec_.vocab);
+    if (vocab_->size() > V)
+      throw input_error("config error: eval.vocab: '" + ec_.vocab + "' has " + std::to_string(vocab_->size()) +
+                        " tokens, more than model.vocab_size " + std::to_string(V));
+  }
+  if (ec_.sample_tokens > 0) prompt_ = sample_prompt_ids(ec_.sample_prompt, vocab_.get(), V);
+}
+
+std::string Evaluator::describe() const {
+  std::string s = val_ ? "val data: " + val_->describe() : std::string();
+  if (!hellaswag_.empty())
+    s += (s.empty() ? "" : "; ") + std::string("hellaswag: ") + std::to_string(hellaswag_.size()) + " examples";
+  return s;
+}
+
+double Evaluator::val_loss(GPT& model, ParamStore& ps) {
+  const int64_t n = ec_.batches.all ? val_->epoch_batches() : ec_.batches.count;
+  if (n <= 0) return NAN;
+  val_->seek(DataPosition{});  // the same batches every time
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    // agreed: a bad shard or token id may be in one rank's rows only
+    agreed(host_, "reading the validation data", [&] { val_->next(tok_.data(), tgt_.data()); });
+    sum += model.forward(ps, tok_.data(), tgt_.data(), false, 0.0f);
+  }
+  return host_.sum(sum / double(n)) / host_.world();
+}
+
+std::string Evaluator::sample(GPT& model, ParamStore& ps, int64_t step) {
+  const std::vector<int> ids = generate(model, ps, prompt_, ec_.sample_tokens, ec_.sample_temperature,
+                                        splitmix64(seed_ ^ 0x5A3D1E00ull ^ uint64_t(step)), &host_);
+  if (vocab_) return vocab_->decode(ids);
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  return s;
+}
+
+EvalRow Evaluator::run(GPT& model, ParamStore& ps, int64_t step) {
+  EvalRow r;
+  r.step = step;
+  if (val_) r.val_loss = val_loss(model, ps);
+  if (!hellaswag_.empty()) {
+    const ChoiceAccuracy a = score_choices(hellaswag_, model, ps, host_);
+    r.hellaswag_acc = a.acc;
+    r.hellaswag_acc_norm = a.acc_norm;
+  }
+  if (ec_.sample_tokens > 0) r.sample = sample(model, ps, step);
+  return r;
+}
+
+std::string eval_text(const EvalRow& r) {
+  std::string s = "step " + std::to_string(r.step);
+  char buf[96];
+  if (!std::isnan(r.val_loss)) s += " | val loss " + std::to_string(r.val_loss);
+  if (!std::isnan(r.hellaswag_acc)) {
+    std::snprintf(buf, sizeof buf, " | hellaswag acc_norm %.4f, acc %.4f", r.hellaswag_acc_norm, r.hellaswag_acc);
+    s += buf;
+  }
+  if (!r.sample.empty()) s += "\nsample: " + r.sample;
+  return s;
+}
+
+}  // namespace gpt

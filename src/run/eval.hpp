@@ -1,0 +1,49 @@
+// Evaluation during training: validation loss, HellaSwag accuracy and a generated sample, each when the
+// config's eval section asks for it, on all ranks together.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "dist/comm.hpp"
+#include "io/bpe.hpp"
+#include "io/data.hpp"
+#include "io/evalfile.hpp"
+#include "io/runlog.hpp"
+#include "model/gpt.hpp"
+#include "run/plan.hpp"
+
+namespace gpt {
+
+class Evaluator {
+ public:
+  // Opens what cfg.eval asks for (validation shards, the HellaSwag file, the vocabulary) and reads the
+  // sample prompt; input errors name the key or the file.
+  Evaluator(const Config& cfg, const Plan& plan, HostComm& host);
+  // Collective: one evaluation of model after `step` optimizer steps.
+  EvalRow run(GPT& model, ParamStore& ps, int64_t step);
+  std::string describe() const;  // what is evaluated, for the terminal
+
+ private:
+  double val_loss(GPT& model, ParamStore& ps);
+  std::string sample(GPT& model, ParamStore& ps, int64_t step);
+
+  const EvalConfig ec_;
+  const uint64_t seed_;
+  HostComm& host_;
+  std::unique_ptr<TokenSource> val_;
+  std::vector<ChoiceExample> hellaswag_;
+  std::unique_ptr<Gpt2Vocab> vocab_;
+  std::vector<int> prompt_;
+  std::vector<int> tok_, tgt_;
+};
+
+// The sample prompt's token ids: ids separated by commas or spaces, else text encoded with vocab (an
+// input error naming eval.sample_prompt without one); empty = {vocab_size - 1}.
+std::vector<int> sample_prompt_ids(const std::string& prompt, const Gpt2Vocab* vocab, int vocab_size);
+
+// The terminal's lines for one evaluation.
+std::string eval_text(const EvalRow& r);
+
+}  // namespace gpt
