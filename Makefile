@@ -66,6 +66,11 @@ $(BUILD)/%.o: src/%.cpp $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
 
+# kernels/ depend on their own headers only; the CUDA backend and the benchmarks on src/'s too
+$(BUILD)/cu/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
+
 $(BUILD)/cu/%.o: %.cu $(HEADERS) $(CU_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
@@ -75,7 +80,7 @@ $(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp) $(HE
 	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 
 # kept: scripts/bundle.sh relinks the benchmarks from their objects
-.PRECIOUS: $(BUILD)/cu/%.o
+.PRECIOUS: $(BUILD)/cu/%.o $(BUILD)/cu/kernels/%.o
 $(BUILD)/bench/%: $(BUILD)/cu/bench/%.o $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
