@@ -160,6 +160,10 @@ void write_run_attrs(hid_t f, const RunInfo& info) {
   h5::write_strings(g, "node", node);
   h5::write_array(g, "local_rank", H5T_NATIVE_INT64, H5T_STD_I64LE, local.data(), local.size());
   h5::write_strings(g, "local_rank_from", from);
+  for (const char* n : {"node", "local_rank", "local_rank_from"}) {
+    h5::Id ds(H5_CHECK(H5Dopen2(g, n, H5P_DEFAULT)));
+    h5::set_attr(ds, "units", std::string(std::string(n) == "local_rank" ? "ranks" : "text"));
+  }
 }
 }  // namespace
 

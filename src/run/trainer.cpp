@@ -80,9 +80,10 @@ class Trainer {
         if (status_ == "ok") record(e);
       }
     }
+    const bool logged = log_ != nullptr;
     finish_log();
     if (lead_ && status_ != "ok" && status_ != "checkpointed") std::cerr << "error: " << message_ << "\n";
-    if (log_) term_.summary(status_, dir_ + "/log.h5", lead_ ? latest_checkpoint(dir_) : std::string());
+    if (logged) term_.summary(status_, dir_ + "/log.h5", lead_ ? latest_checkpoint(dir_) : std::string());
     return {status_, message_, exit_code_, term_.totals()};
   }
 

@@ -295,7 +295,8 @@ def test_sample_token_ids_are_the_models_greedy_continuation(tmp_path, train_bin
                    "--tokens", "6", "--temperature", "0"], check=True)
     assert sample == p.stdout.strip()
     assert len(sample.split()) == 9
-    p = run_train(["--yaml", y, "--set", "eval.sample_tokens=4", "--set", "eval.sample_prompt=Hello there"], env=ENV)
+    p = run_train(["--yaml", y, "--set", "run.name=s2", "--set", "eval.sample_tokens=4",
+                   "--set", "eval.sample_prompt=Hello there"], env=ENV)
     assert p.returncode == 1 and "eval.sample_prompt" in p.stderr and "eval.vocab" in p.stderr
 
 

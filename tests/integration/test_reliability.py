@@ -66,7 +66,7 @@ def test_bad_token_on_one_rank_ends_every_rank(tmp_path, train_bin):
     tokens = rng.integers(0, 64, size=4096)
     tokens[2 * 128 + 64 + 10] = 1000
     write_shard(tmp_path / "bad.bin", tokens)
-    extra = f"data: {{synthetic: false, train: '{tmp_path / 'bad.bin'}'}}\n"
+    extra = f"data: {{synthetic: false, train: '{tmp_path / 'bad.bin'}', shuffle: false}}\n"
     y = tiny_yaml(tmp_path, steps=20, extra=extra)
     p, secs = timed_run(["--yaml", y], ranks=2)
     assert p.returncode == EXIT_BAD_INPUT, p.stderr[-3000:]
