@@ -17,7 +17,7 @@ import numpy as np
 # The memory components in order: the C++ table kMemoryComponents (src/base/memory.hpp), which every log
 # records as the `components` attribute of /memory/predicted and /memory/measured; read_log takes the
 # log's own list, and tests/integration/test_cli.py keeps this fallback (for plots and older logs) equal to it.
-COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm")
+COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "snapshot")
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu")
 EVAL_FIELDS = ("step", "val_loss")
 STATUSES = ("running", "ok", "failed", "oom", "checkpointed")

@@ -15,7 +15,7 @@ SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 import h5log  # noqa: E402
 
-COMPONENTS = ["params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm"]
+COMPONENTS = ["params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "snapshot"]
 VARIED = ["training.zero_stage", "training.micro_batch"]
 SUMMARY_COLUMNS = (
     ["index", "dir"] + VARIED
