@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace gpt {
 
@@ -32,9 +33,10 @@ void Checkpointing::save(const TrainState& st, ZeroEngine& engine, const ParamLa
 }
 
 void Checkpointing::settle() {
-  CheckpointOutcome o = CheckpointOutcome();
-  guarded([&] { o = writer_.finish(); });
-  if (o.step < 0 || host_.rank() != 0) return;
+  std::optional<CheckpointOutcome> done;
+  guarded([&] { done = writer_.finish(); });
+  if (!done || done->step < 0 || host_.rank() != 0) return;
+  const CheckpointOutcome& o = *done;
   // every rank's file, over rank 0's time: the checkpoint's rate when the ranks share one disk
   double bytes = 0;
   std::error_code ec;

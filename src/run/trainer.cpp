@@ -320,7 +320,10 @@ class Trainer {
 
   // `wait`: on disk before training goes on (a stop, the end of the run); otherwise written meanwhile
   void checkpoint(bool wait) {
-    ckpt_.save(st_, *engine_, *layout_, wait, [this, s = st_.step] { faults_.at("checkpoint", s); });
+    ckpt_.save(st_, *engine_, *layout_, wait, [this, s = st_.step] {
+      faults_.at("checkpoint", s);
+      faults_.hold("checkpoint_hold", s);
+    });
     if (plan_.device == "cpu") measured_.snapshot = ckpt_.snapshot_bytes();
   }
 
