@@ -88,7 +88,8 @@ std::vector<Field> fields_of(Config& c) {
        "a checkpoint that fails to write (a full disk): `stop` ends the run (exit 2); `continue` reports it "
        "on stderr and in the log's `message` and trains on, the previous checkpoint kept"},
       {"checkpoint.threads", &c.checkpoint.threads,
-       "threads per rank writing and reading checkpoint files and hashing them (1-64)"},
+       "threads per rank writing checkpoint files and hashing the snapshot (1-64); verifying a checkpoint "
+       "before it loads reads each file with 4"},
   };
 }
 

@@ -119,25 +119,34 @@ void write_regions(const std::string& path, const std::vector<Region>& regions, 
   hash = XXH3_64bits_digest(h.get());
 }
 
-std::vector<char> read_file_parallel(const std::string& path, int threads) {
+void hash_file(const std::string& path, int threads, uint64_t& size, uint64_t& hash) {
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) throw Error(kExitFailure, sys_error("open", path));
   struct stat st{};
   if (::fstat(f.fd, &st) != 0) throw Error(kExitFailure, sys_error("stat", path));
-  std::vector<char> buf(size_t(st.st_size));
-  const size_t n_pieces = (buf.size() + kPiece - 1) / kPiece;
-  parallel_for(n_pieces, threads, [&](size_t i) {
-    const size_t lo = i * kPiece, hi = std::min(buf.size(), lo + kPiece);
-    for (size_t done = lo; done < hi;) {
-      const ssize_t n = ::pread(f.fd, buf.data() + done, hi - done, off_t(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw Error(kExitFailure, sys_error("read", path));
-      if (n == 0) throw Error(kExitFailure, "'" + path + "' became shorter while it was read");
-      done += size_t(n);
-    }
-  });
-  return buf;
+  size = uint64_t(st.st_size);
+  std::unique_ptr<XXH3_state_t, StateDeleter> h(XXH3_createState());
+  if (!h || XXH3_64bits_reset(h.get()) == XXH_ERROR) throw Error(kExitFailure, "XXH3: cannot allocate its state");
+  const size_t t = size_t(std::max(threads, 1));
+  std::vector<std::vector<char>> bufs(t);
+  std::vector<size_t> got(t);
+  for (uint64_t base = 0; base < size; base += uint64_t(t) * kPiece) {
+    parallel_for(t, int(t), [&](size_t i) {
+      const uint64_t lo = base + i * kPiece, hi = std::min<uint64_t>(size, lo + kPiece);
+      got[i] = lo < hi ? size_t(hi - lo) : 0;
+      bufs[i].resize(got[i]);
+      for (size_t done = 0; done < got[i];) {
+        const ssize_t n = ::pread(f.fd, bufs[i].data() + done, got[i] - done, off_t(lo + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw Error(kExitFailure, sys_error("read", path));
+        if (n == 0) throw Error(kExitFailure, "'" + path + "' became shorter while it was read");
+        done += size_t(n);
+      }
+    });
+    for (size_t i = 0; i < t; ++i) XXH3_64bits_update(h.get(), bufs[i].data(), got[i]);
+  }
+  hash = XXH3_64bits_digest(h.get());
 }
 
 }  // namespace gpt

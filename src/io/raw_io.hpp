@@ -30,7 +30,8 @@ struct Region {
 void write_regions(const std::string& path, const std::vector<Region>& regions, int threads, uint64_t& size,
                    uint64_t& hash);
 
-// The whole file read by `threads` threads with pread into memory.
-std::vector<char> read_file_parallel(const std::string& path, int threads);
+// Size and XXH3-64 of a whole file, read by `threads` threads with pread, a window of `threads` pieces at
+// a time (memory: threads x 64 MiB), each window hashed in order once read.
+void hash_file(const std::string& path, int threads, uint64_t& size, uint64_t& hash);
 
 }  // namespace gpt
