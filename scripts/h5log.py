@@ -18,7 +18,7 @@ import yaml
 # The memory components in order: the C++ table kMemoryComponents (src/base/memory.hpp), which every log
 # records as the `components` attribute of /memory/predicted and /memory/measured; read_log takes the
 # log's own list, and tests/integration/test_cli.py keeps this fallback (for plots and older logs) equal to it.
-COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm")
+COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "snapshot")
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens")
 EVAL_FIELDS = ("step", "val_loss", "hellaswag_acc", "hellaswag_acc_norm", "sample_end")
 STATUSES = ("running", "ok", "failed", "oom", "checkpointed")

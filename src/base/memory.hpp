@@ -9,7 +9,10 @@ namespace gpt {
 
 struct MemoryBreakdown {
   size_t params = 0, grads = 0, master = 0, adam_m = 0, adam_v = 0, activations = 0, workspace = 0, comm = 0;
-  size_t total() const { return params + grads + master + adam_m + adam_v + activations + workspace + comm; }
+  size_t snapshot = 0;
+  size_t total() const {
+    return params + grads + master + adam_m + adam_v + activations + workspace + comm + snapshot;
+  }
 };
 
 struct MemoryComponent {
@@ -27,6 +30,9 @@ inline constexpr MemoryComponent kMemoryComponents[] = {
     {"activations", &MemoryBreakdown::activations, "activations kept from forward for backward"},
     {"workspace", &MemoryBreakdown::workspace, "logits chunk, gradient scratch, library workspaces"},
     {"comm", &MemoryBreakdown::comm, "ZeRO-2/3 gather and reduce-scatter buffers"},
+    {"snapshot", &MemoryBreakdown::snapshot,
+     "CPU: the host copy of this rank's state an asynchronous checkpoint writes from (on the GPU it is host "
+     "memory, shown apart in the dry-run)"},
 };
 
 }  // namespace gpt

@@ -96,6 +96,9 @@ struct CheckpointConfig {
   int every = 0;
   int keep_last = 2;
   std::string resume = "never";
+  bool async = true;
+  std::string on_error = "stop";
+  int threads = 4;
 };
 
 struct Config {

@@ -94,6 +94,9 @@ void validate(const Config& cfg, int world) {
   if (cfg.checkpoint.keep_last < 1) bad("checkpoint.keep_last", "must be >= 1");
   if (cfg.checkpoint.resume != "never" && cfg.checkpoint.resume != "auto")
     bad("checkpoint.resume", "'" + cfg.checkpoint.resume + "' is not one of never, auto");
+  if (cfg.checkpoint.on_error != "stop" && cfg.checkpoint.on_error != "continue")
+    bad("checkpoint.on_error", "'" + cfg.checkpoint.on_error + "' is not one of stop, continue");
+  if (cfg.checkpoint.threads < 1 || cfg.checkpoint.threads > 64) bad("checkpoint.threads", "must be 1-64");
   if (!(m.init_std > 0)) bad("model.init_std", "must be > 0");
 }
 

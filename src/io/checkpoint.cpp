@@ -15,6 +15,7 @@
 
 #include "io/h5util.hpp"
 #include "io/manifest.hpp"
+#include "io/raw_io.hpp"
 #include "io/run_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -22,14 +23,11 @@ namespace fs = std::filesystem;
 namespace gpt {
 namespace {
 
-constexpr const char* kFormat = "gpt2-train checkpoint";
-constexpr int64_t kFormatVersion = 2;  // 2: XXH3-64 checksums (1 had FNV-1a), `units` on every dataset
-const char* kKinds[] = {"param", "master", "m", "v"};
+constexpr const char* kFormat = kCheckpointFormat;
+constexpr int64_t kFormatVersion = kCheckpointVersion;
+const char* const* kKinds = kStateNames;
 const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
                                      ZeroEngine::State::v};
-
-// XXH3-64 of the data's bytes (little-endian fp32): any flipped bit changes it, at memory speed.
-int64_t checksum(const float* p, size_t n) { return int64_t(XXH3_64bits(p, n * sizeof(float))); }
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -63,74 +61,22 @@ void discard(const std::string& dir) {
   fs::remove_all(gone);
 }
 
+}  // namespace
+
 std::string rank_file(const std::string& dir, int r) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "/rank_%05d.h5", r);
   return dir + buf;
 }
 
-void write_rank_file(const std::string& path, const TrainState& st, ZeroEngine& e, const ParamLayout& L, int rank,
-                     int world) {
-  h5::Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  if (!f.valid()) throw Error(kExitFailure, "cannot create checkpoint file '" + path + "'");
-  const ModelDims& d = L.dims();
-  h5::set_attr(f, "format", std::string(kFormat));
-  h5::set_attr(f, "format_version", kFormatVersion);
-  h5::set_attr(f, "step", st.step);
-  h5::set_attr(f, "world_size", int64_t(world));
-  h5::set_attr(f, "rank", int64_t(rank));
-  h5::set_attr(f, "zero_stage", int64_t(e.policy().stage));
-  h5::set_attr(f, "n_layer", int64_t(d.n_layer));
-  h5::set_attr(f, "n_head", int64_t(d.n_head));
-  h5::set_attr(f, "n_embd", int64_t(d.n_embd));
-  h5::set_attr(f, "vocab_size", int64_t(d.vocab_size));
-  h5::set_attr(f, "padded_vocab", int64_t(d.padded_vocab));
-  h5::set_attr(f, "max_seq_len", int64_t(d.max_seq_len));
-  h5::set_attr(f, "data_shard", st.data.shard);
-  h5::set_attr(f, "data_offset", st.data.offset);
-  h5::set_attr(f, "data_epoch", st.data.epoch);
-  h5::set_attr(f, "data_shuffle", int64_t(st.data.shuffled));
-  h5::set_attr(f, "seed", int64_t(st.seed));
-  h5::set_attr(f, "config_yaml", st.config_yaml);
-  h5::set_attr(f, "n_buckets", int64_t(L.n_buckets()));
-  std::vector<float> buf;
-  for (int b = 0; b < L.n_buckets(); ++b) {
-    char g[16];
-    std::snprintf(g, sizeof g, "b%04d", b);
-    h5::Id grp = h5::create_group(f, g);
-    const size_t plo = e.piece_begin(b), phi = e.piece_end(b);
-    // Without sharding every rank holds the whole state: each writes an equal slice of it, so the files
-    // tile every bucket exactly once, as for the sharded stages.
-    size_t lo = plo, hi = phi;
-    if (!e.policy().shard_optimizer) {
-      const size_t n = phi - plo, per = (n + world - 1) / world;
-      lo = plo + std::min(n, size_t(rank) * per);
-      hi = plo + std::min(n, size_t(rank + 1) * per);
-    }
-    h5::set_attr(grp, "begin", int64_t(lo));
-    h5::set_attr(grp, "end", int64_t(hi));
-    h5::set_attr(grp, "bucket_size", int64_t(L.bucket(b).size));
-    buf.resize(phi - plo);
-    for (int k = 0; k < 4; ++k) {
-      if (kStates[k] == ZeroEngine::State::master && !e.has_master()) continue;
-      e.get_piece(b, kStates[k], buf.data());
-      const float* data = buf.data() + (lo - plo);
-      h5::write_array(grp, kKinds[k], H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, data, hi - lo);
-      h5::Id ds(H5_CHECK(H5Dopen2(grp, kKinds[k], H5P_DEFAULT)));
-      h5::set_attr(ds, "checksum", checksum(data, hi - lo));
-      h5::set_attr(ds, "units", std::string("1"));  // parameter values and AdamW moments are pure numbers
-    }
-  }
-  H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
-  f.reset();
-  fsync_path(path);
-}
+namespace {
 
 // One old rank file, opened and checked.
 struct OldFile {
   std::string path;
   h5::Id f;
   int64_t world = 0;
+  int64_t version = 0;  // format_version
 };
 
 // Checks the rank files this process is given (every `stride`-th from `first`) against the MANIFEST, before
@@ -154,9 +100,10 @@ std::vector<OldFile> open_checkpoint(const std::string& dir, const ParamLayout& 
     if (!o.f.valid()) throw input_error("checkpoint file '" + p + "' is unreadable (truncated or not HDF5)");
     try {
       if (h5::get_attr_str(o.f, "format") != kFormat) throw input_error("not a checkpoint of this program");
-      if (h5::get_attr_i64(o.f, "format_version") != kFormatVersion)
-        throw input_error("format version " + std::to_string(h5::get_attr_i64(o.f, "format_version")) + ", expected " +
-                          std::to_string(kFormatVersion));
+      o.version = h5::get_attr_i64(o.f, "format_version");
+      if (o.version != kFormatVersion)  // 1 had FNV-1a checksums and is not read
+        throw input_error("format version " + std::to_string(o.version) + ", expected " +
+                          std::to_string(kFormatVersion) + " (version 1 checkpoints are not read)");
       o.world = h5::get_attr_i64(o.f, "world_size");
     } catch (const Error& e) {
       throw input_error("checkpoint file '" + p + "': " + e.what());
@@ -223,7 +170,8 @@ void read_range(std::vector<OldFile>& files, int b, size_t bucket_size, const ch
       throw input_error("checkpoint file '" + o.path + "' " + g + "/" + name + ": " + e.what());
     }
     h5::Id ds(H5_CHECK(H5Dopen2(grp, name.c_str(), H5P_DEFAULT)));
-    if (h5::get_attr_i64(ds, "checksum") != checksum(piece.data(), piece.size()))
+    const int64_t sum = int64_t(xxh3(piece.data(), piece.size() * sizeof(float)));
+    if (h5::get_attr_i64(ds, "checksum") != sum)
       throw input_error("checkpoint file '" + o.path + "' " + g + "/" + name + ": checksum mismatch (corrupt data)");
     std::copy(piece.begin() + (a - plo), piece.begin() + (z - plo), out + (a - lo));
     std::fill(seen.begin() + (a - lo), seen.begin() + (z - lo), 1);
@@ -282,10 +230,8 @@ void publish(const std::string& run_dir, const std::string& tmp, int64_t step, i
 }
 }  // namespace
 
-void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngine& e, const ParamLayout& L,
-                     HostComm& host, int keep_last, const std::function<void()>& before_write) {
-  const std::string root = run_dir + "/checkpoints";
-  const std::string final_dir = checkpoint_dir(run_dir, st.step), tmp = final_dir + ".tmp";
+std::string prepare_checkpoint_dir(const std::string& run_dir, int64_t step, HostComm& host) {
+  const std::string root = run_dir + "/checkpoints", tmp = checkpoint_dir(run_dir, step) + ".tmp";
   agreed(host, "checkpoint: preparing " + tmp, [&] {
     if (host.rank() != 0) return;
     std::error_code ec;
@@ -293,35 +239,29 @@ void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngin
     fs::remove_all(tmp, ec);
     if (!fs::create_directories(tmp, ec)) throw Error(kExitFailure, "cannot create '" + tmp + "': " + ec.message());
   });
-  FileDigest mine;
-  try {
-    agreed(host, "checkpoint write", [&] {
-      if (before_write) before_write();
-      const std::string path = rank_file(tmp, host.rank());
-      try {
-        write_rank_file(path, st, e, L, host.rank(), host.world());
-        mine = digest_file(tmp, fs::path(path).filename().string());
-      } catch (const std::exception& ex) {
-        throw Error(kExitFailure, std::string("checkpoint write failed: ") + ex.what() + full_disk_note(tmp));
-      }
-    });
-  } catch (const AgreedError&) {
-    std::error_code ec;
-    if (host.rank() == 0) fs::remove_all(tmp, ec);  // a full disk gets its space back; the previous ones stay
-    throw;
-  }
+  return tmp;
+}
+
+void abandon_checkpoint(const std::string& tmp, HostComm& host) {
+  std::error_code ec;
+  if (host.rank() == 0) fs::remove_all(tmp, ec);  // a full disk gets its space back; the previous ones stay
+}
+
+void publish_checkpoint(const std::string& run_dir, int64_t step, const FileDigest& mine, HostComm& host,
+                        int keep_last) {
+  const std::string final_dir = checkpoint_dir(run_dir, step), tmp = final_dir + ".tmp";
   const std::vector<FileDigest> digests = gather_digests(mine, host);
   // also the barrier: nobody continues before the checkpoint is published
   agreed(host, "checkpoint: publishing " + final_dir, [&] {
     if (host.rank() != 0) return;
     try {
       write_manifest(tmp, digests);  // last into the folder: one without it is never taken for a checkpoint
-      publish(run_dir, tmp, st.step, keep_last);
+      publish(run_dir, tmp, step, keep_last);
     } catch (const std::exception& ex) {
       std::error_code ec;
       fs::remove_all(tmp, ec);
       throw Error(kExitFailure, std::string("publishing checkpoint '") + final_dir + "': " + ex.what() +
-                                    full_disk_note(root));
+                                    full_disk_note(run_dir + "/checkpoints"));
     }
   });
 }

@@ -11,6 +11,9 @@
 // Each piece records the logical range [begin, end) of its bucket it covers (stage 0, where every rank
 // holds everything, writes an equal slice per rank), so a checkpoint written by N ranks at stage k loads
 // on M ranks at stage j by re-slicing. Every dataset carries an XXH3-64 checksum of its bytes.
+// Writing (io/checkpoint_writer.hpp): a snapshot of the state in host memory, the file's structure made
+// with HDF5 on the main thread (contiguous datasets placed early), then the datasets' bytes written with
+// pwrite by several threads in the background, so training goes on meanwhile.
 #pragma once
 #include <functional>
 #include <string>
@@ -19,6 +22,8 @@
 #include "dist/agree.hpp"
 #include "dist/comm.hpp"
 #include "io/data.hpp"
+#include "io/manifest.hpp"
+#include "io/raw_io.hpp"
 #include "dist/zero.hpp"
 
 namespace gpt {
@@ -38,11 +43,39 @@ class ResumeMismatch : public AgreedError {
   using AgreedError::AgreedError;
 };
 
-// Collective: every rank writes its file (before_write runs first, on every rank: a testing hook);
-// rank 0 writes the manifest and publishes. Keeps the newest keep_last checkpoints. A failure anywhere is
-// an AgreedError on every rank, and the previous checkpoints are untouched.
-void save_checkpoint(const std::string& run_dir, const TrainState& st, ZeroEngine& engine, const ParamLayout& layout,
-                     HostComm& host, int keep_last, const std::function<void()>& before_write = {});
+inline constexpr const char* kCheckpointFormat = "gpt2-train checkpoint";
+// 2: datasets contiguous, their checksum attribute XXH3-64 (1: FNV-1a; still read)
+inline constexpr int64_t kCheckpointVersion = 2;
+inline constexpr const char* kStateNames[] = {"param", "master", "m", "v"};
+
+// One rank's share of a checkpoint in host memory, copied at a step boundary: a consistent snapshot that
+// is written while training goes on. Index b*4+k: bucket b, state kStateNames[k].
+struct Snapshot {
+  std::vector<std::vector<float>> data;
+  std::vector<char> has;           // whether the state is written (master only with master weights)
+  std::vector<uint64_t> sums;      // XXH3-64 of each dataset's bytes
+  std::vector<size_t> begin, end;  // per bucket: the logical elements [begin, end) this rank writes
+  size_t bytes() const;            // host memory it holds
+};
+// Copies this rank's share of the engine's state into s (its buffers reused), hashing on `threads` threads.
+void take_snapshot(ZeroEngine& e, const ParamLayout& layout, int rank, int world, int threads, Snapshot& s);
+// Bytes of a snapshot per rank (the memory prediction: the largest rank's share).
+size_t snapshot_bytes(const ParamLayout& layout, int world, const ZeroPolicy& policy, bool has_master);
+// Creates the rank file at path with HDF5, its datasets placed but unwritten; returns where their bytes
+// go (write them with write_regions, from any thread: HDF5 is done with the file).
+std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState& st, const Snapshot& s,
+                                      const ParamLayout& layout, int zero_stage, int rank, int world);
+std::string rank_file(const std::string& dir, int rank);  // dir/rank_RRRRR.h5
+
+// The steps of a save (io/checkpoint_writer.hpp runs them). Collective: rank 0 makes
+// <run dir>/checkpoints/step_NNNNNNNN.tmp (agreed); returns its path.
+std::string prepare_checkpoint_dir(const std::string& run_dir, int64_t step, HostComm& host);
+// After a failure agreed by every rank: rank 0 removes the .tmp folder; the previous checkpoints stay.
+void abandon_checkpoint(const std::string& tmp, HostComm& host);
+// Collective, once every rank's file is written, synced and hashed: rank 0 writes the MANIFEST, renames
+// the folder, replaces `latest`, and keeps the newest keep_last. A failure is an AgreedError on every rank.
+void publish_checkpoint(const std::string& run_dir, int64_t step, const FileDigest& mine, HostComm& host,
+                        int keep_last);
 
 // <run dir>/checkpoints/step_NNNNNNNN: where the checkpoint of a step lives.
 std::string checkpoint_dir(const std::string& run_dir, int64_t step);

@@ -1,6 +1,8 @@
 #include "run/faults.hpp"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "base/common.hpp"
 
@@ -27,6 +29,11 @@ void FaultInjector::at(const char* phase, int64_t step) const {
   if (!armed_ || phase_ != phase || (step_ >= 0 && step != step_)) return;
   throw Error(kExitFailure, "injected fault (GPT2_TRAIN_FAULT) in " + phase_ + " on rank " + std::to_string(rank_) +
                                 " at step " + std::to_string(step));
+}
+
+void FaultInjector::hold(const char* phase, int64_t step) const {
+  if (!armed_ || phase_ != phase || (step_ >= 0 && step != step_)) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 }  // namespace gpt

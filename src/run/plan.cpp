@@ -8,6 +8,7 @@
 #include "config/config_io.hpp"
 #include "dist/agree.hpp"
 #include "dist/zero.hpp"
+#include "io/checkpoint.hpp"
 #include "model/gpt.hpp"
 
 namespace gpt {
@@ -67,6 +68,11 @@ Plan with_micro_batch(Plan p, int micro_batch) {
   return p;
 }
 
+size_t host_snapshot_bytes(const Plan& plan) {
+  return snapshot_bytes(ParamLayout(plan.dims), plan.world, plan.zero,
+                        EngineSizes::has_master(plan.act, plan.master_weights));
+}
+
 MemoryBreakdown predict_memory(const Plan& plan) {
   ParamLayout layout(plan.dims);
   MemoryBreakdown m = engine_sizes(layout, plan.world, plan.zero).bytes(plan.act, plan.master_weights);
@@ -76,6 +82,8 @@ MemoryBreakdown predict_memory(const Plan& plan) {
     m.workspace = a.scratch;
   }
   if (plan.device == "cuda") m.workspace += size_t(32) << 20;  // cuBLASLt workspace
+  // a signal checkpoints even without checkpoint.every, so every run may need it
+  if (plan.device == "cpu") m.snapshot = host_snapshot_bytes(plan);
   return m;
 }
 
@@ -170,6 +178,8 @@ void print_plan(const Config& cfg, const Plan& plan) {
   if (plan.micro_batch_max)
     os << (plan.micro_batch > 0 ? "| (micro_batch: max -> the largest size predicted to fit; a GPU run also tries it)\n"
                                 : "| (activations: micro_batch is 'max', found at start)\n");
+  if (plan.device != "cpu")
+    os << "| (checkpoint snapshot: " << format_bytes(double(host_snapshot_bytes(plan))) << " of host memory)\n";
   os << "+" << std::string(69, '-') << "\n";
   std::cout << os.str() << std::flush;
 }

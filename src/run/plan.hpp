@@ -36,6 +36,8 @@ Plan make_plan(const Config& cfg, int world, bool dry_run = false);
 Plan with_micro_batch(Plan plan, int micro_batch);
 // Predicted bytes per rank by component: the engine's buffers plus the model's activations.
 MemoryBreakdown predict_memory(const Plan& plan);
+// Host bytes per rank of a checkpoint's snapshot (io/checkpoint.hpp); the `snapshot` component on CPU.
+size_t host_snapshot_bytes(const Plan& plan);
 // The --dry-run output: the config table, the derived quantities and the memory prediction.
 void print_plan(const Config& cfg, const Plan& plan);
 

@@ -16,6 +16,7 @@
 #include "io/runlog.hpp"
 #include "model/gpt.hpp"
 #include "model/init.hpp"
+#include "run/checkpointing.hpp"
 #include "run/eval.hpp"
 #include "run/faults.hpp"
 #include "run/max_batch.hpp"
@@ -54,7 +55,8 @@ class Trainer {
   Trainer(const Config& cfg, const Plan& plan, HostComm& host, const PointInfo& point, bool resume)
       : cfg_(cfg), t_(cfg.training), resolved_(cfg), host_(host), point_(point), world_(host.world()),
         lead_(host.rank() == 0), resume_(resume || cfg.checkpoint.resume == "auto"), dir_(run_dir(cfg)),
-        plan_(plan), term_(lead_, cfg.log.progress, cfg.training.steps), faults_(host.rank()) {}
+        plan_(plan), term_(lead_, cfg.log.progress, cfg.training.steps), faults_(host.rank()),
+        ckpt_(cfg.checkpoint, dir_, host, term_) {}
 
   // Failures that every rank agrees on (AgreedError: set-up phases, data, log writes, divergence,
   // checkpoints) end the run on every rank together: recorded and returned. Any other failure (in the
@@ -99,6 +101,7 @@ class Trainer {
   // The outcome goes into the log; a log that cannot take it (a full disk) is reported, not fatal.
   void finish_log() {
     if (!log_) return;
+    if (status_ == "ok" && !ckpt_.errors().empty()) message_ = "checkpoints failed: " + ckpt_.errors();
     try {
       log_->finish(status_, message_, measured_, stack_.backend ? stack_.backend->peak_bytes() : 0);
     } catch (const Error& e) {
@@ -307,12 +310,13 @@ class Trainer {
                                    (ck.empty() ? std::string("none (no checkpoint was written)") : ck.front()));
   }
 
-  void checkpoint() {
-    const auto t0 = std::chrono::steady_clock::now();
-    save_checkpoint(dir_, st_, *engine_, *layout_, host_, cfg_.checkpoint.keep_last,
-                    [&] { faults_.at("checkpoint", st_.step); });
-    term_.note("checkpoint written at step " + std::to_string(st_.step) + ": " +
-               (lead_ ? dir_size_text(dir_, st_.step, seconds_since(t0)) : std::string()));
+  // `wait`: on disk before training goes on (a stop, the end of the run); otherwise written meanwhile
+  void checkpoint(bool wait) {
+    ckpt_.save(st_, *engine_, *layout_, wait, [this, s = st_.step] {
+      faults_.at("checkpoint", s);
+      faults_.hold("checkpoint_hold", s);
+    });
+    if (plan_.device == "cpu") measured_.snapshot = ckpt_.snapshot_bytes();
   }
 
   // Rank 0's log writes for this step; a failure (a full disk) is this rank's, told at the boundary.
@@ -329,16 +333,19 @@ class Trainer {
   }
 
   // The end of a step, agreed by every rank in one reduction: a failure on some rank (its log write),
-  // a non-finite optimizer state on some rank, or a stop signal on some rank. Returns whether to stop.
+  // a non-finite optimizer state on some rank, a stop signal on some rank, or a background checkpoint
+  // write still running on some rank (when none is, the checkpoint is published now). Returns whether to stop.
   bool boundary(const std::optional<Error>& failed) {
     const bool finite = engine_->state_finite();
-    const long mine = (failed ? 4L * failed->code() : 0) + (finite ? 0 : 2) + (stop_requested() ? 1 : 0);
+    const long mine = (failed ? 8L * failed->code() : 0) + (ckpt_.busy_here() ? 4 : 0) + (finite ? 0 : 2) +
+                      (stop_requested() ? 1 : 0);
     const long worst = host_.max(mine);
-    if (worst >= 4) {
+    if (worst >= 8) {
       if (failed) throw AgreedError(*failed);
-      throw AgreedError(ExitCode(worst / 4), "step " + std::to_string(st_.step) + " failed on another rank");
+      throw AgreedError(ExitCode(worst / 8), "step " + std::to_string(st_.step) + " failed on another rank");
     }
     if (worst & 2) throw diverged(st_.step, "the optimizer state (parameters or AdamW moments) is not finite");
+    if (ckpt_.in_flight() && !(worst & 4)) ckpt_.settle();
     return worst & 1;
   }
 
@@ -385,7 +392,8 @@ class Trainer {
         term_.note(eval_text(ev));
       }
       const bool stop = boundary(failed);  // every rank stops at the same step
-      if ((cfg_.checkpoint.every > 0 && st_.step % cfg_.checkpoint.every == 0) || (stop && !last)) checkpoint();
+      const bool every = cfg_.checkpoint.every > 0;  // and the run's last step with checkpoints on
+      if ((every && (st_.step % cfg_.checkpoint.every == 0 || last)) || (stop && !last)) checkpoint(stop || last);
       if (stop && !last) {
         // Counted after the checkpoint, by when a signal sent to every rank at once has reached them all:
         // it shows whether the launcher passed it on to every rank on every node.
@@ -398,6 +406,7 @@ class Trainer {
         return;
       }
     }
+    ckpt_.settle();
     if (lead_ && cfg_.log.op_profile && !be_->op_profile().empty()) term_.note(be_->op_profile());
   }
 
@@ -423,6 +432,7 @@ class Trainer {
   std::unique_ptr<Evaluator> eval_;
   std::unique_ptr<RunLog> log_;
   std::vector<int> tok_, tgt_;
+  Checkpointing ckpt_;  // last: destroyed first, its writer thread joined before anything it reads goes
 
   TrainState st_;
   bool resumed_ = false;

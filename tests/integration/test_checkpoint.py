@@ -287,8 +287,8 @@ def test_damaged_checkpoint(two_checkpoints, tmp_path, kind):
     p = run(["export", "--ckpt", newest, "--out", tmp_path / "x.bin"], ok=(EXIT_BAD_INPUT,))
     assert words in p.stderr and "rank_00000.h5" in p.stderr, p.stderr
     # checkpoint.resume: auto falls back to step 10, says so on stderr, and trains steps 11-20 again.
-    # Checkpointing at step 11 only: the damaged step 20, from the abandoned timeline, is dropped then
-    # (rather than step 10 by keep_last).
+    # Checkpointing at step 11: the damaged step 20, from the abandoned timeline, is dropped then (rather
+    # than step 10 by keep_last); the run's final checkpoint is a new step 20, and keep_last drops step 10.
     p = run(["--yaml", y, "--set", "checkpoint.resume=auto", "--set", "checkpoint.every=11"])
     assert "step_00000020" in p.stderr and "falling back" in p.stderr and words in p.stderr, p.stderr
     assert "resumed from step 10" in p.stdout
@@ -296,9 +296,10 @@ def test_damaged_checkpoint(two_checkpoints, tmp_path, kind):
     steps_once(got, 20)
     assert np.array_equal(got["loss"], ref["loss"])
     left = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert left == ["latest", "step_00000010", "step_00000011"], left
+    assert left == ["latest", "step_00000011", "step_00000020"], left
+    assert params(newest).size and ckpt_step(newest) == 20  # the new one, loadable
     # with nothing to fall back to: a named error, exit 1
-    for step in ("00000010", "00000011"):
+    for step in ("00000011", "00000020"):
         damage(run_dir / f"checkpoints/step_{step}/rank_00000.h5")
     p = run(["--yaml", y, "--resume"], ok=(EXIT_BAD_INPUT,))
     assert "no usable checkpoint" in p.stderr and words in p.stderr, p.stderr

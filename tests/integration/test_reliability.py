@@ -111,7 +111,8 @@ def test_rerun_without_resume_touches_nothing(tmp_path, train_bin):
     # on purpose: run.overwrite replaces it
     run_train(["--yaml", y, "--set", "run.overwrite=true", "--set", "training.steps=4"], check=True)
     assert list(read_log(tmp_path / "runs/t/log.h5")["step"]) == [1, 2, 3, 4]
-    assert sorted(x.name for x in (tmp_path / "runs/t/checkpoints").iterdir()) == ["latest", "step_00000003"]
+    assert sorted(x.name for x in (tmp_path / "runs/t/checkpoints").iterdir()) == ["latest", "step_00000003",
+                                                                                  "step_00000004"]  # the final one
 
 
 def test_second_run_into_a_running_directory_is_refused(tmp_path, train_bin):

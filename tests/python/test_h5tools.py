@@ -15,7 +15,7 @@ SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 import h5log  # noqa: E402
 
-COMPONENTS = ["params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm"]
+COMPONENTS = ["params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "snapshot"]
 VARIED = ["training.zero_stage", "training.micro_batch"]
 SUMMARY_COLUMNS = (
     ["index", "dir"] + VARIED
@@ -49,7 +49,7 @@ RUNNING = dict(index=4, zero=1, mb=4, world=2, status="running", message="",
 def predicted(p):
     per = {"params": 250_000_000, "grads": 250_000_000, "master": 500_000_000, "adam_m": 500_000_000,
            "adam_v": 500_000_000, "activations": 3_000_000_000 * p["mb"] // 8, "workspace": 100_000_000,
-           "comm": 0 if p["world"] == 1 else 200_000_000}
+           "comm": 0 if p["world"] == 1 else 200_000_000, "snapshot": 0}
     shard = max(1, p["world"]) if p["zero"] >= 1 else 1
     for k in ("master", "adam_m", "adam_v"):
         per[k] //= shard

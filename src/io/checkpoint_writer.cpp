@@ -1,0 +1,193 @@
+#include "io/checkpoint_writer.hpp"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "io/h5util.hpp"
+#include "io/run_dir.hpp"
+
+namespace gpt {
+
+namespace {
+const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
+                                     ZeroEngine::State::v};
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+// The file's structure (attributes, groups, datasets allocated at known offsets, left unwritten) on the
+// main thread with HDF5; the datasets' bytes follow from the background with write_regions.
+std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState& st, const Snapshot& s,
+                                      const ParamLayout& L, int zero_stage, int rank, int world) {
+  h5::Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!f.valid()) throw Error(kExitFailure, "cannot create checkpoint file '" + path + "'");
+  const ModelDims& d = L.dims();
+  h5::set_attr(f, "format", std::string(kCheckpointFormat));
+  h5::set_attr(f, "format_version", kCheckpointVersion);
+  h5::set_attr(f, "step", st.step);
+  h5::set_attr(f, "world_size", int64_t(world));
+  h5::set_attr(f, "rank", int64_t(rank));
+  h5::set_attr(f, "zero_stage", int64_t(zero_stage));
+  h5::set_attr(f, "n_layer", int64_t(d.n_layer));
+  h5::set_attr(f, "n_head", int64_t(d.n_head));
+  h5::set_attr(f, "n_embd", int64_t(d.n_embd));
+  h5::set_attr(f, "vocab_size", int64_t(d.vocab_size));
+  h5::set_attr(f, "padded_vocab", int64_t(d.padded_vocab));
+  h5::set_attr(f, "max_seq_len", int64_t(d.max_seq_len));
+  h5::set_attr(f, "data_shard", st.data.shard);
+  h5::set_attr(f, "data_offset", st.data.offset);
+  h5::set_attr(f, "data_epoch", st.data.epoch);
+  h5::set_attr(f, "data_shuffle", int64_t(st.data.shuffled));
+  h5::set_attr(f, "seed", int64_t(st.seed));
+  h5::set_attr(f, "config_yaml", st.config_yaml);
+  h5::set_attr(f, "n_buckets", int64_t(L.n_buckets()));
+  // contiguous, placed now, never filled: the bytes land at H5Dget_offset, written by pwrite
+  h5::Id dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
+  H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+  H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
+  std::vector<Region> regions;
+  for (int b = 0; b < L.n_buckets(); ++b) {
+    char g[16];
+    std::snprintf(g, sizeof g, "b%04d", b);
+    h5::Id grp = h5::create_group(f, g);
+    h5::set_attr(grp, "begin", int64_t(s.begin[b]));
+    h5::set_attr(grp, "end", int64_t(s.end[b]));
+    h5::set_attr(grp, "bucket_size", int64_t(L.bucket(b).size));
+    for (int k = 0; k < 4; ++k) {
+      const size_t i = size_t(b) * 4 + size_t(k);
+      if (!s.has[i]) continue;
+      hsize_t n = s.end[b] - s.begin[b];
+      h5::Id space(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+      h5::Id ds(H5_CHECK(H5Dcreate2(grp, kStateNames[k], H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+      h5::set_attr(ds, "checksum", int64_t(s.sums[i]));
+      h5::set_attr(ds, "units", std::string("1"));  // parameter values and AdamW moments are pure numbers
+      if (n == 0) continue;
+      const haddr_t off = H5Dget_offset(ds);
+      if (off == HADDR_UNDEF) throw Error(kExitFailure, "'" + path + "': HDF5 placed no storage for " + g);
+      regions.push_back({uint64_t(off), s.data[i].data(), size_t(n) * sizeof(float)});
+    }
+  }
+  H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
+  return regions;
+}
+
+void take_snapshot(ZeroEngine& e, const ParamLayout& L, int rank, int world, int threads, Snapshot& s) {
+  const size_t n = size_t(L.n_buckets()) * 4;
+  s.data.resize(n);
+  s.has.assign(n, 0);
+  s.sums.assign(n, 0);
+  s.begin.resize(L.n_buckets());
+  s.end.resize(L.n_buckets());
+  std::vector<float> piece;
+  for (int b = 0; b < L.n_buckets(); ++b) {
+    const size_t plo = e.piece_begin(b), phi = e.piece_end(b);
+    // Without sharding every rank holds the whole state: each writes an equal slice of it, so the files
+    // tile every bucket exactly once, as for the sharded stages.
+    size_t lo = plo, hi = phi;
+    if (!e.policy().shard_optimizer) {
+      const size_t len = phi - plo, per = (len + world - 1) / world;
+      lo = plo + std::min(len, size_t(rank) * per);
+      hi = plo + std::min(len, size_t(rank + 1) * per);
+    }
+    s.begin[b] = lo;
+    s.end[b] = hi;
+    for (int k = 0; k < 4; ++k) {
+      if (kStates[k] == ZeroEngine::State::master && !e.has_master()) continue;
+      const size_t i = size_t(b) * 4 + size_t(k);
+      s.has[i] = 1;
+      s.data[i].resize(hi - lo);
+      if (lo == plo && hi == phi) {
+        e.get_piece(b, kStates[k], s.data[i].data());
+      } else {
+        piece.resize(phi - plo);
+        e.get_piece(b, kStates[k], piece.data());
+        std::copy(piece.begin() + (lo - plo), piece.begin() + (hi - plo), s.data[i].begin());
+      }
+    }
+  }
+  parallel_for(n, threads, [&](size_t i) {
+    if (s.has[i]) s.sums[i] = xxh3(s.data[i].data(), s.data[i].size() * sizeof(float));
+  });
+}
+
+size_t Snapshot::bytes() const {
+  size_t total = 0;
+  for (const auto& d : data) total += d.capacity() * sizeof(float);
+  return total;
+}
+
+size_t snapshot_bytes(const ParamLayout& L, int world, const ZeroPolicy& policy, bool has_master) {
+  size_t elems = 0;
+  for (const BucketShape& sh : bucket_shapes(L, world, policy))
+    elems += policy.shard_optimizer ? std::min(sh.shard, sh.size) : (sh.size + world - 1) / world;
+  return elems * sizeof(float) * (has_master ? 4 : 3);
+}
+
+CheckpointWriter::CheckpointWriter(std::string run_dir, HostComm& host, int keep_last, int threads)
+    : run_dir_(std::move(run_dir)), host_(host), keep_last_(keep_last), threads_(threads) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (flight_ && flight_->thread.joinable()) flight_->thread.join();
+}
+
+void CheckpointWriter::start(const TrainState& st, ZeroEngine& e, const ParamLayout& L,
+                             std::function<void()> before_write) {
+  if (flight_) throw Error(kExitFailure, "internal error: a checkpoint started while another is in flight");
+  auto f = std::make_unique<Flight>();
+  f->t0 = std::chrono::steady_clock::now();
+  f->step = st.step;
+  f->before_write = std::move(before_write);
+  f->tmp = prepare_checkpoint_dir(run_dir_, st.step, host_);
+  try {
+    agreed(host_, "checkpoint write", [&] {
+      try {
+        take_snapshot(e, L, host_.rank(), host_.world(), threads_, snap_);
+        f->regions = lay_out_rank_file(rank_file(f->tmp, host_.rank()), st, snap_, L, e.policy().stage,
+                                       host_.rank(), host_.world());
+      } catch (const std::exception& ex) {
+        throw Error(kExitFailure, std::string("checkpoint write failed: ") + ex.what() + full_disk_note(f->tmp));
+      }
+    });
+  } catch (const AgreedError&) {
+    abandon_checkpoint(f->tmp, host_);
+    throw;
+  }
+  f->stall_s = since(f->t0);
+  Flight* raw = f.get();
+  f->thread = std::thread([this, raw] { write(*raw); });
+  flight_ = std::move(f);
+}
+
+void CheckpointWriter::write(Flight& f) {
+  try {
+    if (f.before_write) f.before_write();
+    const std::string path = rank_file(f.tmp, host_.rank());
+    f.digest.name = std::filesystem::path(path).filename().string();
+    write_regions(path, f.regions, threads_, f.digest.size, f.digest.xxh3);
+  } catch (const std::exception& ex) {
+    f.error = std::string("checkpoint write failed: ") + ex.what() + full_disk_note(f.tmp);
+  }
+  f.written_s = since(f.t0);
+  f.done.store(true, std::memory_order_release);
+}
+
+CheckpointOutcome CheckpointWriter::finish() {
+  if (!flight_) return {};
+  std::unique_ptr<Flight> f = std::move(flight_);
+  f->thread.join();
+  try {
+    agreed(host_, "checkpoint write", [&] {
+      if (!f->error.empty()) throw Error(kExitFailure, f->error);
+    });
+  } catch (const AgreedError&) {
+    abandon_checkpoint(f->tmp, host_);
+    throw;
+  }
+  publish_checkpoint(run_dir_, f->step, f->digest, host_, keep_last_);
+  return {f->step, double(f->digest.size), f->stall_s, f->written_s};
+}
+
+}  // namespace gpt
