@@ -20,34 +20,50 @@ if [[ $parts == *tests* ]]; then
     echo "exit $?: $(tail -n 1 "$OUT/$(basename "$t").log")"
   done
   grep -E "FAIL" "$OUT"/test_*.log | head -20
-  timeout 400 python3 -m pytest -q -rs tests/integration/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log" | tail -n 5
+  timeout 400 python3 -m pytest -q -rs tests/integration/test_gpu.py tests/integration/test_hf.py 2>&1 | tee "$OUT/pytest_gpu.log" | tail -n 5
   # ZeRO equivalence on 2 GPUs (skips itself, with a message, on fewer)
   timeout 300 python3 -m pytest -q -rs tests/integration/test_gpu_zero.py 2>&1 | tee "$OUT/pytest_gpu_zero.log" | tail -n 5
 fi
 if [[ $parts == *bench* ]]; then
   timeout 420 python3 bench/gpu_bench.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tail -n 12
-  # cuBLASLt's algorithms for every product of the step, against the trainer's choice, in short runs
-  # and (the top 5) run for 150 ms each at the power limit
-  timeout 400 build/bench/gemm_algos --sustain 150 --json "$OUT/gemm_algos.json" 2>&1 | tee "$OUT/gemm_algos.txt" | tail -n 6
-  # cuDNN's attention plans (knobs included) against the heuristic's first, which the trainer runs
-  timeout 200 build/bench/attention_plans --knobs --json "$OUT/attention_plans.json" 2>&1 | tee "$OUT/attention_plans.txt" | tail -n 6
+  if [[ ${SURVEYS:-1} == 1 ]]; then  # SURVEYS=0 leaves them out
+    # cuBLASLt's algorithms for every product of the step, against the trainer's choice, in short runs
+    # and (the top 5) run for 150 ms each at the power limit
+    timeout 400 build/bench/gemm_algos --sustain 150 --json "$OUT/gemm_algos.json" 2>&1 | tee "$OUT/gemm_algos.txt" | tail -n 6
+    # cuDNN's attention plans (knobs included) against the heuristic's first, which the trainer runs
+    timeout 200 build/bench/attention_plans --knobs --json "$OUT/attention_plans.json" 2>&1 | tee "$OUT/attention_plans.txt" | tail -n 6
+  fi
 fi
 if [[ $parts == *ckpt* ]]; then
-  # 1558M checkpoint: write at step 2, then a resumed run reads it; the trainer prints size, time, GB/s
+  # GPT-2 1558M, micro-batch 16, a checkpoint every 20 steps written in the background: the step times
+  # around it (log.h5) and the write's own figures; then raw dd against ./train's write and read
+  CK=${CKPT_DIR:-/tmp/ckpt_bench}
   cat > "$OUT/ckpt.yaml" <<YAML
-run: {name: ckpt, out_dir: /tmp/ckpt_bench}
+run: {name: async, out_dir: $CK}
 model: {preset: d48}
 data: {synthetic: true, synthetic_vocab: 50257}
-training: {device: cuda, micro_batch: 4, seq_len: 1024, steps: 2}
+training: {device: cuda, micro_batch: 16, seq_len: 1024, steps: ${CKPT_STEPS:-30}}
 eval: {batches: 0}
 log: {every: 1, progress: false}
-checkpoint: {every: 2, keep_last: 1}
+checkpoint: {every: 20, keep_last: 1}
 YAML
-  rm -rf /tmp/ckpt_bench
-  timeout 240 ./train --yaml "$OUT/ckpt.yaml" 2>&1 | grep -E "checkpoint written|error" | tee "$OUT/ckpt.txt"
-  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
-  timeout 240 ./train --yaml "$OUT/ckpt.yaml" --set training.steps=3 --resume 2>&1 | grep -E "resumed|error" | tee -a "$OUT/ckpt.txt"
-  rm -rf /tmp/ckpt_bench
+  rm -rf "$CK"; df -h "$(dirname "$CK")" | tail -1 | tee "$OUT/disk.txt"
+  /usr/bin/time -v timeout 400 ./train --yaml "$OUT/ckpt.yaml" > "$OUT/ckpt_run.txt" 2> "$OUT/ckpt_time.txt"
+  grep -E "^step +(1[89]|2[0-3])/|checkpoint|error" "$OUT/ckpt_run.txt" | tee "$OUT/ckpt.txt"
+  grep -E "Maximum resident|Elapsed" "$OUT/ckpt_time.txt" | tee -a "$OUT/ckpt.txt"
+  python3 - "$CK/async/log.h5" <<'PY' | tee -a "$OUT/ckpt.txt"
+import h5py, sys, numpy as np
+f = h5py.File(sys.argv[1], "r")
+ms = f["train/step_ms"][:]
+steps = f["train/step"][:]
+normal = np.median(ms[(steps > 2) & (steps != 20) & (steps != 21)])
+print(f"median step {normal:.1f} ms; step 20 (snapshot) {ms[steps == 20][0]:.1f} ms; step 21 {ms[steps == 21][0]:.1f} ms")
+print("peak GPU bytes", dict(f["memory/measured"].attrs).get("peak"))
+PY
+  rm -rf "$CK"
+  timeout 500 python3 bench/checkpoint_io.py --dir "$CK" --out "$OUT/checkpoint_io.json" --yaml "$OUT/ckpt.yaml" \
+    --set training.steps=1 --raw-gb ${RAW_GB:-16} 2>&1 | tail -n 12
+  rm -rf "$CK"
 fi
 if [[ $parts == *scaling* ]]; then
   # the same sweeps at each GPU count this host has, then efficiency against 1 GPU
