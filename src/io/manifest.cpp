@@ -19,46 +19,9 @@ namespace gpt {
 
 namespace {
 constexpr const char* kHeader = "gpt2-train manifest 1";
-constexpr size_t kChunk = size_t(8) << 20;
 // Verifying reads each file whole: a few reads in flight keep a fast disk streaming.
 constexpr int kReadThreads = 4;
-
-struct StateDeleter {
-  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-};
-
-// XXH3-64 and size of an open file, read in chunks (no whole-file buffer).
-void hash_fd(int fd, const std::string& path, uint64_t& size, uint64_t& hash) {
-  std::unique_ptr<XXH3_state_t, StateDeleter> st(XXH3_createState());
-  if (!st || XXH3_64bits_reset(st.get()) == XXH_ERROR) throw Error(kExitFailure, "XXH3: cannot allocate its state");
-  std::vector<char> buf(kChunk);
-  size = 0;
-  for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(kExitFailure, "cannot read '" + path + "': " + std::strerror(errno));
-    if (n == 0) break;
-    XXH3_64bits_update(st.get(), buf.data(), size_t(n));
-    size += uint64_t(n);
-  }
-  hash = XXH3_64bits_digest(st.get());
-}
 }  // namespace
-
-FileDigest digest_file(const std::string& dir, const std::string& name) {
-  const std::string path = dir + "/" + name;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(kExitFailure, "cannot open '" + path + "': " + std::strerror(errno));
-  FileDigest d{name, 0, 0};
-  try {
-    hash_fd(fd, path, d.size, d.xxh3);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  return d;
-}
 
 void write_manifest(const std::string& dir, const std::vector<FileDigest>& files) {
   std::ostringstream os;

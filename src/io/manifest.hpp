@@ -16,8 +16,6 @@ struct FileDigest {
   uint64_t xxh3 = 0;  // XXH3-64 of the whole file
 };
 
-// Reads dir/name whole (streamed) and hashes it. Throws Error(kExitFailure) when it cannot be read.
-FileDigest digest_file(const std::string& dir, const std::string& name);
 // dir/MANIFEST, synced to disk before it returns.
 void write_manifest(const std::string& dir, const std::vector<FileDigest>& files);
 // The listed files; input_error naming the folder when MANIFEST is missing or malformed.

@@ -432,7 +432,7 @@ class Trainer {
   std::unique_ptr<Evaluator> eval_;
   std::unique_ptr<RunLog> log_;
   std::vector<int> tok_, tgt_;
-  Checkpointing ckpt_;  // last: destroyed first, its writer thread joined before anything it reads goes
+  Checkpointing ckpt_;  // after term_ and faults_: its writer thread (which calls faults_) is joined before they go
 
   TrainState st_;
   bool resumed_ = false;
