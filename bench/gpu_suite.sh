@@ -42,7 +42,7 @@ if [[ $parts == *ckpt* ]]; then
 run: {name: async, out_dir: $CK}
 model: {preset: d48}
 data: {synthetic: true, synthetic_vocab: 50257}
-training: {device: cuda, micro_batch: 16, seq_len: 1024, steps: ${CKPT_STEPS:-30}}
+training: {device: cuda, micro_batch: 16, seq_len: 1024, steps: ${CKPT_STEPS:-25}}
 eval: {batches: 0}
 log: {every: 1, progress: false}
 checkpoint: {every: 20, keep_last: 1}
@@ -56,11 +56,16 @@ import h5py, sys, numpy as np
 f = h5py.File(sys.argv[1], "r")
 ms = f["train/step_ms"][:]
 steps = f["train/step"][:]
+el = f["train/elapsed_s"][:]
 normal = np.median(ms[(steps > 2) & (steps != 20) & (steps != 21)])
-print(f"median step {normal:.1f} ms; step 20 (snapshot) {ms[steps == 20][0]:.1f} ms; step 21 {ms[steps == 21][0]:.1f} ms")
+i = int(np.nonzero(steps == 21)[0][0])
+stall = (el[i] - el[i - 1]) * 1000 - ms[i]  # wall time between steps 20 and 21 beyond step 21 itself
+print(f"median step {normal:.1f} ms; step 21 {ms[i]:.1f} ms; the checkpoint at step 20 held training {stall:.1f} ms")
+print("message:", f.attrs.get("message"))
 print("peak GPU bytes", dict(f["memory/measured"].attrs).get("peak"))
 PY
   rm -rf "$CK"
+  CK=${CKPT_IO_DIR:-$CK}
   timeout 500 python3 bench/checkpoint_io.py --dir "$CK" --out "$OUT/checkpoint_io.json" --yaml "$OUT/ckpt.yaml" \
     --set training.steps=1 --raw-gb ${RAW_GB:-16} 2>&1 | tail -n 12
   rm -rf "$CK"
