@@ -78,3 +78,15 @@ def read_log(path):
         out["mem_pred"] = dict(f["memory/predicted"].attrs) if "memory/predicted" in f else {}
         out["mem_meas"] = dict(f["memory/measured"].attrs) if "memory/measured" in f else {}
     return out
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 1 MiB tmpfs (root mounts it), for full-disk tests; skipped with a message where it cannot be mounted."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"SKIP: cannot mount a small tmpfs here ({p.stderr.strip()})")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

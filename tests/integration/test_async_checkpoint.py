@@ -73,17 +73,6 @@ def test_final_checkpoint_when_steps_is_not_a_multiple(tmp_path):
     assert not (tmp_path / "runs/n/checkpoints").exists()
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"SKIP: cannot mount a small tmpfs here ({p.stderr.strip()})")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
 def test_failed_background_write_trains_on_with_the_previous_checkpoint(tmp_path, small_fs):
     """checkpoint.on_error: continue. The checkpoints live on a 1 MiB filesystem (the log does not): the
     first two fit (about 0.4 MB each; keep_last 3), the next ones fail with the disk full."""

@@ -154,17 +154,6 @@ def test_resume_with_changed_settings_is_refused_before_the_log_changes(tmp_path
 
 
 # ---- write failures: a full filesystem
-@pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"SKIP: cannot mount a small tmpfs here ({p.stderr.strip()})")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_full_disk_during_checkpoint(tmp_path, train_bin, small_fs, ranks):
     out = small_fs / "runs"
