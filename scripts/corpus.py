@@ -82,18 +82,25 @@ def read_text(path):
         raise PrepareError(f"{path}: not UTF-8 text ({e})") from e
 
 
+def json_line(line, path, lineno):
+    """The JSON value of one JSONL line (None for a blank line); a bad line is named by file and number."""
+    if not line.strip():
+        return None
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        raise PrepareError(f"{path}:{lineno}: not JSON ({e})") from e
+
+
 def read_jsonl(path, field):
     """Yield (documents, bytes read) of a JSONL file: the `field` of every line."""
     docs, size = [], 0
     with InputFile(path) as f:
         for lineno, line in enumerate(f.stream, 1):
             size += len(line)
-            if not line.strip():
+            record = json_line(line, path, lineno)
+            if record is None:
                 continue
-            try:
-                record = json.loads(line)
-            except ValueError as e:
-                raise PrepareError(f"{path}:{lineno}: not JSON ({e})") from e
             text = record.get(field) if isinstance(record, dict) else None
             if not isinstance(text, str):
                 raise PrepareError(f"{path}:{lineno}: no text field {field!r} (use --text-field)")

@@ -14,7 +14,6 @@ length and tokens, then each ending's length and tokens.
         --vocab gpt2/vocab.json --merges gpt2/merges.txt
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import prepare_data  # noqa: E402
 from prepare_data import PrepareError  # noqa: E402
+from corpus import json_line  # noqa: E402
 
 MAGIC = 20240522
 VERSION = 1
@@ -36,12 +36,9 @@ def read_examples(path, limit=0):
     out = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            if not line.strip():
+            ex = json_line(line, path, lineno)
+            if ex is None:
                 continue
-            try:
-                ex = json.loads(line)
-            except ValueError as e:
-                raise PrepareError(f"{path}:{lineno}: not JSON ({e})") from e
             ctx, endings, label = ex.get("ctx"), ex.get("endings"), ex.get("label")
             if not isinstance(ctx, str) or not ctx:
                 raise PrepareError(f"{path}:{lineno}: no context (a non-empty string 'ctx')")
