@@ -16,6 +16,7 @@
 #include <string>
 
 #include "base/common.hpp"
+#include "backend/fp8_ops.hpp"
 
 namespace gpt {
 
@@ -121,6 +122,9 @@ class Backend {
   // sum of squares of x (n), act dtype, returned to the host in double (synchronises)
   virtual double sum_squares(const void* x, size_t n) = 0;
   virtual void adamw(const AdamWArgs& a) = 0;
+  // The FP8 ops (backend/fp8_ops.hpp), or nullptr where the backend has none (the CUDA backend in
+  // fp32 precision).
+  virtual Fp8Ops* fp8() { return nullptr; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);

@@ -53,6 +53,8 @@ struct DataConfig {
 struct TrainingConfig {
   std::string device = "auto";
   std::string precision = "bf16";
+  std::string fp8_grad_format = "e5m2";
+  int fp8_amax_history = 16;
   bool master_weights = true;
   bool stochastic_rounding = true;
   MicroBatch micro_batch;

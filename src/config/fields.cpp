@@ -39,7 +39,16 @@ std::vector<Field> fields_of(Config& c) {
        "run.seed and the epoch (the same on every rank); false: file order. Validation is never shuffled; the "
        "synthetic corpus has no order to shuffle"},
       {"training.device", &t.device, "auto / cpu / cuda"},
-      {"training.precision", &t.precision, "bf16 / fp32 (on CPU always fp32)"},
+      {"training.precision", &t.precision,
+       "bf16 / fp32 / fp8 (on CPU activations are always fp32; fp8 there emulates the GPU's quantization). "
+       "fp8: bf16 activations, the four block products of every layer on FP8 operands with per-tensor delayed "
+       "scaling (E4M3 inputs and weights), fp32 master weights and AdamW state as in bf16; needs n_embd and "
+       "seq_len multiples of 16"},
+      {"training.fp8_grad_format", &t.fp8_grad_format,
+       "precision fp8: the output gradients' format, e5m2 (wider range) or e4m3 (one more mantissa bit)"},
+      {"training.fp8_amax_history", &t.fp8_amax_history,
+       "precision fp8: steps of amax history each tensor's scale is derived from (the largest amax over them); "
+       "1-1024"},
       {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
       {"training.stochastic_rounding", &t.stochastic_rounding, "round bf16 parameter writes stochastically"},
       {"training.micro_batch", &t.micro_batch,

@@ -69,8 +69,14 @@ void validate(const Config& cfg, int world) {
     bad("training.micro_batch", "'max' cannot be combined with training.total_batch_tokens (use grad_accum)");
   if (t.device != "auto" && t.device != "cpu" && t.device != "cuda")
     bad("training.device", "'" + t.device + "' is not one of auto, cpu, cuda");
-  if (t.precision != "bf16" && t.precision != "fp32")
-    bad("training.precision", "'" + t.precision + "' is not one of bf16, fp32");
+  if (t.precision != "bf16" && t.precision != "fp32" && t.precision != "fp8")
+    bad("training.precision", "'" + t.precision + "' is not one of bf16, fp32, fp8");
+  if (t.fp8_grad_format != "e5m2" && t.fp8_grad_format != "e4m3")
+    bad("training.fp8_grad_format", "'" + t.fp8_grad_format + "' is not one of e5m2, e4m3");
+  if (t.fp8_amax_history < 1 || t.fp8_amax_history > 1024) bad("training.fp8_amax_history", "must be 1-1024");
+  if (t.precision == "fp8" && (d.n_embd % 16 != 0 || t.seq_len % 16 != 0))
+    bad("training.precision", "fp8 needs model.n_embd and training.seq_len to be multiples of 16 (FP8 tensor "
+                              "cores); they are " + std::to_string(d.n_embd) + " and " + std::to_string(t.seq_len));
   const auto& dc = cfg.data;
   if (dc.synthetic) {
     if (!dc.train.empty()) bad("data.synthetic", "set either data.synthetic or data.train, not both");

@@ -21,6 +21,7 @@ class Communicator {
   // Data collectives on the backend's buffers. On the GPU they are queued on the communication stream
   // after all compute queued so far; on the CPU they complete before returning.
   virtual void all_reduce_sum(void* buf, size_t count, DType t) = 0;
+  virtual void all_reduce_max(float* buf, size_t count) = 0;  // fp32; NaN wins
   // send holds world()*count elements; rank r receives the sum of every rank's r-th piece.
   virtual void reduce_scatter_sum(const void* send, void* recv, size_t count, DType t) = 0;
   // send holds count elements; recv gets world()*count, rank r's piece at r*count.

@@ -128,6 +128,9 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum(void* buf, size_t count, DType t) override {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_int(count), mpi_type(t), MPI_SUM, comm_));
   }
+  void all_reduce_max(float* buf, size_t count) override {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, as_int(count), MPI_FLOAT, MPI_MAX, comm_));
+  }
   void reduce_scatter_sum(const void* send, void* recv, size_t count, DType t) override {
     tmp_.resize(count * dtype_size(t));
     MPI_CHECK(MPI_Reduce_scatter_block(send, tmp_.data(), as_int(count), mpi_type(t), MPI_SUM, comm_));

@@ -218,6 +218,7 @@ double ZeroEngine::grad_norm() {
 }
 
 void ZeroEngine::update(const OptimizerHyper& h) {
+  ++params_version_;
   for (int b = 0; b < layout_.n_buckets(); ++b) {
     // decayed tensors come first in every bucket: [0, split) decays, [split, size) does not
     const Bucket& bk = layout_.bucket(b);
@@ -274,6 +275,7 @@ bool ZeroEngine::state_finite() {
 
 // ---- state exchange (initialisation, checkpoints)
 void ZeroEngine::set_bucket_params(int b, const float* full) {
+  ++params_version_;
   const size_t lo = piece_begin(b), hi = piece_end(b), n = shape_[b].size;
   float* staged = static_cast<float*>(be_.alloc(4 * n));
   be_.copy_h2d(staged, full, 4 * n);
@@ -300,6 +302,7 @@ void ZeroEngine::get_piece(int b, State s, float* out) {
 }
 
 void ZeroEngine::set_piece(int b, State s, const float* in) {
+  ++params_version_;
   const size_t n = piece_end(b) - piece_begin(b);
   if (s == State::master && master_) {
     if (n) be_.copy_h2d(master_ + shard_off_[b], in, 4 * n);

@@ -58,6 +58,7 @@ class ZeroEngine final : public ParamStore {
   void prefetch(int b) override;
   void* grads(int b) override;
   void grads_done(int b) override;
+  uint64_t params_version() const override { return params_version_; }
 
   // The step, in order: begin_step, {begin_micro_step, forward, backward}..., end_backward,
   // grad_norm, update.
@@ -100,6 +101,7 @@ class ZeroEngine final : public ParamStore {
   Communicator& comm_;
   HostComm& host_;
   ZeroPolicy policy_;
+  uint64_t params_version_ = 1;
   int world_, rank_;
   size_t esz_;
   std::vector<BucketShape> shape_;

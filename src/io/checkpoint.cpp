@@ -131,6 +131,14 @@ std::vector<OldFile> open_checkpoint(const std::string& dir, const ParamLayout& 
   st.data.shuffled = H5Aexists(f0, "data_shuffle") > 0 && h5::get_attr_i64(f0, "data_shuffle") != 0;
   st.seed = uint64_t(h5::get_attr_i64(f0, "seed"));
   st.config_yaml = h5::get_attr_str(f0, "config_yaml");
+  st.fp8.clear();
+  if (h5::exists(f0, "fp8_state")) {  // precision fp8 only
+    st.fp8.resize(h5::array_length(f0, "fp8_state"));
+    h5::read_array(f0, "fp8_state", H5T_NATIVE_FLOAT, st.fp8.data(), st.fp8.size());
+    h5::Id ds(H5_CHECK(H5Dopen2(f0, "fp8_state", H5P_DEFAULT)));
+    if (uint64_t(h5::get_attr_i64(ds, "checksum")) != xxh3(st.fp8.data(), st.fp8.size() * sizeof(float)))
+      throw input_error("checkpoint '" + dir + "': its FP8 state fails its checksum (the file is corrupt)");
+  }
   st.world = files[0].world;
   for (auto& o : files)
     if (h5::get_attr_i64(o.f, "step") != st.step)

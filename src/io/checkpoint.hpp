@@ -34,6 +34,7 @@ struct TrainState {
   uint64_t seed = 0;         // run seed (data order and stochastic rounding derive from seed + step)
   std::string config_yaml;
   int64_t world = 0;         // on load: the world size that wrote it
+  std::vector<float> fp8;    // precision fp8: the scales and amax histories (Fp8Recipe::state); empty otherwise
 };
 
 // A checkpoint that loads but does not fit this run (see check_resumable): an error, never a reason to

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "io/h5util.hpp"
+#include "io/raw_io.hpp"
 #include "io/run_dir.hpp"
 
 namespace gpt {
@@ -43,6 +44,12 @@ std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState&
   h5::set_attr(f, "seed", int64_t(st.seed));
   h5::set_attr(f, "config_yaml", st.config_yaml);
   h5::set_attr(f, "n_buckets", int64_t(L.n_buckets()));
+  // precision fp8: the scales and amax histories (the same on every rank; small, written through HDF5)
+  if (!st.fp8.empty()) {
+    h5::write_array(f, "fp8_state", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, st.fp8.data(), st.fp8.size());
+    h5::Id ds(H5_CHECK(H5Dopen2(f, "fp8_state", H5P_DEFAULT)));
+    h5::set_attr(ds, "checksum", int64_t(xxh3(st.fp8.data(), st.fp8.size() * sizeof(float))));
+  }
   // contiguous, placed now, never filled: the bytes land at H5Dget_offset, written by pwrite
   h5::Id dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
   H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));

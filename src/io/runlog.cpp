@@ -21,7 +21,7 @@ constexpr Column kTrainCols[] = {{"step", "steps", true},          {"loss", "nat
                                  {"lr", "1", false},               {"grad_norm", "1", false},
                                  {"step_ms", "ms", false},         {"tokens_per_s", "tokens/s", false},
                                  {"mfu", "fraction", false},       {"elapsed_s", "s", false},
-                                 {"tokens", "tokens", true}};
+                                 {"tokens", "tokens", true},       {"fp8_saturated", "tensors", true}};
 constexpr int kNumTrain = sizeof(kTrainCols) / sizeof(kTrainCols[0]);
 
 h5::Id series_with_units(hid_t loc, const char* name, hid_t type, const char* units) {
@@ -66,8 +66,18 @@ struct RunLog::Impl {
   bool finished = false;
 
   void open_series() {
-    for (int i = 0; i < kNumTrain; ++i)
-      train[i] = h5::Id(H5_CHECK(H5Dopen2(file, (std::string("/train/") + kTrainCols[i].name).c_str(), H5P_DEFAULT)));
+    for (int i = 0; i < kNumTrain; ++i) {
+      const std::string path = std::string("/train/") + kTrainCols[i].name;
+      if (h5::exists(file, path)) {
+        train[i] = h5::Id(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
+        continue;
+      }
+      // a log from before the series existed: zeros for its rows (nothing of it was measured)
+      h5::Id g = h5::open_group(file, "/train");
+      train[i] = series_with_units(g, kTrainCols[i].name, H5T_STD_I64LE, kTrainCols[i].units);
+      const std::vector<int64_t> zeros(h5::length(train[0]), 0);
+      append_n(train[i], zeros.data(), zeros.size(), H5T_NATIVE_INT64);
+    }
     const hsize_t rows = h5::length(h5::Id(H5_CHECK(H5Dopen2(file, "/eval/step", H5P_DEFAULT))));
     for (int i = 0; i < kEvalN; ++i) {
       const std::string path = std::string("/eval/") + kEvalCols[i].name;
@@ -148,6 +158,7 @@ void write_run_attrs(hid_t f, const RunInfo& info) {
   h5::set_attr(f, "git_rev", info.git_rev);
   h5::set_attr(f, "point_index", info.point_index);
   h5::set_attr(f, "point_values", info.point_values);
+  h5::set_attr(f, "precision", info.precision);
   if (h5::exists(f, "ranks")) H5_CHECK(H5Ldelete(f, "ranks", H5P_DEFAULT));
   h5::Id g = h5::create_group(f, "ranks");
   std::vector<std::string> node, from;
@@ -247,6 +258,7 @@ void RunLog::train_row(const TrainRow& r) {
     const double v[7] = {r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.mfu, r.elapsed_s};
     for (int i = 0; i < 7; ++i) h5::append(p_->train[i + 1], &v[i], H5T_NATIVE_DOUBLE);
     h5::append(p_->train[8], &r.tokens, H5T_NATIVE_INT64);
+    h5::append(p_->train[9], &r.fp8_saturated, H5T_NATIVE_INT64);
     for (auto& d : p_->train) H5_CHECK(H5Dflush(d));
   });
 }

@@ -12,6 +12,7 @@ namespace gpt {
 
 struct RunInfo {
   std::string name, config_yaml, device, hardware, git_rev, point_values;
+  std::string precision;  // "bf16", "fp32", or "fp8: " and the recipe (model/fp8_recipe.hpp)
   int64_t n_params = 0, tokens_per_step = 0, world_size = 1, zero_stage = 0, point_index = -1;
   double flops_per_token = 0, peak_flops = 0;
   std::vector<RankPlace> ranks;  // node and local rank of every rank: /ranks, rewritten on resume
@@ -22,6 +23,7 @@ struct TrainRow {
   double loss, lr, grad_norm, step_ms, tokens_per_s, mfu;
   double elapsed_s;  // wall clock since the run's first step (continued across resumes)
   int64_t tokens;    // tokens trained on up to and including this step, all ranks
+  int64_t fp8_saturated = 0;  // precision fp8: scaled tensors whose values were clipped since the last row
 };
 
 // One evaluation: NaN (or an empty sample) for what was not measured.

@@ -1,6 +1,7 @@
 // The model's view of where parameters and gradients live: it asks per bucket (ZeRO decides, see
 // dist/zero.hpp).
 #pragma once
+#include <cstdint>
 
 namespace gpt {
 
@@ -18,6 +19,10 @@ class ParamStore {
   virtual void* grads(int b) = 0;
   // The backward pass will not touch bucket b again in this micro-step.
   virtual void grads_done(int b) { (void)b; }
+  // Changes whenever any parameter may have changed (an optimizer step, a load): what the model keeps
+  // derived from the parameters (FP8 weight copies) is valid while it stays the same. A store whose
+  // parameters change must override it.
+  virtual uint64_t params_version() const { return 0; }
 };
 
 }  // namespace gpt

@@ -38,7 +38,10 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   Plan p;
   p.dims = resolve_dims(cfg.model);
   p.device = resolve_device(t.device, dry_run, p.device_note);
-  p.act = (p.device == "cuda" && t.precision == "bf16") ? DType::BF16 : DType::F32;
+  p.act = (p.device == "cuda" && t.precision != "fp32") ? DType::BF16 : DType::F32;
+  p.fp8 = t.precision == "fp8";
+  p.fp8_opts.grad = t.fp8_grad_format == "e4m3" ? Fp8Format::E4M3 : Fp8Format::E5M2;
+  p.fp8_opts.history = t.fp8_amax_history;
   p.world = world;
   p.micro_batch_max = t.micro_batch.max;
   p.seq_len = t.seq_len;
@@ -77,7 +80,8 @@ MemoryBreakdown predict_memory(const Plan& plan) {
   ParamLayout layout(plan.dims);
   MemoryBreakdown m = engine_sizes(layout, plan.world, plan.zero).bytes(plan.act, plan.master_weights);
   if (plan.micro_batch > 0) {
-    ActivationBytes a = activation_bytes(plan.dims, plan.micro_batch, plan.seq_len, plan.recompute, plan.act);
+    ActivationBytes a = activation_bytes(plan.dims, plan.micro_batch, plan.seq_len, plan.recompute, plan.act,
+                                         plan.fp8);
     m.activations = a.stored;
     m.workspace = a.scratch;
   }
@@ -162,7 +166,7 @@ void print_plan(const Config& cfg, const Plan& plan) {
                 "| batch              micro %d x seq %d x accum %d x ranks %d = %lld tokens/step\n"
                 "| FLOPs per token    %.3g\n",
                 plan.dims.n_layer, plan.dims.n_head, plan.dims.n_embd, plan.dims.vocab_size, plan.dims.padded_vocab,
-                plan.n_params, plan.device.c_str(), dtype_name(plan.act), plan.world, plan.zero.stage,
+                plan.n_params, plan.device.c_str(), plan.fp8 ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
                 plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
                 (long long)plan.tokens_per_step, plan.flops_per_token);
   os << buf;

@@ -8,6 +8,7 @@
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "dist/zero_policy.hpp"
+#include "model/fp8_recipe.hpp"
 #include "model/layout.hpp"
 
 namespace gpt {
@@ -17,6 +18,8 @@ struct Plan {
   std::string device;            // resolved: cpu | cuda
   std::string device_note;       // dry run: what was assumed about the device (empty otherwise)
   DType act = DType::F32;        // activation dtype
+  bool fp8 = false;              // training.precision fp8: the block products on FP8 operands
+  Fp8Options fp8_opts;
   int micro_batch = 0;           // sequences per rank per micro-step; 0 while `max` is not yet searched
   bool micro_batch_max = false;  // training.micro_batch was `max`
   int seq_len = 0, grad_accum = 1, world = 1;

@@ -141,6 +141,7 @@ class Trainer {
       layout_ = stack_.layout.get();
       be_->op_profile_pause(true);  // set-up is not profiled; train_step turns the profile on
       measured_ = engine_->allocated();
+      if (plan_.fp8) fp8_ = std::make_unique<Fp8Recipe>(*be_, plan_.dims.n_layer, plan_.fp8_opts);
     });
     if (plan_.micro_batch_max) {
       const double cap = double(t_.memory_limit_gb) * double(1ull << 30);
@@ -160,6 +161,7 @@ class Trainer {
       const auto t0 = std::chrono::steady_clock::now();
       const auto accept = [&](const TrainState& old) { check_resumable(resolved_, plan_, old); };
       resumed_ = load_latest_checkpoint(dir_, *engine_, *layout_, host_, st_, accept);  // agrees internally
+      if (resumed_ && fp8_ && !st_.fp8.empty()) agreed("the checkpoint's FP8 state", [&] { fp8_->set_state(st_.fp8); });
       if (resumed_) {
         train_src_->seek(st_.data);
         term_.note("resumed from step " + std::to_string(st_.step) + " of " + dir_ + ": " +
@@ -206,7 +208,7 @@ class Trainer {
 
   void build_model(int B) {
     model_.reset();
-    model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute);
+    model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute, fp8_.get());
     measured_.activations = model_->stored_bytes();
     measured_.workspace = model_->scratch_bytes();
   }
@@ -256,6 +258,7 @@ class Trainer {
     info.flops_per_token = plan_.flops_per_token;
     info.peak_flops = be_->peak_flops();
     info.ranks = host_.placement();
+    info.precision = fp8_ ? "fp8: " + fp8_->describe() : dtype_name(plan_.act);
     if (world_ > 1 && !info.ranks.empty()) term_.note(describe_placement(info.ranks));
     log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(plan_), resumed_ ? st_.step : -1);
     const std::string evals = eval_->describe();
@@ -282,6 +285,7 @@ class Trainer {
     const float dloss = 1.0f / (float(BT) * plan_.grad_accum * world_);  // mean over every token of the step
     StepResult r{0, 0, lr_at(t_, step)};
     be_->op_profile_pause(false);  // the op profile covers training steps only, not evaluation or checkpoints
+    if (fp8_ && !fp8_->calibrated()) calibrate_fp8(dloss);
     engine_->begin_step();
     for (int micro = 0; micro < plan_.grad_accum; ++micro) {
       engine_->begin_micro_step(micro + 1 == plan_.grad_accum);
@@ -296,9 +300,25 @@ class Trainer {
       throw diverged(step + 1, "loss " + std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm));
     engine_->update({float(r.lr), t_.beta1, t_.beta2, t_.eps, t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
                      step + 1, splitmix64(cfg_.run.seed + uint64_t(step))});
+    if (fp8_) fp8_->end_step(stack_.comm.get());  // this step's amaxes -> the next step's scales
     be_->synchronize();
     be_->op_profile_pause(true);
     return r;
+  }
+
+  // FP8's first scales: a run without an amax history quantizes at scale 1 in two forward and backward
+  // passes over the step's first micro-batch, each recording every scaled tensor's amax (the second with
+  // the scales the first gave, so that gradients no longer underflow); their gradients are thrown away.
+  void calibrate_fp8(float dloss) {
+    fp8_->reset_amax();
+    for (int pass = 0; pass < 2; ++pass) {
+      engine_->begin_step();
+      engine_->begin_micro_step(true);
+      model_->forward(*engine_, tok_.data(), tgt_.data(), true, dloss);
+      model_->backward(*engine_);
+      engine_->end_backward();
+      fp8_->end_step(stack_.comm.get());
+    }
   }
 
   // Divergence (every rank sees it: the loss and norm are all-reduced, the state check is agreed):
@@ -312,6 +332,7 @@ class Trainer {
 
   // `wait`: on disk before training goes on (a stop, the end of the run); otherwise written meanwhile
   void checkpoint(bool wait) {
+    if (fp8_) st_.fp8 = fp8_->state();
     ckpt_.save(st_, *engine_, *layout_, wait, [this, s = st_.step] {
       faults_.at("checkpoint", s);
       faults_.hold("checkpoint_hold", s);
@@ -376,9 +397,10 @@ class Trainer {
       const double tps = plan_.tokens_per_step / (ms / 1000.0);
       const double mfu = peak > 0 ? plan_.flops_per_token * tps / peak : NAN;
       term_.count_step(ms, plan_.tokens_per_step, mfu);
-      const TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, mfu, elapsed0 + seconds_since(run_t0),
-                         st_.step * plan_.tokens_per_step};
+      TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, mfu, elapsed0 + seconds_since(run_t0),
+                   st_.step * plan_.tokens_per_step};
       const bool log_row = st_.step % cfg_.log.every == 0 || last || st_.step == 1;
+      if (log_row && fp8_) row.fp8_saturated = fp8_->take_saturated();
       const bool eval = (cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last;
       EvalRow ev;
       if (eval) {
@@ -427,6 +449,7 @@ class Trainer {
   Backend* be_ = nullptr;          // stack_'s, named for the loop
   ZeroEngine* engine_ = nullptr;
   const ParamLayout* layout_ = nullptr;
+  std::unique_ptr<Fp8Recipe> fp8_;  // precision fp8: the scales (before the model that uses them)
   std::unique_ptr<GPT> model_;
   std::unique_ptr<TokenSource> train_src_;
   std::unique_ptr<Evaluator> eval_;

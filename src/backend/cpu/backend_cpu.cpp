@@ -14,23 +14,14 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/cpu/fp8_cpu.hpp"
+#include "backend/cpu/gelu.hpp"
 #include "backend/op_tally.hpp"
 
 namespace gpt {
 namespace {
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-
-inline float gelu(float x) {
-  float cube = 0.044715f * x * x * x;
-  return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
-}
-inline float gelu_grad(float x) {
-  float cube = 0.044715f * x * x * x;
-  float t = std::tanh(kGeluScale * (x + cube));
-  float sech2 = 1.0f - t * t;
-  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-}
+using cpu::gelu;
+using cpu::gelu_grad;
 
 // Runs fn(lo, hi) on a fixed share of [0, n) per OpenMP thread. Matrix products are split this way
 // over their output rows and each share runs single-threaded BLAS: one thread pool instead of
@@ -57,7 +48,9 @@ void column_sums(float* out, const float* x, int N, int C) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(bool op_profile) : tally_(op_profile) { openblas_set_num_threads(1); }
+  explicit CpuBackend(bool op_profile) : tally_(op_profile), fp8_(make_cpu_fp8_ops(*this, tally_)) {
+    openblas_set_num_threads(1);
+  }
   ~CpuBackend() override {
     for (auto& [p, n] : sizes_) std::free(p);
   }
@@ -377,6 +370,7 @@ class CpuBackend final : public Backend {
     for (int p = 0; p < parts; ++p) s += partial[p];
     return s;
   }
+  Fp8Ops* fp8() override { return fp8_.get(); }
   void adamw(const AdamWArgs& a) override {
     WallScope t(tally_, "adamw");
     float* p = a.master ? a.master : F(a.param);
@@ -405,6 +399,7 @@ class CpuBackend final : public Backend {
   std::unordered_map<void*, size_t> sizes_;
   OpTally tally_;
   size_t in_use_ = 0, peak_in_use_ = 0;
+  std::unique_ptr<Fp8Ops> fp8_;
 };
 
 }  // namespace

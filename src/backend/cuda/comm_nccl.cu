@@ -53,6 +53,12 @@ class NcclCommunicator final : public Communicator {
       NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_));
     });
   }
+  void all_reduce_max(float* buf, size_t count) override {
+    kernel_boundary([&] {
+      after_compute();
+      NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclMax, comm_, stream_));
+    });
+  }
   void reduce_scatter_sum(const void* send, void* recv, size_t count, DType t) override {
     kernel_boundary([&] {
       after_compute();

@@ -1,0 +1,151 @@
+#include "backend/cpu/fp8_cpu.hpp"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/gelu.hpp"
+
+namespace gpt {
+namespace {
+
+// fp32 values of an FP8 tensor of n elements
+void dequantize(std::vector<float>& out, const Fp8Tensor& t, size_t n) {
+  out.resize(n);
+  const uint8_t* q = static_cast<const uint8_t*>(t.data);
+  const float s = *t.scale_inv;
+  float table[256];
+  for (int c = 0; c < 256; ++c) table[c] = fp8_decode(uint8_t(c), t.fmt) * s;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) out[i] = table[q[i]];
+}
+
+void fold_amax(float* amax, float m) {
+  if (amax && (std::isnan(m) || m > *amax)) *amax = m;
+}
+
+class CpuFp8Ops final : public Fp8Ops {
+ public:
+  CpuFp8Ops(Backend& be, OpTally& tally) : be_(be), tally_(tally) {}
+
+  void layernorm_fwd(const Fp8Tensor& out, float* mean, float* rstd, void* residual, const void* a, const void* b,
+                     const void* w, const void* bias, int N, int C) override {
+    WallScope t(tally_, "layernorm_fwd_fp8");
+    ln_.resize(size_t(N) * C);
+    if (residual)
+      be_.residual_layernorm_fwd(residual, ln_.data(), mean, rstd, a, b, w, bias, N, C);
+    else
+      be_.layernorm_fwd(ln_.data(), mean, rstd, a, w, bias, N, C);
+    quantize(out, nullptr, ln_.data(), nullptr, nullptr, N, C);
+  }
+  void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
+            int C) override {
+    WallScope t(tally_, gelu_in ? "fp8_cast +dgelu" : "fp8_cast");
+    quantize(q, q_t, static_cast<const float*>(x), static_cast<const float*>(gelu_in), colsum, N, C);
+  }
+  void transpose(void* dst, const void* src, int N, int C) override {
+    WallScope t(tally_, "fp8_transpose");
+    const uint8_t* s = static_cast<const uint8_t*>(src);
+    uint8_t* d = static_cast<uint8_t*>(dst);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < N; ++r) d[size_t(c) * N + r] = s[size_t(r) * C + c];
+  }
+  void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC, int OC,
+                  void* pre_gelu) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fp8_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
+    dequantize(a_, inp, size_t(N) * IC);
+    dequantize(b_, w, size_t(OC) * IC);
+    be_.matmul_fwd(out, a_.data(), b_.data(), bias, N, IC, OC, pre_gelu);
+  }
+  void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, "") : "");
+    dequantize(a_, dout, size_t(N) * OC);
+    dequantize(b_, w_t, size_t(IC) * OC);
+    float* d = static_cast<float*>(dinp);
+    rows([&](int lo, int hi) {  // dinp = dout @ w_t^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, IC, OC, 1.0f, a_.data() + size_t(lo) * OC, OC,
+                  b_.data(), OC, 0.0f, d + size_t(lo) * IC, IC);
+    }, N);
+  }
+  void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fp8_dw", IC, OC, "") : "");
+    dequantize(a_, dout_t, size_t(OC) * N);
+    dequantize(b_, inp_t, size_t(IC) * N);
+    float* d = static_cast<float*>(dw);
+    rows([&](int lo, int hi) {  // dw += dout_t @ inp_t^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, IC, N, 1.0f, a_.data() + size_t(lo) * N, N,
+                  b_.data(), N, 1.0f, d + size_t(lo) * IC, IC);
+    }, OC);
+  }
+  void add_sums(void* dst, const float* sums, int n) override {
+    float* d = static_cast<float*>(dst);
+    for (int i = 0; i < n; ++i) d[i] += sums[i];
+  }
+  void update_scales(const Fp8ScalesArgs& a) override {
+    for (int i = 0; i < a.n; ++i) {
+      if (a.amax[i] * a.scale[i] > a.maxval[i]) ++*a.saturated;
+      a.history[size_t(a.row) * a.n + i] = a.amax[i];
+      float m = 0.0f;
+      for (int h = 0; h < a.H; ++h) m = std::fmax(m, a.history[size_t(h) * a.n + i]);
+      a.scale[i] = fp8::scale_for(m, a.maxval[i], a.scale[i]);
+      a.scale_inv[i] = 1.0f / a.scale[i];
+      a.amax[i] = 0.0f;
+    }
+  }
+
+ private:
+  // fn(lo, hi) on a fixed share of [0, n) per thread, each share single-threaded BLAS
+  template <class Fn>
+  static void rows(Fn fn, int n) {
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int lo = int(int64_t(n) * t / nt), hi = int(int64_t(n) * (t + 1) / nt);
+      if (hi > lo) fn(lo, hi);
+    }
+  }
+  // v = x (* gelu'(g)) -> q.data (N, C) and/or q_t (C, N); amax and column sums of v
+  void quantize(const Fp8Tensor& q, void* q_t, const float* x, const float* g, float* colsum, int N, int C) {
+    uint8_t* out = static_cast<uint8_t*>(q.data);
+    uint8_t* out_t = static_cast<uint8_t*>(q_t);
+    const float s = *q.scale;
+    float amax = 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : amax)
+    for (int r = 0; r < N; ++r)
+      for (int c = 0; c < C; ++c) {
+        const size_t i = size_t(r) * C + c;
+        const float v = g ? x[i] * cpu::gelu_grad(g[i]) : x[i];
+        amax = std::isnan(v) ? INFINITY : std::max(amax, std::fabs(v));
+        const uint8_t b = fp8_encode(v * s, q.fmt);
+        if (out) out[i] = b;
+        if (out_t) out_t[size_t(c) * N + r] = b;
+      }
+    fold_amax(q.amax, amax);
+    if (!colsum) return;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; ++c) {
+      double sum = 0;
+      for (int r = 0; r < N; ++r) {
+        const size_t i = size_t(r) * C + c;
+        sum += g ? x[i] * cpu::gelu_grad(g[i]) : x[i];
+      }
+      colsum[c] = float(sum);
+    }
+  }
+
+  Backend& be_;
+  OpTally& tally_;
+  std::vector<float> ln_, a_, b_;
+};
+
+}  // namespace
+
+std::unique_ptr<Fp8Ops> make_cpu_fp8_ops(Backend& be, OpTally& tally) {
+  return std::make_unique<CpuFp8Ops>(be, tally);
+}
+
+}  // namespace gpt

@@ -1,0 +1,65 @@
+// FP8 ops (training.precision fp8): the four block products of every layer run on FP8 operands, one
+// scale per tensor (delayed scaling; the recipe and its state: model/fp8_recipe.hpp). A backend offers
+// them through Backend::fp8(); conventions as in backend.hpp, and:
+// - `x` tensors are the backend's activation dtype; FP8 tensors are bytes (Fp8Tensor::data).
+// - Quantizing x gives q = fp8(x * scale) (nearest even, saturating at the format's largest value) and
+//   folds max |x| into *amax, in the kernel that writes q; the products multiply by scale_inv.
+// - "_t" tensors hold a matrix transposed: (C, N) bytes for an (N, C) tensor. The weight-gradient
+//   product needs both of its operands transposed (FP8 tensor cores take K-major operands only).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "base/fp8.hpp"
+
+namespace gpt {
+
+struct Fp8Tensor {
+  void* data = nullptr;             // FP8 bytes
+  const float* scale = nullptr;     // (1) multiplies x before the rounding to FP8
+  const float* scale_inv = nullptr; // (1) 1 / scale: dequantizes
+  float* amax = nullptr;            // (1) max |x| is folded in here; nullable (not recorded)
+  Fp8Format fmt = Fp8Format::E4M3;
+};
+
+// The end of a step under delayed scaling, for n scaled tensors with H-deep amax histories: slot
+// `row` of the history takes this step's amax; a tensor whose amax exceeded maxval / scale (values were
+// clipped) adds 1 to *saturated; each scale becomes fp8::scale_for(max over the history); amax is reset.
+struct Fp8ScalesArgs {
+  float* amax = nullptr;         // (n)
+  float* history = nullptr;      // (H, n)
+  float* scale = nullptr;        // (n)
+  float* scale_inv = nullptr;    // (n)
+  const float* maxval = nullptr; // (n) the largest finite value of each tensor's format
+  unsigned* saturated = nullptr; // (1) accumulated
+  int n = 0, H = 0, row = 0;
+};
+
+class Fp8Ops {
+ public:
+  virtual ~Fp8Ops() = default;
+  // out = LayerNorm(x) * w + bias quantized (out.data (N, C)); mean, rstd (N) fp32. With residual
+  // non-null, residual (N, C) = a + b is written first and normalised; otherwise x = a.
+  virtual void layernorm_fwd(const Fp8Tensor& out, float* mean, float* rstd, void* residual, const void* a,
+                             const void* b, const void* w, const void* bias, int N, int C) = 0;
+  // Quantizes v = x (N, C), or v = x * gelu_tanh'(gelu_in) with gelu_in non-null, into q.data (N, C)
+  // and/or q_t (C, N) (either nullable). colsum (C, fp32, nullable) is overwritten with the column sums
+  // of v before rounding (the bias gradient of the product whose output gradient v is).
+  virtual void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
+                    int C) = 0;
+  // dst (C, N) = src (N, C), bytes
+  virtual void transpose(void* dst, const void* src, int N, int C) = 0;
+  // out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC, nullable), fp32 accumulation, act dtype out.
+  // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu).
+  virtual void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC,
+                          int OC, void* pre_gelu) = 0;
+  // dinp (N, IC) = dout (N, OC) @ w, from w_t = w transposed (IC, OC); overwrites
+  virtual void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC) = 0;
+  // dw (OC, IC) += dout^T @ inp, from dout_t (OC, N) and inp_t (IC, N)
+  virtual void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) = 0;
+  // dst (n, act dtype) += sums (n, fp32)
+  virtual void add_sums(void* dst, const float* sums, int n) = 0;
+  virtual void update_scales(const Fp8ScalesArgs& a) = 0;
+};
+
+}  // namespace gpt
