@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "common.cuh"
+#include "fp8_math.h"
 
 namespace gpt::kern {
 
@@ -22,6 +23,11 @@ struct LayerNormFwdArgs {
   const X* w = nullptr;       // (C)
   const X* bias = nullptr;    // (C)
   int N = 0, C = 0;
+  // FP8 output instead of `out` (precision fp8): fp8(y * *fp8_scale) bytes (N, C), max |y| into *fp8_amax
+  uint8_t* out_fp8 = nullptr;
+  const float* fp8_scale = nullptr;
+  float* fp8_amax = nullptr;        // nullable
+  fp8::Format fp8_fmt = fp8::Format::E4M3;
 };
 template <class X>
 void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s);

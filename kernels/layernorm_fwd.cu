@@ -3,6 +3,8 @@
 // GPT-2 width in bf16), read the row from registers (layernorm_fwd_kernel's K). The residual variant
 // computes residual = a + b in pass one, rounds it to X, stores it and normalises the stored value (what
 // the backward pass sees).
+#include <cuda_fp8.h>
+
 #include "layernorm.cuh"
 
 namespace gpt::kern {
@@ -42,19 +44,36 @@ __device__ __forceinline__ Vec<X, V> fwd_normalise(const Vec<X, V>& x, float mea
   return o;
 }
 
+// The normalised vector quantized to FP8 (precision fp8): written as V bytes, its max |y| kept in m.
+template <class X, int V>
+__device__ __forceinline__ void fwd_store_fp8(const LayerNormFwdArgs<X>& a, size_t at, const Vec<X, V>& x, float mean,
+                                              float rstd, const Vec<X, V>& wv, const Vec<X, V>& bv, float s, float& m) {
+  Vec<uint8_t, V> q;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float y = (to_f(x.v[j]) - mean) * rstd * to_f(wv.v[j]) + to_f(bv.v[j]);
+    m = isnan(y) ? INFINITY : fmaxf(m, fabsf(y));
+    q.v[j] = uint8_t(__nv_cvt_float_to_fp8(y * s, __NV_SATFINITE,
+                                           a.fp8_fmt == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2));
+  }
+  stv<uint8_t, V>(a.out_fp8 + at, q);
+}
+
 // One warp per row, three passes over it (mean, centred variance, normalise). K = 0: each pass walks
 // the row in memory (the second and third hit L1). K >= 1, for rows of at most 32 K vectors: the row is
 // held in registers, K vectors a lane, so every load of it is issued before the first sum and the second
 // and third passes read no memory (at GPT-2 1558M's width, 7 vectors a lane, the loop keeps too few of a
 // row's loads in flight). The same per-vector arithmetic in the same order either way: the same bits.
-template <class X, int V, int K, bool RESID>
+// Q: the output is FP8 bytes (out_fp8) and the row's amax goes into *fp8_amax, one atomic per warp.
+template <class X, int V, int K, bool RESID, bool Q>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;
   if (row >= a.N) return;
   const int C = a.C;
   const size_t off = size_t(row) * C;
-  float sum = 0.0f, var = 0.0f, mean, rstd;
+  float sum = 0.0f, var = 0.0f, mean, rstd, qmax = 0.0f;
+  const float qs = Q ? *a.fp8_scale : 0.0f;
   if constexpr (K == 0) {
     // in residual mode x is this lane's own earlier stores: plain loads, never the read-only path
     const X* x = RESID ? a.residual + off : a.inp + off;
@@ -71,9 +90,14 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
     mean = warp_sum(sum) / C;
     for (int c = lane * V; c < C; c += 32 * V) fwd_var<X, V>(ldv<X, V>(x + c), mean, var);
     rstd = rsqrtf(warp_sum(var) / C + kEps);
-    for (int c = lane * V; c < C; c += 32 * V)
-      stv<X, V>(a.out + off + c,
-                fwd_normalise<X, V>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), ldv<X, V>(a.bias + c)));
+    for (int c = lane * V; c < C; c += 32 * V) {
+      if constexpr (Q)
+        fwd_store_fp8<X, V>(a, off + c, ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), ldv<X, V>(a.bias + c), qs,
+                            qmax);
+      else
+        stv<X, V>(a.out + off + c,
+                  fwd_normalise<X, V>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), ldv<X, V>(a.bias + c)));
+    }
   } else {
     auto col = [&](int k) { return (lane + 32 * k) * V; };  // the first column of this lane's vector k
     Vec<X, V> xv[K];
@@ -103,9 +127,18 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
     rstd = rsqrtf(warp_sum(var) / C + kEps);
 #pragma unroll
     for (int k = 0; k < K; ++k)
-      if (col(k) < C)
-        stv<X, V>(a.out + off + col(k),
-                  fwd_normalise<X, V>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), ldv<X, V>(a.bias + col(k))));
+      if (col(k) < C) {
+        if constexpr (Q)
+          fwd_store_fp8<X, V>(a, off + col(k), xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), ldv<X, V>(a.bias + col(k)),
+                              qs, qmax);
+        else
+          stv<X, V>(a.out + off + col(k),
+                    fwd_normalise<X, V>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), ldv<X, V>(a.bias + col(k))));
+      }
+  }
+  if constexpr (Q) {
+    qmax = warp_max(qmax);
+    if (lane == 0 && a.fp8_amax) atomicMax(reinterpret_cast<int*>(a.fp8_amax), __float_as_int(qmax));
   }
   if (lane == 0) {
     if (a.mean) a.mean[row] = mean;
@@ -117,10 +150,15 @@ constexpr int kFwdMaxVecsPerLane = 8;  // rows held in registers: K = 1..8
 template <class X, int V, int K>
 void launch_fwd(const LayerNormFwdArgs<X>& a, bool resid, cudaStream_t s) {
   const unsigned grid = unsigned(ceil_div(a.N, kFwdWarps)), block = kFwdWarps * 32;
-  if (resid)
-    layernorm_fwd_kernel<X, V, K, true><<<grid, block, 0, s>>>(a);
+  const bool q = a.out_fp8 != nullptr;
+  if (resid && q)
+    layernorm_fwd_kernel<X, V, K, true, true><<<grid, block, 0, s>>>(a);
+  else if (resid)
+    layernorm_fwd_kernel<X, V, K, true, false><<<grid, block, 0, s>>>(a);
+  else if (q)
+    layernorm_fwd_kernel<X, V, K, false, true><<<grid, block, 0, s>>>(a);
   else
-    layernorm_fwd_kernel<X, V, K, false><<<grid, block, 0, s>>>(a);
+    layernorm_fwd_kernel<X, V, K, false, false><<<grid, block, 0, s>>>(a);
 }
 }  // namespace
 
@@ -128,7 +166,8 @@ template <class X>
 void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
   const bool resid = a.residual != nullptr;
-  bool vec = a.C % V == 0 && is_aligned(a.out, 16) && is_aligned(a.w, 16) && is_aligned(a.bias, 16);
+  bool vec = a.C % V == 0 && is_aligned(a.out_fp8 ? (const void*)a.out_fp8 : a.out, a.out_fp8 ? 8 : 16) &&
+             is_aligned(a.w, 16) && is_aligned(a.bias, 16);
   if (resid)
     vec = vec && is_aligned(a.residual, 16) && is_aligned(a.a, 16) && is_aligned(a.b, 16);
   else

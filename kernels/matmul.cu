@@ -225,12 +225,15 @@ cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
 
 bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
   const Key key = {g.transa, g.transb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.accumulate, int(g.epi), g.aux_ld,
-                   ptr_align(g.A), ptr_align(g.B), ptr_align(g.D), ptr_align(g.aux), ptr_align(g.bias)};
+                   ptr_align(g.A), ptr_align(g.B), ptr_align(g.D), ptr_align(g.aux), ptr_align(g.bias),
+                   g.a_type, g.b_type, g.fast_accum};
+  const bool fp8 = g.a_type >= 0;
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto p = std::make_unique<Plan>();
     const bool f32 = dtype_ == CUDA_R_32F;
     const cudaDataType_t dt = f32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cudaDataType_t at = fp8 ? cudaDataType_t(g.a_type) : dt, bt = fp8 ? cudaDataType_t(g.b_type) : dt;
     const cublasComputeType_t ct = f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F));
     const cublasOperation_t ta = g.transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -238,6 +241,19 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     const cublasLtEpilogue_t epi = to_lt(g.epi);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (fp8) {
+      const int8_t fast = g.fast_accum ? 1 : 0;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale,
+                                                  sizeof(void*)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale,
+                                                  sizeof(void*)));
+      if (g.bias)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof(dt)));
+      if (g.aux)
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &dt, sizeof(dt)));
+    }
     if (g.bias)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(void*)));
     if (g.aux) {
@@ -246,8 +262,8 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
                                                   sizeof(void*)));
     }
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, dt, g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, dt, g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, at, g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, bt, g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, dt, g.m, g.n, g.ldd));
 
     cublasLtMatmulPreference_t pref = nullptr;
@@ -268,7 +284,7 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
     p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p->ok) {
-      const bool search = autotune_ && search_s_ > 0 && 2.0 * g.m * g.n * g.k >= kSearchMinFlops;
+      const bool search = autotune_ && search_s_ > 0 && 2.0 * g.m * g.n * g.k >= kSearchMinFlops && !fp8;
       const Candidates cands = candidates(handle_, ct, dt, workspace_bytes_, res, found, search, g);
       p->ok = !cands.heuristic.empty();
       if (p->ok)
@@ -284,6 +300,10 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
   if (g.aux)
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(void*)));
+  if (fp8) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale, sizeof(void*)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale, sizeof(void*)));
+  }
   const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, g.D, p.ld, g.D, p.ld, &p.algo,
                               workspace_, workspace_bytes_, s));

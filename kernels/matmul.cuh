@@ -33,6 +33,13 @@ struct GemmArgs {
   const void* bias = nullptr;  // (m), Bias / GeluAuxBias
   void* aux = nullptr;         // GELU input: written by GeluAux*, read by DGelu; (m x n), ld aux_ld
   int aux_ld = 0;
+  // FP8 operands (matmul_fp8.cu): their types (CUDA_R_8F_E4M3 / _E5M2; -1: the handle's dtype), the
+  // dequantizing scales (device pointers), and fast accumulation (Hopper's FP8 path without the periodic
+  // promotion to fp32: faster, for the forward product). FP8 needs transa and not transb.
+  int a_type = -1, b_type = -1;
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool fast_accum = false;
 };
 
 // Owns the cuBLASLt handle and one cached plan (descriptors + chosen algorithm) per shape and epilogue.
@@ -55,7 +62,7 @@ class CublasLt {
 
  private:
   struct Plan;
-  using Key = std::array<long long, 16>;
+  using Key = std::array<long long, 19>;
   cudaDataType_t dtype_;
   cublasLtContext* handle_ = nullptr;
   void* workspace_;

@@ -56,6 +56,8 @@ def checkpoint_state(ckpt, kind="param"):
             world, stage = int(f.attrs["world_size"]), int(f.attrs["zero_stage"])
             for g in f:
                 grp = f[g]
+                if not isinstance(grp, h5py.Group):  # fp8_state (precision fp8) beside the buckets
+                    continue
                 size = int(grp.attrs["bucket_size"])
                 lo, hi = int(grp.attrs["begin"]), int(grp.attrs["end"])
                 buf = buckets.setdefault(g, np.full(size, np.nan, dtype=np.float32))

@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "backend/backend.hpp"
+#include "backend/cuda/fp8_cuda.cuh"
 #include "backend/cuda/kernel_boundary.cuh"
 #include "backend/cuda/op_profiler.cuh"
 #include "kernels/adamw.cuh"
@@ -75,10 +76,13 @@ class CudaBackend final : public Backend {
     attn_ = std::make_unique<kern::CudnnAttention>([this](size_t n) { return alloc(n); },
                                                    [this](void* q) { free(q); }, det);
     sumsq_ = static_cast<double*>(alloc(sizeof(double)));
+    if (dtype_ == DType::BF16)  // FP8 products take bf16 activations
+      fp8_ = make_cuda_fp8_ops({stream_, lt_.get(), &prof_, [this](size_t n) { return scratch_for(n); }});
   }
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    fp8_.reset();
     attn_.reset();
     lt_.reset();
     for (auto& [p, n] : sizes_) cudaFree(p);
@@ -330,6 +334,7 @@ class CudaBackend final : public Backend {
     copy_d2h(&h, sumsq_, sizeof(double));
     return h;
   }
+  Fp8Ops* fp8() override { return fp8_.get(); }
   void adamw(const AdamWArgs& w) override {
     OpProfiler::Scope t(prof_, stream_, "adamw");
     dispatch([&](auto x) {
@@ -385,6 +390,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
   OpProfiler prof_;
+  std::unique_ptr<Fp8Ops> fp8_;
 };
 
 }  // namespace

@@ -1,0 +1,168 @@
+// FP8 casts. One block per 32 x 64 tile: each thread loads one 16-byte vector of a row (8 bf16), turns it
+// into v, writes the row-major bytes straight away and keeps them in shared memory, from where the
+// transposed bytes go out 8 at a time (each of the tile's 64 columns becomes 32 contiguous bytes of a
+// row of the transpose). Column sums are the tile's partial sums in a fixed order, then one reduction
+// over the row tiles (add_partial_rows_kernel): deterministic. The amax is one atomic per block.
+#include <cuda_fp8.h>
+
+#include "fp8_cast.cuh"
+
+namespace gpt::kern {
+
+namespace {
+constexpr int kTileR = 32, kTileC = 64, kThreads = 256;  // 8 threads of 8 columns per row, 32 rows
+
+__device__ __forceinline__ uint8_t quantize(float v, fp8::Format f) {
+  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2));
+}
+__device__ __forceinline__ float gelu_grad(float x) {
+  constexpr float k = 0.7978845608028654f;
+  const float cube = 0.044715f * x * x * x;
+  const float t = tanhf(k * (x + cube));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+// max |v| over the block (a NaN counts as infinity), folded into *amax: non-negative floats order as
+// their bit patterns
+__device__ __forceinline__ void block_amax(float m, float* amax) {
+  __shared__ float sh[kThreads / 32];
+  m = warp_max(m);
+  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0 && amax) {
+    for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, sh[w]);
+    atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+  }
+}
+
+template <class X, bool GELU, bool SUMS>
+__global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
+  __shared__ uint8_t qs[kTileR][kTileC + 8];
+  __shared__ float vs[SUMS ? kTileR : 1][SUMS ? kTileC + 1 : 1];
+  const int r0 = blockIdx.y * kTileR, c0 = blockIdx.x * kTileC;
+  const int tr = threadIdx.x / 8, tc = (threadIdx.x % 8) * 8;
+  const int r = r0 + tr, c = c0 + tc;
+  const float s = *a.scale;
+  float m = 0.0f;
+  if (r < a.N && c < a.C) {
+    const size_t i = size_t(r) * a.C + c;
+    const Vec<X, 8> xv = ldv<X, 8>(a.x + i);
+    Vec<X, 8> gv;
+    if constexpr (GELU) gv = ldv<X, 8>(a.gelu_in + i);
+    uint8_t q[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float v = to_f(xv.v[k]);
+      if constexpr (GELU) v *= gelu_grad(to_f(gv.v[k]));
+      m = isnan(v) ? INFINITY : fmaxf(m, fabsf(v));
+      q[k] = quantize(v * s, a.fmt);
+      qs[tr][tc + k] = q[k];
+      if constexpr (SUMS) vs[tr][tc + k] = v;
+    }
+    if (a.out) *reinterpret_cast<uint2*>(a.out + i) = *reinterpret_cast<const uint2*>(q);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      qs[tr][tc + k] = 0;
+      if constexpr (SUMS) vs[tr][tc + k] = 0.0f;
+    }
+  }
+  __syncthreads();
+  if (a.out_t) {  // thread t: column t / 4 of the tile, rows (t % 4) * 8 .. + 8
+    const int cc = threadIdx.x / 4, rr = (threadIdx.x % 4) * 8;
+    if (c0 + cc < a.C && r0 + rr < a.N) {
+      uint8_t q[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) q[k] = qs[rr + k][cc];
+      *reinterpret_cast<uint2*>(a.out_t + size_t(c0 + cc) * a.N + r0 + rr) = *reinterpret_cast<const uint2*>(q);
+    }
+  }
+  if constexpr (SUMS) {
+    if (threadIdx.x < kTileC && c0 + threadIdx.x < a.C) {
+      float sum = 0.0f;
+      for (int y = 0; y < kTileR; ++y) sum += vs[y][threadIdx.x];
+      a.scratch[size_t(blockIdx.y) * a.C + c0 + threadIdx.x] = sum;
+    }
+  }
+  block_amax(m, a.amax);
+}
+
+__global__ void __launch_bounds__(kThreads) fp8_transpose_kernel(uint8_t* __restrict__ dst,
+                                                                  const uint8_t* __restrict__ src, int N, int C) {
+  __shared__ uint8_t qs[kTileR][kTileC + 8];
+  const int r0 = blockIdx.y * kTileR, c0 = blockIdx.x * kTileC;
+  const int tr = threadIdx.x / 8, tc = (threadIdx.x % 8) * 8;
+  if (r0 + tr < N && c0 + tc < C) {
+    const uint2 v = *reinterpret_cast<const uint2*>(src + size_t(r0 + tr) * C + c0 + tc);
+    *reinterpret_cast<uint2*>(&qs[tr][tc]) = v;
+  }
+  __syncthreads();
+  const int cc = threadIdx.x / 4, rr = (threadIdx.x % 4) * 8;
+  if (c0 + cc < C && r0 + rr < N) {
+    uint8_t q[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) q[k] = qs[rr + k][cc];
+    *reinterpret_cast<uint2*>(dst + size_t(c0 + cc) * N + r0 + rr) = *reinterpret_cast<const uint2*>(q);
+  }
+}
+
+__global__ void fp8_scales_kernel(Fp8ScalesLaunch a) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= a.n) return;
+  const float amax = a.amax[i];
+  if (amax * a.scale[i] > a.maxval[i]) atomicAdd(a.saturated, 1u);
+  a.history[size_t(a.row) * a.n + i] = amax;
+  float m = 0.0f;
+  for (int h = 0; h < a.H; ++h) m = fmaxf(m, a.history[size_t(h) * a.n + i]);
+  const float s = fp8::scale_for(m, a.maxval[i], a.scale[i]);
+  a.scale[i] = s;
+  a.scale_inv[i] = 1.0f / s;
+  a.amax[i] = 0.0f;
+}
+
+dim3 tiles(int N, int C) { return dim3(unsigned(ceil_div(C, kTileC)), unsigned(ceil_div(N, kTileR))); }
+}  // namespace
+
+size_t fp8_cast_scratch_bytes(int N, int C) { return size_t(ceil_div(N, kTileR)) * C * sizeof(float); }
+
+template <class X>
+void fp8_cast(const Fp8CastArgs<X>& a, cudaStream_t s) {
+  if (a.C % 8 || a.N % 8 || !is_aligned(a.x, 16) || (a.gelu_in && !is_aligned(a.gelu_in, 16)))
+    throw KernelError(KernelError::Kind::kUnsupported, "fp8_cast: rows must be 16-byte vectors (C, N multiples of 8)");
+  const dim3 grid = tiles(a.N, a.C);
+  if (a.gelu_in && a.colsum)
+    fp8_cast_kernel<X, true, true><<<grid, kThreads, 0, s>>>(a);
+  else if (a.gelu_in)
+    fp8_cast_kernel<X, true, false><<<grid, kThreads, 0, s>>>(a);
+  else if (a.colsum)
+    fp8_cast_kernel<X, false, true><<<grid, kThreads, 0, s>>>(a);
+  else
+    fp8_cast_kernel<X, false, false><<<grid, kThreads, 0, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+  if (a.colsum) {
+    add_partial_rows_kernel<float, false><<<partial_rows_grid(a.C), dim3(32, 32), 0, s>>>(a.colsum, nullptr, a.C,
+                                                                                        a.scratch, int(grid.y), a.C, a.C);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+template void fp8_cast<bf16>(const Fp8CastArgs<bf16>&, cudaStream_t);
+
+void fp8_transpose(uint8_t* dst, const uint8_t* src, int N, int C, cudaStream_t s) {
+  if (C % 8 || N % 8) throw KernelError(KernelError::Kind::kUnsupported, "fp8_transpose: N and C must be multiples of 8");
+  fp8_transpose_kernel<<<tiles(N, C), kThreads, 0, s>>>(dst, src, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_update_scales(const Fp8ScalesLaunch& a, cudaStream_t s) {
+  fp8_scales_kernel<<<unsigned(ceil_div(a.n, 256)), 256, 0, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class X>
+void add_sums(X* dst, const float* sums, int n, cudaStream_t s) {
+  add_partial_rows_kernel<X><<<partial_rows_grid(n), dim3(32, 32), 0, s>>>(dst, nullptr, n, sums, 1, n, n);
+  CUDA_CHECK_LAUNCH();
+}
+template void add_sums<bf16>(bf16*, const float*, int, cudaStream_t);
+template void add_sums<float>(float*, const float*, int, cudaStream_t);
+
+}  // namespace gpt::kern

@@ -1,0 +1,51 @@
+// FP8 casts (fp8_cast.cu): a tensor quantized with its per-tensor scale, row-major and/or transposed in
+// one pass, its amax folded in, optionally through GELU's derivative and with its column sums (a bias
+// gradient); the byte transpose; the delayed-scaling update at a step's end. Scales and amaxes are
+// device pointers (kernels/fp8_math.h has the rule the scales follow).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common.cuh"
+#include "fp8_math.h"
+
+namespace gpt::kern {
+
+template <class X>
+struct Fp8CastArgs {
+  const X* x = nullptr;        // (N, C)
+  const X* gelu_in = nullptr;  // (N, C) or null: v = x * gelu_tanh'(gelu_in), else v = x
+  uint8_t* out = nullptr;      // (N, C) or null
+  uint8_t* out_t = nullptr;    // (C, N) or null
+  const float* scale = nullptr;
+  float* amax = nullptr;       // or null
+  fp8::Format fmt = fp8::Format::E4M3;
+  float* colsum = nullptr;     // (C) or null: overwritten with the column sums of v (fp32, deterministic)
+  float* scratch = nullptr;    // fp8_cast_scratch_bytes(N, C) bytes when colsum is set
+  int N = 0, C = 0;            // C a multiple of 8, N of 8
+};
+size_t fp8_cast_scratch_bytes(int N, int C);
+template <class X>
+void fp8_cast(const Fp8CastArgs<X>& a, cudaStream_t s);
+
+// dst (C, N) = src (N, C), bytes; N and C multiples of 8
+void fp8_transpose(uint8_t* dst, const uint8_t* src, int N, int C, cudaStream_t s);
+
+struct Fp8ScalesLaunch {
+  float* amax = nullptr;          // (n)
+  float* history = nullptr;       // (H, n)
+  float* scale = nullptr;         // (n)
+  float* scale_inv = nullptr;     // (n)
+  const float* maxval = nullptr;  // (n)
+  unsigned* saturated = nullptr;  // (1) += tensors whose amax * scale exceeded maxval
+  int n = 0, H = 0, row = 0;
+};
+void fp8_update_scales(const Fp8ScalesLaunch& a, cudaStream_t s);
+
+// dst (n, X) += sums (n, fp32)
+template <class X>
+void add_sums(X* dst, const float* sums, int n, cudaStream_t s);
+
+}  // namespace gpt::kern

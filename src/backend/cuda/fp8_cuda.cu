@@ -1,0 +1,89 @@
+#include "backend/cuda/fp8_cuda.cuh"
+
+#include "backend/cuda/kernel_boundary.cuh"
+#include "kernels/fp8_cast.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul_fp8.cuh"
+
+namespace gpt {
+
+namespace {
+
+using kern::bf16;
+
+kern::Fp8Operand operand(const Fp8Tensor& t) { return {t.data, t.scale_inv, t.fmt}; }
+
+class CudaFp8Ops final : public Fp8Ops {
+ public:
+  explicit CudaFp8Ops(const CudaFp8Context& c) : c_(c) {}
+
+  void layernorm_fwd(const Fp8Tensor& out, float* mean, float* rstd, void* residual, const void* a, const void* b,
+                     const void* w, const void* bias, int N, int C) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, residual ? "residual_layernorm_fwd_fp8" : "layernorm_fwd_fp8");
+    kern::LayerNormFwdArgs<bf16> x;
+    x.mean = mean, x.rstd = rstd, x.w = static_cast<const bf16*>(w), x.bias = static_cast<const bf16*>(bias);
+    x.N = N, x.C = C;
+    if (residual) {
+      x.residual = static_cast<bf16*>(residual);
+      x.a = static_cast<const bf16*>(a), x.b = static_cast<const bf16*>(b);
+    } else {
+      x.inp = static_cast<const bf16*>(a);
+    }
+    x.out_fp8 = static_cast<uint8_t*>(out.data), x.fp8_scale = out.scale, x.fp8_amax = out.amax, x.fp8_fmt = out.fmt;
+    kernel_boundary([&] { kern::layernorm_fwd<bf16>(x, c_.stream); });
+  }
+  void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
+            int C) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, gelu_in ? "fp8_cast +dgelu" : (colsum ? "fp8_cast +dbias" : "fp8_cast"));
+    kern::Fp8CastArgs<bf16> a;
+    a.x = static_cast<const bf16*>(x), a.gelu_in = static_cast<const bf16*>(gelu_in);
+    a.out = static_cast<uint8_t*>(q.data), a.out_t = static_cast<uint8_t*>(q_t);
+    a.scale = q.scale, a.amax = q.amax, a.fmt = q.fmt, a.colsum = colsum, a.N = N, a.C = C;
+    if (colsum) a.scratch = static_cast<float*>(c_.scratch(kern::fp8_cast_scratch_bytes(N, C)));
+    kernel_boundary([&] { kern::fp8_cast<bf16>(a, c_.stream); });
+  }
+  void transpose(void* dst, const void* src, int N, int C) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_transpose");
+    kernel_boundary([&] {
+      kern::fp8_transpose(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), N, C, c_.stream);
+    });
+  }
+  void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC, int OC,
+                  void* pre_gelu) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream,
+                        c_.prof->enabled() ? matmul_op_name("matmul_fp8_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
+    kern::MatmulFp8FwdArgs a;
+    a.out = out, a.inp = operand(inp), a.w = operand(w), a.bias = bias, a.N = N, a.IC = IC, a.OC = OC;
+    a.pre_gelu = pre_gelu;
+    kernel_boundary([&] { kern::matmul_fp8_fwd(*c_.lt, a, c_.stream); });
+  }
+  void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream,
+                        c_.prof->enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, "") : "");
+    kernel_boundary([&] { kern::matmul_fp8_dinp(*c_.lt, dinp, operand(dout), operand(w_t), N, IC, OC, c_.stream); });
+  }
+  void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, c_.prof->enabled() ? matmul_op_name("matmul_fp8_dw", IC, OC, "") : "");
+    kernel_boundary([&] { kern::matmul_fp8_dw(*c_.lt, dw, operand(dout_t), operand(inp_t), N, IC, OC, c_.stream); });
+  }
+  void add_sums(void* dst, const float* sums, int n) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_bias_grad");
+    kernel_boundary([&] { kern::add_sums<bf16>(static_cast<bf16*>(dst), sums, n, c_.stream); });
+  }
+  void update_scales(const Fp8ScalesArgs& a) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_update_scales");
+    kern::Fp8ScalesLaunch l;
+    l.amax = a.amax, l.history = a.history, l.scale = a.scale, l.scale_inv = a.scale_inv, l.maxval = a.maxval;
+    l.saturated = a.saturated, l.n = a.n, l.H = a.H, l.row = a.row;
+    kernel_boundary([&] { kern::fp8_update_scales(l, c_.stream); });
+  }
+
+ private:
+  CudaFp8Context c_;
+};
+
+}  // namespace
+
+std::unique_ptr<Fp8Ops> make_cuda_fp8_ops(const CudaFp8Context& c) { return std::make_unique<CudaFp8Ops>(c); }
+
+}  // namespace gpt

@@ -1,0 +1,24 @@
+// The CUDA backend's FP8 ops (backend/fp8_ops.hpp), over kernels/fp8_cast, the FP8 LayerNorm output and
+// kernels/matmul_fp8. Built by the CUDA backend in bf16 precision, on its stream, cuBLASLt handle,
+// profiler and scratch.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/op_profiler.cuh"
+#include "kernels/matmul.cuh"
+
+namespace gpt {
+
+struct CudaFp8Context {
+  cudaStream_t stream = nullptr;
+  kern::CublasLt* lt = nullptr;
+  OpProfiler* prof = nullptr;
+  std::function<void*(size_t)> scratch;  // the backend's shared scratch, at least this many bytes
+};
+std::unique_ptr<Fp8Ops> make_cuda_fp8_ops(const CudaFp8Context& c);
+
+}  // namespace gpt

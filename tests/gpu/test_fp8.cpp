@@ -1,0 +1,360 @@
+// FP8 (precision fp8) on the CUDA backend: every FP8 op against the CPU backend's emulation on the same
+// inputs and scales, then one whole training step of a small GPT-2 in FP8 against the same step in bf16.
+// Without a CUDA device it prints "SKIP: no CUDA device" and exits 0.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "check.hpp"
+#include "config/config.hpp"
+#include "model/gpt.hpp"
+
+using namespace gpt;
+
+namespace {
+
+std::mt19937_64 g_rng(20261201);
+
+float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+// bf16-representable values spread over several binades (so both formats' subnormals and saturation
+// are exercised by the chosen scales)
+std::vector<float> values(size_t n, float spread) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ex(-spread, spread);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_bf16(nd(g_rng) * std::exp2(ex(g_rng)));
+  return v;
+}
+
+struct Pair {  // the CPU emulation and the GPU
+  std::unique_ptr<Backend> cpu = make_cpu_backend(BackendOptions{});
+  std::unique_ptr<Backend> gpu;
+  Pair() {
+    BackendOptions o;
+    o.act = DType::BF16;
+    gpu = make_cuda_backend(o);
+  }
+};
+
+// act-dtype buffer on b holding v
+void* up(Backend& b, const std::vector<float>& v) {
+  float* tmp = static_cast<float*>(b.alloc(4 * v.size()));
+  b.copy_h2d(tmp, v.data(), 4 * v.size());
+  void* p = b.alloc(dtype_size(b.act_dtype()) * v.size());
+  b.f32_to_act(p, tmp, v.size());
+  b.synchronize();
+  b.free(tmp);
+  return p;
+}
+std::vector<float> down(Backend& b, const void* p, size_t n) {
+  float* tmp = static_cast<float*>(b.alloc(4 * n));
+  b.act_to_f32(tmp, p, n);
+  std::vector<float> out(n);
+  b.copy_d2h(out.data(), tmp, 4 * n);
+  b.free(tmp);
+  return out;
+}
+std::vector<uint8_t> bytes(Backend& b, const void* p, size_t n) {
+  std::vector<uint8_t> out(n);
+  b.copy_d2h(out.data(), p, n);
+  return out;
+}
+// scale, scale_inv, amax in b's memory
+struct Meta {
+  Backend& b;
+  float* p;
+  Meta(Backend& be, float scale) : b(be), p(static_cast<float*>(be.alloc(12))) {
+    const float h[3] = {scale, 1.0f / scale, 0.0f};
+    b.copy_h2d(p, h, 12);
+  }
+  ~Meta() { b.free(p); }
+  Fp8Tensor t(void* data, Fp8Format f) const { return {data, p, p + 1, p + 2, f}; }
+  float amax() const {
+    float a = 0;
+    b.copy_d2h(&a, p + 2, 4);
+    return a;
+  }
+};
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(b[i])) return INFINITY;
+    e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    r += double(a[i]) * a[i];
+  }
+  return std::sqrt(e / std::max(r, 1e-30));
+}
+// Bytes that differ, and whether each differs by at most one code (the neighbouring FP8 value: the two
+// sides computed the value before rounding in a different order of fp32 operations or with tanhf)
+void compare_bytes(const std::string& what, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                   double max_frac_differing) {
+  size_t differ = 0, far = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      ++differ;
+      const bool same_sign = (a[i] & 0x80) == (b[i] & 0x80);
+      if (!same_sign || std::abs(int(a[i] & 0x7f) - int(b[i] & 0x7f)) > 1) ++far;
+    }
+  std::printf("  %-44s %zu of %zu bytes differ (%zu by more than one code)\n", what.c_str(), differ, a.size(), far);
+  CHECK_MSG(far == 0, what + ": bytes differ by more than one FP8 code");
+  CHECK_MSG(double(differ) <= max_frac_differing * double(a.size()), what + ": too many bytes differ");
+}
+
+TEST(cast_matches_the_cpu_emulation) {
+  Pair two;
+  const int N = 96, C = 200;  // partial tiles in both directions
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    for (bool gelu : {false, true}) {
+      const auto x = values(size_t(N) * C, 6.0f), g = values(size_t(N) * C, 1.0f);
+      const float scale = f == Fp8Format::E4M3 ? 16.0f : 256.0f;
+      std::vector<std::vector<uint8_t>> q(2), qt(2);
+      std::vector<std::vector<float>> sums(2);
+      float amax[2];
+      for (int side = 0; side < 2; ++side) {
+        Backend& b = side ? *two.gpu : *two.cpu;
+        void *dx = up(b, x), *dg = up(b, g), *out = b.alloc(size_t(N) * C), *out_t = b.alloc(size_t(N) * C);
+        float* cs = static_cast<float*>(b.alloc(4 * C));
+        Meta m(b, scale);
+        b.fp8()->cast(m.t(out, f), out_t, dx, gelu ? dg : nullptr, cs, N, C);
+        q[side] = bytes(b, out, size_t(N) * C);
+        qt[side] = bytes(b, out_t, size_t(N) * C);
+        sums[side].resize(C);
+        b.copy_d2h(sums[side].data(), cs, 4 * C);
+        amax[side] = m.amax();
+        for (void* p : {dx, dg, out, out_t}) b.free(p);
+        b.free(cs);
+      }
+      const std::string what = std::string("cast ") + fp8_format_name(f) + (gelu ? " +dgelu" : "");
+      // without GELU both sides round the same fp32 value (scales are powers of two): identical bytes
+      compare_bytes(what + " rows", q[0], q[1], gelu ? 0.02 : 0.0);
+      compare_bytes(what + " transposed", qt[0], qt[1], gelu ? 0.02 : 0.0);
+      for (int r = 0; r < N; ++r)
+        for (int c = 0; c < C; ++c) CHECK(qt[1][size_t(c) * N + r] == q[1][size_t(r) * C + c]);
+      CHECK_MSG(std::fabs(amax[0] - amax[1]) <= 1e-5f * amax[0], what + ": amax differs");
+      const double e = rel_l2(sums[0], sums[1]);
+      std::printf("  %-44s column sums rel_l2 %.2e\n", what.c_str(), e);
+      CHECK_MSG(e < 1e-4, what + ": column sums differ");
+    }
+  }
+}
+
+TEST(transpose_and_layernorm_match_the_cpu_emulation) {
+  Pair two;
+  const int N = 64, C = 128;
+  const auto x = values(size_t(N) * C, 2.0f), y = values(size_t(N) * C, 2.0f);
+  const auto w = values(C, 0.5f), bias = values(C, 0.5f);
+  std::vector<std::vector<uint8_t>> ln(2), lnr(2), tr(2);
+  for (int side = 0; side < 2; ++side) {
+    Backend& b = side ? *two.gpu : *two.cpu;
+    void *dx = up(b, x), *dy = up(b, y), *dw = up(b, w), *db = up(b, bias);
+    void *res = b.alloc(dtype_size(b.act_dtype()) * N * C), *out = b.alloc(size_t(N) * C), *t = b.alloc(size_t(N) * C);
+    float* stats = static_cast<float*>(b.alloc(8 * N));
+    Meta m(b, 32.0f);
+    b.fp8()->layernorm_fwd(m.t(out, Fp8Format::E4M3), stats, stats + N, nullptr, dx, nullptr, dw, db, N, C);
+    ln[side] = bytes(b, out, size_t(N) * C);
+    b.fp8()->transpose(t, out, N, C);
+    tr[side] = bytes(b, t, size_t(N) * C);
+    b.fp8()->layernorm_fwd(m.t(out, Fp8Format::E4M3), stats, stats + N, res, dx, dy, dw, db, N, C);
+    lnr[side] = bytes(b, out, size_t(N) * C);
+    for (void* p : {dx, dy, dw, db, res, out, t}) b.free(p);
+    b.free(stats);
+  }
+  compare_bytes("layernorm_fwd -> e4m3", ln[0], ln[1], 0.02);
+  compare_bytes("residual_layernorm_fwd -> e4m3", lnr[0], lnr[1], 0.02);
+  for (int r = 0; r < N; ++r)
+    for (int c = 0; c < C; ++c) CHECK(tr[1][size_t(c) * N + r] == ln[1][size_t(r) * C + c]);
+}
+
+// The products on identical FP8 bytes: only the accumulation order (and, forward, Hopper's fast
+// accumulation) and the bf16 rounding of the output differ from the CPU's fp32 BLAS.
+constexpr double kTolFp8Matmul = 1.5e-2;
+
+TEST(matmuls_match_the_cpu_emulation) {
+  Pair two;
+  const int N = 128, IC = 192, OC = 256;
+  std::uniform_int_distribution<int> code(0, 0x77);  // finite codes of both formats, both signs
+  auto random_codes = [&](size_t n) {
+    std::vector<uint8_t> v(n);
+    for (auto& c : v) c = uint8_t(code(g_rng) | (g_rng() & 1 ? 0x80 : 0));
+    return v;
+  };
+  const auto a = random_codes(size_t(N) * IC), w = random_codes(size_t(OC) * IC), d = random_codes(size_t(N) * OC);
+  const auto bias = values(OC, 1.0f);
+  std::vector<float> fwd[2], gelu[2], dinp[2], dw[2];
+  for (int side = 0; side < 2; ++side) {
+    Backend& b = side ? *two.gpu : *two.cpu;
+    const size_t e = dtype_size(b.act_dtype());
+    auto put = [&](const std::vector<uint8_t>& v) {
+      void* p = b.alloc(v.size());
+      b.copy_h2d(p, v.data(), v.size());
+      return p;
+    };
+    void *da = put(a), *dwt = put(w), *dd = put(d), *dbias = up(b, bias);
+    void *out = b.alloc(e * N * OC), *pre = b.alloc(e * N * OC), *di = b.alloc(e * N * IC);
+    void* g = up(b, std::vector<float>(size_t(OC) * IC, 0.25f));
+    Meta ma(b, 8.0f), mw(b, 64.0f), md(b, 1024.0f);
+    const Fp8Tensor ta = ma.t(da, Fp8Format::E4M3), tw = mw.t(dwt, Fp8Format::E4M3), td = md.t(dd, Fp8Format::E5M2);
+    b.fp8()->matmul_fwd(out, ta, tw, dbias, N, IC, OC, nullptr);
+    fwd[side] = down(b, out, size_t(N) * OC);
+    b.fp8()->matmul_fwd(out, ta, tw, dbias, N, IC, OC, pre);
+    gelu[side] = down(b, out, size_t(N) * OC);
+    // dinp (N, IC) = dout (N, OC) @ w; here w_t (IC, OC) is the random bytes of w read as (IC, OC)
+    b.fp8()->matmul_dinp(di, td, tw, N, IC, OC);
+    dinp[side] = down(b, di, size_t(N) * IC);
+    // dw (OC, IC) += dout_t (OC, N) @ inp_t (IC, N)^T: the bytes of d and a read transposed
+    b.fp8()->matmul_dw(g, td, ta, N, IC, OC);
+    dw[side] = down(b, g, size_t(OC) * IC);
+    for (void* p : {da, dwt, dd, dbias, out, pre, di, g}) b.free(p);
+  }
+  const std::pair<const char*, std::vector<float>*> checks[] = {
+      {"matmul_fp8_fwd +bias", fwd}, {"matmul_fp8_fwd +bias +gelu", gelu}, {"matmul_fp8_dinp", dinp},
+      {"matmul_fp8_dw (accumulating)", dw}};
+  for (auto& [name, v] : checks) {
+    const double e = rel_l2(v[0], v[1]);
+    std::printf("  %-44s rel_l2 %.2e (tol %.1e)\n", name, e, kTolFp8Matmul);
+    CHECK_MSG(e <= kTolFp8Matmul, std::string(name) + " differs from the CPU emulation");
+  }
+}
+
+TEST(scale_update_matches_the_cpu_emulation) {
+  Pair two;
+  const int n = 300, H = 4;
+  std::vector<float> amax = values(n, 8.0f), hist = values(size_t(n) * H, 8.0f);
+  for (auto& x : amax) x = std::fabs(x);
+  for (auto& x : hist) x = std::fabs(x);
+  amax[0] = 0.0f, amax[1] = INFINITY;
+  std::vector<float> scale(n, 4.0f), maxval(n);
+  for (int i = 0; i < n; ++i) maxval[i] = i % 2 ? 448.0f : 57344.0f;
+  std::vector<float> s_out[2], h_out[2];
+  unsigned sat[2];
+  for (int side = 0; side < 2; ++side) {
+    Backend& b = side ? *two.gpu : *two.cpu;
+    auto put = [&](const std::vector<float>& v) {
+      float* p = static_cast<float*>(b.alloc(4 * v.size()));
+      b.copy_h2d(p, v.data(), 4 * v.size());
+      return p;
+    };
+    Fp8ScalesArgs a;
+    a.amax = put(amax), a.history = put(hist), a.scale = put(scale), a.scale_inv = put(scale), a.maxval = put(maxval);
+    a.saturated = static_cast<unsigned*>(b.alloc(4));
+    b.zero(a.saturated, 4);
+    a.n = n, a.H = H, a.row = 2;
+    b.fp8()->update_scales(a);
+    s_out[side].resize(n);
+    h_out[side].resize(size_t(n) * H);
+    b.copy_d2h(s_out[side].data(), a.scale, 4 * n);
+    b.copy_d2h(h_out[side].data(), a.history, 4 * n * H);
+    b.copy_d2h(&sat[side], a.saturated, 4);
+    for (float* p : {a.amax, a.history, a.scale, a.scale_inv}) b.free(p);
+    b.free(const_cast<float*>(a.maxval));
+    b.free(a.saturated);
+  }
+  CHECK(sat[0] == sat[1] && sat[0] > 0);
+  CHECK(s_out[0] == s_out[1]);
+  CHECK(std::memcmp(h_out[0].data(), h_out[1].data(), 4 * h_out[0].size()) == 0);
+}
+
+// One training step of a 2-layer GPT-2 (GPT-2's vocabulary) in FP8 against the same step in bf16 on the
+// GPU, after the trainer's two calibration passes. FP8 rounds the block products' operands to 3 (E4M3)
+// or 2 (E5M2) mantissa bits, 8-16x coarser than bf16: per-tensor gradients agree to ~1e-1 relative L2,
+// the loss to 1e-2.
+constexpr double kTolFp8Grad = 0.25, kTolFp8Loss = 1e-2;
+
+struct Store : ParamStore {
+  Backend& be;
+  const ParamLayout& L;
+  std::vector<void*> p, g;
+  Store(Backend& b, const ParamLayout& layout, const std::vector<std::vector<float>>& init) : be(b), L(layout) {
+    for (int k = 0; k < L.n_buckets(); ++k) {
+      p.push_back(up(be, init[k]));
+      g.push_back(be.alloc(2 * L.bucket(k).size));
+    }
+    zero_grads();
+  }
+  ~Store() override {
+    for (void* x : p) be.free(x);
+    for (void* x : g) be.free(x);
+  }
+  void zero_grads() {
+    for (int k = 0; k < L.n_buckets(); ++k) be.zero(g[k], 2 * L.bucket(k).size);
+  }
+  const void* params(int b) override { return p[b]; }
+  void* grads(int b) override { return g[b]; }
+  uint64_t params_version() const override { return 1; }
+};
+
+TEST(whole_fp8_step_matches_bf16) {
+  Pair two;
+  Backend& gpu = *two.gpu;
+  ModelConfig mc;
+  mc.n_layer = 2, mc.n_head = 4, mc.n_embd = 256, mc.max_seq_len = 128;
+  const ModelDims d = resolve_dims(mc);
+  ParamLayout L(d);
+  const int B = 4, T = 96;
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<std::vector<float>> init(L.n_buckets());
+  for (int k = 0; k < L.n_buckets(); ++k) {
+    init[k].assign(L.bucket(k).size, 0.0f);
+    for (auto& t : L.bucket(k).tensors)
+      for (size_t i = 0; i < t.numel; ++i) {
+        float v = nd(g_rng) + ((t.id == P::ln1w || t.id == P::ln2w || t.id == P::lnfw) ? 1.0f : 0.0f);
+        if (t.id == P::wte && i >= size_t(d.vocab_size) * d.n_embd) v = 0.0f;
+        init[k][t.offset + i] = v;
+      }
+  }
+  std::vector<int> tok(B * T), tgt(B * T);
+  for (auto& x : tok) x = int(g_rng() % uint64_t(d.vocab_size));
+  for (auto& x : tgt) x = int(g_rng() % uint64_t(d.vocab_size));
+  const float dloss = 1.0f / (B * T);
+  Store sb(gpu, L, init), s8(gpu, L, init);
+  GPT mb(d, L, gpu, B, T, 0);
+  const double lb = mb.forward(sb, tok.data(), tgt.data(), true, dloss);
+  mb.backward(sb);
+  Fp8Recipe recipe(gpu, d.n_layer, Fp8Options{});
+  GPT m8(d, L, gpu, B, T, 0, &recipe);
+  for (int pass = 0; pass < 2; ++pass) {  // the calibration the trainer does
+    m8.forward(s8, tok.data(), tgt.data(), true, dloss);
+    m8.backward(s8);
+    s8.zero_grads();
+    recipe.end_step(nullptr);
+  }
+  recipe.take_saturated();
+  const double l8 = m8.forward(s8, tok.data(), tgt.data(), true, dloss);
+  m8.backward(s8);
+  gpu.synchronize();
+  std::printf("  loss bf16 %.6f fp8 %.6f; %u tensors saturated\n", lb, l8, recipe.take_saturated());
+  CHECK_MSG(std::fabs(lb - l8) <= kTolFp8Loss * std::fabs(lb), "fp8 loss differs from bf16");
+  for (int k = 0; k < L.n_buckets(); ++k) {
+    const auto a = down(gpu, sb.g[k], L.bucket(k).size), b = down(gpu, s8.g[k], L.bucket(k).size);
+    for (auto& t : L.bucket(k).tensors) {
+      const std::vector<float> x(a.begin() + t.offset, a.begin() + t.offset + t.numel);
+      const std::vector<float> y(b.begin() + t.offset, b.begin() + t.offset + t.numel);
+      const double rel = rel_l2(x, y);
+      std::printf("  bucket %2d %-9s rel_l2 %.2e\n", k, t.name, rel);
+      CHECK_MSG(rel <= kTolFp8Grad, "bucket " + std::to_string(k) + " " + t.name + " fp8 gradient rel_l2 " +
+                                        std::to_string(rel) + " > " + std::to_string(kTolFp8Grad));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cuda_device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  return check::run_all(argc > 1 ? argv[1] : nullptr);
+}
