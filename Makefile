@@ -37,8 +37,8 @@ LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost
 # every source under src/ but main and the no-CUDA stub; objects mirror the folders under $(BUILD)/
 CORE_SRC := $(filter-out src/cli/main.cpp src/backend/cuda_stub.cpp,$(shell find src -name '*.cpp'))
 CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
-HEADERS := $(shell find src -name '*.hpp' -o -name '*.inc')
-CU_HEADERS := $(wildcard kernels/*.cuh) $(shell find src -name '*.cuh')
+HEADERS := $(shell find src -name '*.hpp' -o -name '*.inc') $(wildcard kernels/*.h)
+CU_HEADERS := $(wildcard kernels/*.cuh kernels/*.h) $(shell find src -name '*.cuh')
 
 ifeq ($(CUDA),1)
 CUDNN_FE_INC ?= $(shell $(PY) -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])' 2>/dev/null)/include
@@ -67,7 +67,7 @@ $(BUILD)/%.o: src/%.cpp $(HEADERS)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
 
 # kernels/ depend on their own headers only; the CUDA backend and the benchmarks on src/'s too
-$(BUILD)/cu/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh)
+$(BUILD)/cu/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh kernels/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
 

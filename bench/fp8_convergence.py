@@ -2,7 +2,8 @@
 """FP8 training against bf16 on one GPU, the checks of training.precision fp8 that need real models:
 
   1. GPT-2 124M, 300 steps on the tinyshakespeare shards, bf16 and fp8 from the same seed: the training
-     loss (mean of the 10 steps up to each 50th step) within 2% at every 50th step, and the validation loss.
+     loss (mean of the 10 steps up to each 50th step) within 2% at every 50th step, and the validation loss;
+     the same with E4M3 gradients (training.fp8_grad_format e4m3) beside it, for the choice of format.
   2. The synthetic corpus (the quickstart's model) in fp8 reaches its floor (ln 4 = 1.386; bf16 ends near
      1.43 in 600 steps).
   3. GPT-2 1558M, 50 steps at micro-batch 16 in fp8: no NaN, and how many scaled tensors saturated.
@@ -79,22 +80,26 @@ def main():
     parts = a.parts.split(",")
     res, ok = {}, True
     if "124m" in parts:
-        logs = {p: train(out, f"shakespeare_{p}", GPT2_SHAKESPEARE.replace("{data}", a.data).replace("{prec}", p))
-                for p in ("bf16", "fp8")}
+        base = GPT2_SHAKESPEARE.replace("{data}", a.data)
+        logs = {p: train(out, f"shakespeare_{p}", base.replace("{prec}", p)) for p in ("bf16", "fp8")}
+        logs["fp8_e4m3"] = train(out, "shakespeare_fp8_e4m3", base.replace("{prec}", "fp8, fp8_grad_format: e4m3"))
         rows = []
         if all(logs.values()):
             for s in range(50, 301, 50):
                 m = {p: float(np.mean(logs[p]["loss"][s - 10:s])) for p in logs}
                 rel = m["fp8"] / m["bf16"] - 1
-                rows.append({"step": s, "bf16": m["bf16"], "fp8": m["fp8"], "rel": rel})
+                rows.append({"step": s, "bf16": m["bf16"], "fp8": m["fp8"], "rel": rel, "fp8_e4m3": m["fp8_e4m3"],
+                             "rel_e4m3": m["fp8_e4m3"] / m["bf16"] - 1})
                 ok &= abs(rel) <= 0.02
             res["gpt2_124m_shakespeare"] = {
                 "rows": rows, "val_bf16": logs["bf16"]["val_loss"].tolist(), "val_fp8": logs["fp8"]["val_loss"].tolist(),
+                "val_fp8_e4m3": logs["fp8_e4m3"]["val_loss"].tolist(),
                 "ms_bf16": float(np.median(logs["bf16"]["step_ms"][5:])), "ms_fp8": float(np.median(logs["fp8"]["step_ms"][5:])),
                 "fp8_saturated_total": int(logs["fp8"]["fp8_saturated"].sum())}
-            print("step  bf16 loss  fp8 loss  fp8/bf16-1")
+            print("step  bf16 loss  fp8 loss  fp8/bf16-1  fp8 e4m3-grad loss  /bf16-1")
             for r in rows:
-                print(f"{r['step']:4d}  {r['bf16']:.4f}    {r['fp8']:.4f}    {r['rel']:+.2%}")
+                print(f"{r['step']:4d}  {r['bf16']:.4f}    {r['fp8']:.4f}    {r['rel']:+.2%}      {r['fp8_e4m3']:.4f}"
+                      f"            {r['rel_e4m3']:+.2%}")
             print("val bf16", logs["bf16"]["val_loss"], "val fp8", logs["fp8"]["val_loss"])
         else:
             ok = False

@@ -1,6 +1,6 @@
-// FP8 casts. One block per 32 x 64 tile: each thread loads one 16-byte vector of a row (8 bf16), turns it
-// into v, writes the row-major bytes straight away and keeps them in shared memory, from where the
-// transposed bytes go out 8 at a time (each of the tile's 64 columns becomes 32 contiguous bytes of a
+// FP8 casts. One block per 64 x 64 tile: each thread loads one 16-byte vector (8 bf16) of two rows, turns
+// them into v, writes the row-major bytes straight away and keeps them in shared memory, from where the
+// transposed bytes go out 16 at a time (each of the tile's 64 columns becomes 64 contiguous bytes of a
 // row of the transpose). Column sums are the tile's partial sums in a fixed order, then one reduction
 // over the row tiles (add_partial_rows_kernel): deterministic. The amax is one atomic per block.
 #include <cuda_fp8.h>
@@ -10,7 +10,12 @@
 namespace gpt::kern {
 
 namespace {
-constexpr int kTileR = 32, kTileC = 64, kThreads = 256;  // 8 threads of 8 columns per row, 32 rows
+// 64 x 64 tiles, 256 threads: 8 threads of 8 columns per row, 32 rows per pass, two passes. Shared rows are
+// 65 bytes apart, so the transposed read (16 rows of one column per thread) spreads over the banks.
+constexpr int kTileR = 64, kTileC = 64, kThreads = 256, kPasses = kTileR / 32, kPad = 1;
+__device__ __forceinline__ bool is_aligned_dev(const void* p, int bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 __device__ __forceinline__ uint8_t quantize(float v, fp8::Format f) {
   return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2));
@@ -36,44 +41,54 @@ __device__ __forceinline__ void block_amax(float m, float* amax) {
 
 template <class X, bool GELU, bool SUMS>
 __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
-  __shared__ uint8_t qs[kTileR][kTileC + 8];
+  __shared__ uint8_t qs[kTileR][kTileC + kPad];
   __shared__ float vs[SUMS ? kTileR : 1][SUMS ? kTileC + 1 : 1];
   const int r0 = blockIdx.y * kTileR, c0 = blockIdx.x * kTileC;
-  const int tr = threadIdx.x / 8, tc = (threadIdx.x % 8) * 8;
-  const int r = r0 + tr, c = c0 + tc;
+  const int tc = (threadIdx.x % 8) * 8, c = c0 + tc;
   const float s = *a.scale;
   float m = 0.0f;
-  if (r < a.N && c < a.C) {
-    const size_t i = size_t(r) * a.C + c;
-    const Vec<X, 8> xv = ldv<X, 8>(a.x + i);
-    Vec<X, 8> gv;
-    if constexpr (GELU) gv = ldv<X, 8>(a.gelu_in + i);
+  // every load of the thread's rows first, then the arithmetic (kPasses rows 32 apart)
+  Vec<X, 8> xv[kPasses], gv[kPasses];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = r0 + threadIdx.x / 8 + 32 * p;
+    if (r < a.N && c < a.C) {
+      xv[p] = ldv<X, 8>(a.x + size_t(r) * a.C + c);
+      if constexpr (GELU) gv[p] = ldv<X, 8>(a.gelu_in + size_t(r) * a.C + c);
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int tr = threadIdx.x / 8 + 32 * p, r = r0 + tr;
+    const bool in = r < a.N && c < a.C;
     uint8_t q[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      float v = to_f(xv.v[k]);
-      if constexpr (GELU) v *= gelu_grad(to_f(gv.v[k]));
+      float v = 0.0f;
+      if (in) {
+        v = to_f(xv[p].v[k]);
+        if constexpr (GELU) v *= gelu_grad(to_f(gv[p].v[k]));
+      }
       m = isnan(v) ? INFINITY : fmaxf(m, fabsf(v));
       q[k] = quantize(v * s, a.fmt);
       qs[tr][tc + k] = q[k];
       if constexpr (SUMS) vs[tr][tc + k] = v;
     }
-    if (a.out) *reinterpret_cast<uint2*>(a.out + i) = *reinterpret_cast<const uint2*>(q);
-  } else {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      qs[tr][tc + k] = 0;
-      if constexpr (SUMS) vs[tr][tc + k] = 0.0f;
-    }
+    if (in && a.out) *reinterpret_cast<uint2*>(a.out + size_t(r) * a.C + c) = *reinterpret_cast<const uint2*>(q);
   }
   __syncthreads();
-  if (a.out_t) {  // thread t: column t / 4 of the tile, rows (t % 4) * 8 .. + 8
-    const int cc = threadIdx.x / 4, rr = (threadIdx.x % 4) * 8;
+  if (a.out_t) {  // thread t: column t / 4 of the tile, rows (t % 4) * 16 .. + 16: 64 contiguous bytes per column
+    const int cc = threadIdx.x / 4, rr = (threadIdx.x % 4) * 16;
     if (c0 + cc < a.C && r0 + rr < a.N) {
-      uint8_t q[8];
+      uint8_t q[16];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) q[k] = qs[rr + k][cc];
-      *reinterpret_cast<uint2*>(a.out_t + size_t(c0 + cc) * a.N + r0 + rr) = *reinterpret_cast<const uint2*>(q);
+      for (int k = 0; k < 16; ++k) q[k] = qs[rr + k][cc];
+      uint8_t* dst = a.out_t + size_t(c0 + cc) * a.N + r0 + rr;
+      if (r0 + rr + 16 <= a.N && is_aligned_dev(dst, 16)) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(q);
+      } else {
+        for (int k = 0; k < 16 && r0 + rr + k < a.N; ++k) dst[k] = q[k];
+      }
     }
   }
   if constexpr (SUMS) {
@@ -88,20 +103,31 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
 
 __global__ void __launch_bounds__(kThreads) fp8_transpose_kernel(uint8_t* __restrict__ dst,
                                                                   const uint8_t* __restrict__ src, int N, int C) {
-  __shared__ uint8_t qs[kTileR][kTileC + 8];
+  __shared__ uint8_t qs[kTileR][kTileC + kPad];
   const int r0 = blockIdx.y * kTileR, c0 = blockIdx.x * kTileC;
-  const int tr = threadIdx.x / 8, tc = (threadIdx.x % 8) * 8;
-  if (r0 + tr < N && c0 + tc < C) {
-    const uint2 v = *reinterpret_cast<const uint2*>(src + size_t(r0 + tr) * C + c0 + tc);
-    *reinterpret_cast<uint2*>(&qs[tr][tc]) = v;
+  const int tc = (threadIdx.x % 8) * 8;
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int tr = threadIdx.x / 8 + 32 * p;
+    if (r0 + tr < N && c0 + tc < C) {
+      const uint2 v = *reinterpret_cast<const uint2*>(src + size_t(r0 + tr) * C + c0 + tc);
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) qs[tr][tc + k] = b[k];
+    }
   }
   __syncthreads();
-  const int cc = threadIdx.x / 4, rr = (threadIdx.x % 4) * 8;
+  const int cc = threadIdx.x / 4, rr = (threadIdx.x % 4) * 16;
   if (c0 + cc < C && r0 + rr < N) {
-    uint8_t q[8];
+    uint8_t q[16];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) q[k] = qs[rr + k][cc];
-    *reinterpret_cast<uint2*>(dst + size_t(c0 + cc) * N + r0 + rr) = *reinterpret_cast<const uint2*>(q);
+    for (int k = 0; k < 16; ++k) q[k] = qs[rr + k][cc];
+    uint8_t* d = dst + size_t(c0 + cc) * N + r0 + rr;
+    if (r0 + rr + 16 <= N && is_aligned_dev(d, 16)) {
+      *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(q);
+    } else {
+      for (int k = 0; k < 16 && r0 + rr + k < N; ++k) d[k] = q[k];
+    }
   }
 }
 
@@ -115,7 +141,7 @@ __global__ void fp8_scales_kernel(Fp8ScalesLaunch a) {
   for (int h = 0; h < a.H; ++h) m = fmaxf(m, a.history[size_t(h) * a.n + i]);
   const float s = fp8::scale_for(m, a.maxval[i], a.scale[i]);
   a.scale[i] = s;
-  a.scale_inv[i] = 1.0f / s;
+  a.scale_inv[size_t(i) * fp8::kScaleInvStride] = 1.0f / s;
   a.amax[i] = 0.0f;
 }
 

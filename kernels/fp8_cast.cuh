@@ -37,7 +37,7 @@ struct Fp8ScalesLaunch {
   float* amax = nullptr;          // (n)
   float* history = nullptr;       // (H, n)
   float* scale = nullptr;         // (n)
-  float* scale_inv = nullptr;     // (n)
+  float* scale_inv = nullptr;     // (n, every fp8::kScaleInvStride-th float)
   const float* maxval = nullptr;  // (n)
   unsigned* saturated = nullptr;  // (1) += tensors whose amax * scale exceeded maxval
   int n = 0, H = 0, row = 0;

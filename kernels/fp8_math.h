@@ -17,6 +17,10 @@ namespace gpt::fp8 {
 // Hopper tensor cores define them.
 enum class Format : uint8_t { E4M3 = 0, E5M2 = 1 };
 
+// Dequantizing scales are kept 16 bytes apart (scale_inv[i * kScaleInvStride]): cuBLASLt reads each through
+// its own pointer and refuses FP8 products whose scale pointers are not 16-byte aligned.
+constexpr int kScaleInvStride = 4;
+
 GPT_FP8_HD float max_finite(Format f) { return f == Format::E4M3 ? 448.0f : 57344.0f; }
 
 // The scale of a tensor whose recent maximum |x| is `amax`: the largest power of two s with

@@ -51,10 +51,17 @@ void matmul_fp8_fwd(CublasLt& lt, const MatmulFp8FwdArgs& a, cudaStream_t s) {
 }
 
 void matmul_fp8_dinp(CublasLt& lt, void* dinp, const Fp8Operand& dout, const Fp8Operand& w_t, int N, int IC, int OC,
-                     cudaStream_t s) {
+                     const void* pre_gelu, cudaStream_t s) {
   GemmArgs g = fp8_gemm(w_t, OC, dout, OC, IC, N, OC);
   g.D = dinp, g.ldd = IC;
+  if (pre_gelu) {
+    GemmArgs f = g;
+    f.epi = Epilogue::DGelu;
+    f.aux = const_cast<void*>(pre_gelu), f.aux_ld = IC;
+    if (lt.gemm(f, s)) return;
+  }
   if (!lt.gemm(g, s)) throw no_algorithm("dinp");
+  if (pre_gelu) gelu_bwd_inplace<bf16>(static_cast<bf16*>(dinp), static_cast<const bf16*>(pre_gelu), size_t(N) * IC, s);
 }
 
 void matmul_fp8_dw(CublasLt& lt, void* dw, const Fp8Operand& dout_t, const Fp8Operand& inp_t, int N, int IC, int OC,

@@ -26,9 +26,10 @@ struct MatmulFp8FwdArgs {
 };
 // Throw KernelError(kUnsupported) when cuBLASLt has no algorithm and no fallback is left.
 void matmul_fp8_fwd(CublasLt& lt, const MatmulFp8FwdArgs& a, cudaStream_t s);
-// dinp (N, IC) bf16 = dout (N, OC) @ w, from w_t (IC, OC); overwrites
+// dinp (N, IC) bf16 = dout (N, OC) @ w, from w_t (IC, OC); overwrites. pre_gelu (N, IC) bf16 or null:
+// dinp *= gelu'(pre_gelu), in the DGELU epilogue (or a separate kernel where cuBLASLt has none)
 void matmul_fp8_dinp(CublasLt& lt, void* dinp, const Fp8Operand& dout, const Fp8Operand& w_t, int N, int IC, int OC,
-                     cudaStream_t s);
+                     const void* pre_gelu, cudaStream_t s);
 // dw (OC, IC) bf16 += dout^T @ inp, from dout_t (OC, N) and inp_t (IC, N)
 void matmul_fp8_dw(CublasLt& lt, void* dw, const Fp8Operand& dout_t, const Fp8Operand& inp_t, int N, int IC, int OC,
                    cudaStream_t s);

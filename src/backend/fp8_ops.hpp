@@ -17,7 +17,7 @@ namespace gpt {
 struct Fp8Tensor {
   void* data = nullptr;             // FP8 bytes
   const float* scale = nullptr;     // (1) multiplies x before the rounding to FP8
-  const float* scale_inv = nullptr; // (1) 1 / scale: dequantizes
+  const float* scale_inv = nullptr; // (1) 1 / scale: dequantizes; 16-byte aligned (cuBLASLt reads it)
   float* amax = nullptr;            // (1) max |x| is folded in here; nullable (not recorded)
   Fp8Format fmt = Fp8Format::E4M3;
 };
@@ -29,7 +29,7 @@ struct Fp8ScalesArgs {
   float* amax = nullptr;         // (n)
   float* history = nullptr;      // (H, n)
   float* scale = nullptr;        // (n)
-  float* scale_inv = nullptr;    // (n)
+  float* scale_inv = nullptr;    // (n, every fp8::kScaleInvStride-th float)
   const float* maxval = nullptr; // (n) the largest finite value of each tensor's format
   unsigned* saturated = nullptr; // (1) accumulated
   int n = 0, H = 0, row = 0;
@@ -53,8 +53,10 @@ class Fp8Ops {
   // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu).
   virtual void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC,
                           int OC, void* pre_gelu) = 0;
-  // dinp (N, IC) = dout (N, OC) @ w, from w_t = w transposed (IC, OC); overwrites
-  virtual void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC) = 0;
+  // dinp (N, IC) = dout (N, OC) @ w, from w_t = w transposed (IC, OC); overwrites. With pre_gelu (N, IC)
+  // non-null it is multiplied by gelu_tanh'(pre_gelu) (a fused epilogue where the library has one).
+  virtual void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
+                           const void* pre_gelu) = 0;
   // dw (OC, IC) += dout^T @ inp, from dout_t (OC, N) and inp_t (IC, N)
   virtual void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) = 0;
   // dst (n, act dtype) += sums (n, fp32)

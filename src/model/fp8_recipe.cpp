@@ -7,15 +7,17 @@ namespace gpt {
 Fp8Recipe::Fp8Recipe(Backend& be, int n_layer, const Fp8Options& o)
     : be_(be), o_(o), n_(n_layer * kProducts * kRoles) {
   if (!be.fp8()) throw Error(kExitBadInput, "training.precision fp8: the " + be.name() + " backend has no FP8 ops");
-  const size_t floats = size_t(n_) * (4 + o.history);
+  constexpr int S = fp8::kScaleInvStride;
+  const size_t floats = size_t(n_) * (3 + S + o.history);
   dev_ = static_cast<float*>(be.alloc(floats * sizeof(float) + sizeof(unsigned)));
-  amax_ = dev_, scale_ = dev_ + n_, scale_inv_ = dev_ + 2 * n_, maxval_ = dev_ + 3 * n_, history_ = dev_ + 4 * n_;
+  scale_inv_ = dev_;  // first: 16-byte aligned like the allocation
+  amax_ = dev_ + S * n_, scale_ = amax_ + n_, maxval_ = scale_ + n_, history_ = maxval_ + n_;
   saturated_ = reinterpret_cast<unsigned*>(dev_ + floats);
   std::vector<float> init(floats, 0.0f);
   for (int i = 0; i < n_; ++i) {
     const bool grad = i % kRoles == kGrad;
-    init[n_ + i] = init[2 * n_ + i] = 1.0f;  // scale 1 until calibrated
-    init[3 * n_ + i] = fp8::max_finite(grad ? o.grad : Fp8Format::E4M3);
+    init[size_t(S) * i] = init[size_t(S + 1) * n_ + i] = 1.0f;  // scale 1 until calibrated
+    init[size_t(S + 2) * n_ + i] = fp8::max_finite(grad ? o.grad : Fp8Format::E4M3);
   }
   be.copy_h2d(dev_, init.data(), floats * sizeof(float));
   be.zero(saturated_, sizeof(unsigned));
@@ -28,7 +30,7 @@ Fp8Tensor Fp8Recipe::tensor(int layer, Product p, Role r, void* data, bool recor
   Fp8Tensor t;
   t.data = data;
   t.scale = scale_ + i;
-  t.scale_inv = scale_inv_ + i;
+  t.scale_inv = scale_inv_ + size_t(i) * fp8::kScaleInvStride;
   t.amax = record ? amax_ + i : nullptr;
   t.fmt = r == kGrad ? o_.grad : Fp8Format::E4M3;
   return t;
@@ -75,10 +77,10 @@ void Fp8Recipe::set_state(const std::vector<float>& s) {
     throw Error(kExitBadInput, "the checkpoint's FP8 state holds " + std::to_string(s.size()) + " values, this run's " +
                                    std::to_string(want) + " (a different model or training.fp8_amax_history)");
   steps_ = int64_t(s[0]);
-  std::vector<float> inv(n_);
-  for (int i = 0; i < n_; ++i) inv[i] = 1.0f / s[1 + i];
+  std::vector<float> inv(size_t(n_) * fp8::kScaleInvStride, 0.0f);
+  for (int i = 0; i < n_; ++i) inv[size_t(i) * fp8::kScaleInvStride] = 1.0f / s[1 + i];
   be_.copy_h2d(scale_, s.data() + 1, sizeof(float) * n_);
-  be_.copy_h2d(scale_inv_, inv.data(), sizeof(float) * n_);
+  be_.copy_h2d(scale_inv_, inv.data(), sizeof(float) * inv.size());
   be_.copy_h2d(history_, s.data() + 1 + n_, sizeof(float) * n_ * o_.history);
   be_.zero(amax_, sizeof(float) * n_);
 }

@@ -58,7 +58,7 @@ class Fp8Recipe {
   Fp8Options o_;
   int n_ = 0;
   int64_t steps_ = 0;
-  float* dev_ = nullptr;      // one allocation: amax, scale, scale_inv, maxval (n each), history (H x n)
+  float* dev_ = nullptr;      // one allocation: scale_inv (n, strided), amax, scale, maxval (n), history (H x n)
   float *amax_, *scale_, *scale_inv_, *maxval_, *history_;
   unsigned* saturated_ = nullptr;
 };

@@ -319,6 +319,7 @@ class Trainer {
       engine_->end_backward();
       fp8_->end_step(stack_.comm.get());
     }
+    fp8_->take_saturated();  // what saturated at scale 1 is not the first step's
   }
 
   // Divergence (every rank sees it: the loss and norm are all-reduced, the state check is agreed):

@@ -74,15 +74,15 @@ std::vector<uint8_t> bytes(Backend& b, const void* p, size_t n) {
 struct Meta {
   Backend& b;
   float* p;
-  Meta(Backend& be, float scale) : b(be), p(static_cast<float*>(be.alloc(12))) {
-    const float h[3] = {scale, 1.0f / scale, 0.0f};
-    b.copy_h2d(p, h, 12);
+  Meta(Backend& be, float scale) : b(be), p(static_cast<float*>(be.alloc(48))) {
+    const float h[12] = {scale, 0, 0, 0, 1.0f / scale, 0, 0, 0, 0.0f};  // 16-byte aligned scale_inv
+    b.copy_h2d(p, h, 48);
   }
   ~Meta() { b.free(p); }
-  Fp8Tensor t(void* data, Fp8Format f) const { return {data, p, p + 1, p + 2, f}; }
+  Fp8Tensor t(void* data, Fp8Format f) const { return {data, p, p + 4, p + 8, f}; }
   float amax() const {
     float a = 0;
-    b.copy_d2h(&a, p + 2, 4);
+    b.copy_d2h(&a, p + 8, 4);
     return a;
   }
 };
@@ -153,7 +153,12 @@ TEST(cast_matches_the_cpu_emulation) {
 TEST(transpose_and_layernorm_match_the_cpu_emulation) {
   Pair two;
   const int N = 64, C = 128;
-  const auto x = values(size_t(N) * C, 2.0f), y = values(size_t(N) * C, 2.0f);
+  // multiples of 1/16 below 8 in magnitude: a + b is exact in bf16 too, so both sides normalise the same row
+  auto sixteenths = [](std::vector<float> v) {
+    for (auto& x : v) x = std::fmax(-7.5f, std::fmin(7.5f, std::round(x * 16.0f) / 16.0f));
+    return v;
+  };
+  const auto x = sixteenths(values(size_t(N) * C, 1.0f)), y = sixteenths(values(size_t(N) * C, 1.0f));
   const auto w = values(C, 0.5f), bias = values(C, 0.5f);
   std::vector<std::vector<uint8_t>> ln(2), lnr(2), tr(2);
   for (int side = 0; side < 2; ++side) {
@@ -192,7 +197,7 @@ TEST(matmuls_match_the_cpu_emulation) {
   };
   const auto a = random_codes(size_t(N) * IC), w = random_codes(size_t(OC) * IC), d = random_codes(size_t(N) * OC);
   const auto bias = values(OC, 1.0f);
-  std::vector<float> fwd[2], gelu[2], dinp[2], dw[2];
+  std::vector<float> fwd[2], gelu[2], dinp[2], dgelu[2], dw[2];
   for (int side = 0; side < 2; ++side) {
     Backend& b = side ? *two.gpu : *two.cpu;
     const size_t e = dtype_size(b.act_dtype());
@@ -211,8 +216,10 @@ TEST(matmuls_match_the_cpu_emulation) {
     b.fp8()->matmul_fwd(out, ta, tw, dbias, N, IC, OC, pre);
     gelu[side] = down(b, out, size_t(N) * OC);
     // dinp (N, IC) = dout (N, OC) @ w; here w_t (IC, OC) is the random bytes of w read as (IC, OC)
-    b.fp8()->matmul_dinp(di, td, tw, N, IC, OC);
+    b.fp8()->matmul_dinp(di, td, tw, N, IC, OC, nullptr);
     dinp[side] = down(b, di, size_t(N) * IC);
+    b.fp8()->matmul_dinp(di, td, tw, N, IC, OC, pre);  // pre_gelu (N, IC): pre's first N * IC values
+    dgelu[side] = down(b, di, size_t(N) * IC);
     // dw (OC, IC) += dout_t (OC, N) @ inp_t (IC, N)^T: the bytes of d and a read transposed
     b.fp8()->matmul_dw(g, td, ta, N, IC, OC);
     dw[side] = down(b, g, size_t(OC) * IC);
@@ -220,6 +227,7 @@ TEST(matmuls_match_the_cpu_emulation) {
   }
   const std::pair<const char*, std::vector<float>*> checks[] = {
       {"matmul_fp8_fwd +bias", fwd}, {"matmul_fp8_fwd +bias +gelu", gelu}, {"matmul_fp8_dinp", dinp},
+      {"matmul_fp8_dinp +dgelu", dgelu},
       {"matmul_fp8_dw (accumulating)", dw}};
   for (auto& [name, v] : checks) {
     const double e = rel_l2(v[0], v[1]);
@@ -247,7 +255,8 @@ TEST(scale_update_matches_the_cpu_emulation) {
       return p;
     };
     Fp8ScalesArgs a;
-    a.amax = put(amax), a.history = put(hist), a.scale = put(scale), a.scale_inv = put(scale), a.maxval = put(maxval);
+    a.amax = put(amax), a.history = put(hist), a.scale = put(scale), a.maxval = put(maxval);
+    a.scale_inv = put(std::vector<float>(size_t(n) * fp8::kScaleInvStride, 1.0f));
     a.saturated = static_cast<unsigned*>(b.alloc(4));
     b.zero(a.saturated, 4);
     a.n = n, a.H = H, a.row = 2;

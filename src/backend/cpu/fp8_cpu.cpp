@@ -61,14 +61,18 @@ class CpuFp8Ops final : public Fp8Ops {
     dequantize(b_, w, size_t(OC) * IC);
     be_.matmul_fwd(out, a_.data(), b_.data(), bias, N, IC, OC, pre_gelu);
   }
-  void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC) override {
-    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, "") : "");
+  void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
+                   const void* pre_gelu) override {
+    WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     dequantize(a_, dout, size_t(N) * OC);
     dequantize(b_, w_t, size_t(IC) * OC);
     float* d = static_cast<float*>(dinp);
     rows([&](int lo, int hi) {  // dinp = dout @ w_t^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, IC, OC, 1.0f, a_.data() + size_t(lo) * OC, OC,
                   b_.data(), OC, 0.0f, d + size_t(lo) * IC, IC);
+      if (pre_gelu)
+        for (size_t i = size_t(lo) * IC; i < size_t(hi) * IC; ++i)
+          d[i] *= cpu::gelu_grad(static_cast<const float*>(pre_gelu)[i]);
     }, N);
   }
   void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) override {
@@ -92,7 +96,7 @@ class CpuFp8Ops final : public Fp8Ops {
       float m = 0.0f;
       for (int h = 0; h < a.H; ++h) m = std::fmax(m, a.history[size_t(h) * a.n + i]);
       a.scale[i] = fp8::scale_for(m, a.maxval[i], a.scale[i]);
-      a.scale_inv[i] = 1.0f / a.scale[i];
+      a.scale_inv[size_t(i) * fp8::kScaleInvStride] = 1.0f / a.scale[i];
       a.amax[i] = 0.0f;
     }
   }

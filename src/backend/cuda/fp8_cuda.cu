@@ -57,10 +57,13 @@ class CudaFp8Ops final : public Fp8Ops {
     a.pre_gelu = pre_gelu;
     kernel_boundary([&] { kern::matmul_fp8_fwd(*c_.lt, a, c_.stream); });
   }
-  void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC) override {
+  void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
+                   const void* pre_gelu) override {
     OpProfiler::Scope t(*c_.prof, c_.stream,
-                        c_.prof->enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, "") : "");
-    kernel_boundary([&] { kern::matmul_fp8_dinp(*c_.lt, dinp, operand(dout), operand(w_t), N, IC, OC, c_.stream); });
+                        c_.prof->enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, pre_gelu ? " +dgelu" : "") : "");
+    kernel_boundary([&] {
+      kern::matmul_fp8_dinp(*c_.lt, dinp, operand(dout), operand(w_t), N, IC, OC, pre_gelu, c_.stream);
+    });
   }
   void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, c_.prof->enabled() ? matmul_op_name("matmul_fp8_dw", IC, OC, "") : "");
