@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
 """GPT-2 throughput on one GPU: this trainer against the PyTorch baseline (bench/pytorch_gpt2.py), the
-same configs in one invocation. Writes results.json and results.md to --out and prints the table.
+same configs in one invocation. Writes results.json and results.md to --out (again after every run, so a
+run cut short keeps those before it) and prints the table.
 
     python3 bench/gpu_bench.py --out bench_out [--steps 15] [--configs d12:64,d48:16] [--variants 0,1,0det,0prof]
-                               [--no-torch] [--matmul-search S]
+                               [--no-torch] [--torch-fp8 tensorwise,rowwise] [--matmul-search S]
 
-Variants of this trainer: the recompute level, then "det" for training.deterministic (bit-reproducible
-steps) or "prof" for a run with log.op_profile whose per-op table is kept (its step times include the
-profiler's events, so it does not count as a throughput figure). --matmul-search S sets this trainer's
-training.matmul_search_s (seconds per matmul shape for cuBLASLt configurations beyond the heuristic's).
+Variants of this trainer: the recompute level, then "fp8" for training.precision fp8 (bf16 without it),
+"det" for training.deterministic (bit-reproducible steps) or "prof" for a run with log.op_profile whose
+per-op table is kept (its step times include the profiler's events, so it does not count as a throughput
+figure), e.g. 0, 1, 0fp8, 0det, 0fp8prof. --matmul-search S sets this trainer's training.matmul_search_s
+(seconds per matmul shape for cuBLASLt configurations beyond the heuristic's).
 
-Both sides: bf16, seq 1024, AdamW, clipping 1.0, random-ish tokens, median step after warm-up steps.
-MFU as in shared BASELINES: FLOPs/token = 6 N + 6 L C T over 989.5 TFLOP/s.
+PyTorch: the bf16 baseline, and with --torch-fp8 one more run per torchao float8 recipe (pytorch_gpt2.py
+--fp8 R: the blocks' Linear layers on FP8); --no-torch leaves out every PyTorch run.
+
+Both sides: bf16 (or FP8 products where the row says fp8), seq 1024, AdamW, clipping 1.0, random-ish
+tokens, median step after warm-up steps. MFU as in shared BASELINES: FLOPs/token = 6 N + 6 L C T over
+989.5 TFLOP/s, whatever the precision. Ratios, within the same preset and micro-batch: tokens/s and peak
+memory against the PyTorch bf16 baseline ("x PyTorch"), tokens/s against this trainer's bf16 run at
+recompute 0, variant "0" ("x this bf16"). In results.json this trainer's fp8 rows also hold fp8_saturated
+(tensors whose values their FP8 scale clipped, summed over the steps).
 """
 import argparse
 import json
@@ -36,25 +45,26 @@ def run(cmd, log):
 
 def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     recompute = int(variant[0])
-    det, prof = "det" in variant, "prof" in variant
+    det, prof, fp8 = "det" in variant, "prof" in variant, "fp8" in variant
     name = f"{preset}_b{mb}_r{variant}"
     yaml = out / f"{name}.yaml"
     yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
 model: {{preset: {preset}}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
-training: {{device: cuda, precision: bf16, micro_batch: {mb}, seq_len: 1024, steps: {steps}, lr: 6.0e-4,
+training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"}, micro_batch: {mb}, seq_len: 1024, steps: {steps}, lr: 6.0e-4,
            warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute},
            deterministic: {str(det).lower()}, matmul_search_s: {search}}}
 eval: {{batches: 0}}
 log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
 """)
     rc = run([train, "--yaml", yaml], out / f"{name}.log")
-    r = {"impl": "this" + (" (deterministic)" if det else "") + (" (op profile)" if prof else ""), "preset": preset,
-         "micro_batch": mb, "recompute": recompute, "status": "ok" if rc == 0 else f"exit {rc}"}
+    impl = "this" + (" fp8" if fp8 else "") + (" (deterministic)" if det else "") + (" (op profile)" if prof else "")
+    r = {"impl": impl, "variant": variant, "preset": preset, "micro_batch": mb, "recompute": recompute,
+         "status": "ok" if rc == 0 else f"exit {rc}"}
     if prof:
         text = (out / f"{name}.log").read_text()
         table = text[text.find("op profile over"):]
-        (out / f"op_profile_{preset}_b{mb}.txt").write_text(table)
+        (out / f"op_profile_{preset}_b{mb}{'_fp8' if fp8 else ''}.txt").write_text(table)
         print(table, flush=True)
     logp = out / "runs" / name / "log.h5"
     if rc != 0 or not logp.exists():  # a failed run: its status says so, its log may hold no step
@@ -67,17 +77,21 @@ log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
         r["pred_mem_bytes"] = int(f["memory/predicted"].attrs["total"])
         r["final_loss"] = float(f["train/loss"][-1])
         r["message"] = f.attrs["message"]
+        if fp8 and "train/fp8_saturated" in f:  # tensors whose values the FP8 scales clipped, all steps
+            r["fp8_saturated"] = int(f["train/fp8_saturated"][:].sum())
     if len(ms) > warmup:
         med = statistics.median(ms[warmup:])
         r.update(median_step_ms=med, tokens_per_s=tps_step / (med / 1000), mfu=fpt * tps_step / (med / 1000) / PEAK)
     return r
 
 
-def torch_side(preset, mb, steps, warmup, out):
-    j = out / f"torch_{preset}_b{mb}.json"
+def torch_side(preset, mb, steps, warmup, out, fp8="none"):
+    tag = f"torch_{preset}_b{mb}" + ("" if fp8 == "none" else f"_fp8_{fp8}")
+    j = out / f"{tag}.json"
     rc = run([sys.executable, ROOT / "bench/pytorch_gpt2.py", "--preset", preset, "--micro-batch", mb, "--steps", steps,
-              "--warmup", warmup, "--json", j], out / f"torch_{preset}_b{mb}.log")
-    r = {"impl": "pytorch", "preset": preset, "micro_batch": mb, "recompute": "-", "status": "ok" if rc == 0 else f"exit {rc}"}
+              "--warmup", warmup, "--json", j, *([] if fp8 == "none" else ["--fp8", fp8])], out / f"{tag}.log")
+    r = {"impl": "pytorch" + ("" if fp8 == "none" else f" fp8 {fp8}"), "preset": preset, "micro_batch": mb,
+         "recompute": "-", "status": "ok" if rc == 0 else f"exit {rc}"}
     if j.exists():
         d = json.loads(j.read_text())
         for k in ["median_step_ms", "tokens_per_s", "mfu", "peak_mem_bytes", "final_loss"]:
@@ -85,7 +99,42 @@ def torch_side(preset, mb, steps, warmup, out):
     return r
 
 
-def main():
+def compare(rows):
+    """Ratios against the PyTorch bf16 row and this trainer's bf16 recompute-0 row of the same preset and
+    micro-batch; op-profile runs get none (the profiler slows them)."""
+    def ref(r, pred):
+        return next((x for x in rows if pred(x) and x["preset"] == r["preset"]
+                     and x["micro_batch"] == r["micro_batch"] and x.get("tokens_per_s")), None)
+    for r in rows:
+        if "profile" in r["impl"] or not r.get("tokens_per_s"):
+            continue
+        t = ref(r, lambda x: x["impl"] == "pytorch")
+        if t:
+            r["vs_pytorch"] = r["tokens_per_s"] / t["tokens_per_s"]
+            r["mem_vs_pytorch"] = r.get("peak_mem_bytes", 0) / t["peak_mem_bytes"] if t.get("peak_mem_bytes") else None
+        b = ref(r, lambda x: x["impl"] == "this" and x.get("variant") == "0")
+        if b:
+            r["vs_this_bf16"] = r["tokens_per_s"] / b["tokens_per_s"]
+
+
+def report(rows, out):
+    compare(rows)
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    gib = lambda b: f"{b / 2**30:.1f}" if b else "-"
+    lines = ["| impl | model | micro-batch | recompute | ms/step | tokens/s | MFU | peak GiB | x PyTorch tok/s | "
+             "x PyTorch mem | x this bf16 tok/s | status |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        f = lambda k, fmt: (fmt.format(r[k]) if r.get(k) is not None else "-")
+        lines.append(f"| {r['impl']} | {r['preset']} | {r['micro_batch']} | {r['recompute']} | {f('median_step_ms', '{:.1f}')} | "
+                     f"{f('tokens_per_s', '{:,.0f}')} | {f('mfu', '{:.1%}')} | {gib(r.get('peak_mem_bytes'))} | "
+                     f"{f('vs_pytorch', '{:.3f}')} | {f('mem_vs_pytorch', '{:.2f}')} | {f('vs_this_bf16', '{:.3f}')} | "
+                     f"{r['status']} |")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench_out")
     ap.add_argument("--steps", type=int, default=15)
@@ -93,9 +142,15 @@ def main():
     ap.add_argument("--configs", default="d12:64,d48:16")
     ap.add_argument("--variants", default="0,1,0det,0prof")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--torch-fp8", default="none", help="comma-separated torchao float8 recipes for extra "
+                    "PyTorch runs: tensorwise, rowwise (default none)")
     ap.add_argument("--train", default=str(ROOT / "train"))
     ap.add_argument("--matmul-search", type=float, default=0.0)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    recipes = [x for x in a.torch_fp8.split(",") if x and x != "none"]
+    for x in recipes:
+        if x not in ("tensorwise", "rowwise"):
+            ap.error(f"--torch-fp8: {x!r} is not one of tensorwise, rowwise")
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -103,28 +158,11 @@ def main():
         preset, mb = cfg.split(":")
         for v in a.variants.split(","):
             rows.append(ours(preset, int(mb), v, a.steps, a.warmup, out, a.train, a.matmul_search))
-        if not a.no_torch:
-            rows.append(torch_side(preset, int(mb), a.steps, a.warmup, out))
-    # ratio to PyTorch at the same preset and micro-batch
-    for r in rows:
-        if "profile" in r["impl"]:
-            continue
-        t = next((x for x in rows if x["impl"] == "pytorch" and x["preset"] == r["preset"]
-                  and x["micro_batch"] == r["micro_batch"] and x.get("tokens_per_s")), None)
-        if t and r.get("tokens_per_s"):
-            r["vs_pytorch"] = r["tokens_per_s"] / t["tokens_per_s"]
-            r["mem_vs_pytorch"] = r.get("peak_mem_bytes", 0) / t["peak_mem_bytes"] if t.get("peak_mem_bytes") else None
-    (out / "results.json").write_text(json.dumps(rows, indent=1))
-    gib = lambda b: f"{b / 2**30:.1f}" if b else "-"
-    lines = ["| impl | model | micro-batch | recompute | ms/step | tokens/s | MFU | peak GiB | x PyTorch tok/s | x PyTorch mem | status |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        f = lambda k, fmt: (fmt.format(r[k]) if r.get(k) is not None else "-")
-        lines.append(f"| {r['impl']} | {r['preset']} | {r['micro_batch']} | {r['recompute']} | {f('median_step_ms', '{:.1f}')} | "
-                     f"{f('tokens_per_s', '{:,.0f}')} | {f('mfu', '{:.1%}')} | {gib(r.get('peak_mem_bytes'))} | "
-                     f"{f('vs_pytorch', '{:.3f}')} | {f('mem_vs_pytorch', '{:.2f}')} | {r['status']} |")
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+            report(rows, out)
+        for fp8 in ([] if a.no_torch else ["none", *recipes]):
+            rows.append(torch_side(preset, int(mb), a.steps, a.warmup, out, fp8))
+            report(rows, out)
+    print("\n".join(report(rows, out)))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go: kernel and whole-step tests, the GPU end-to-end tests, the
 # throughput benchmark against PyTorch and the checkpoint throughput of GPT-2 1558M; optionally the ZeRO
-# sweeps on 1, 2, 4 and 8 GPUs (as many as there are) with their scaling table.
-#   OUT=gpu_out bash bench/gpu_suite.sh [tests|bench|ckpt|scaling]...     (default: tests bench ckpt)
+# sweeps on 1, 2, 4 and 8 GPUs (as many as there are) with their scaling table; optionally FP8 against bf16
+# on both sides (this trainer's training.precision fp8, torchao's float8 training in PyTorch).
+#   OUT=gpu_out bash bench/gpu_suite.sh [tests|bench|ckpt|scaling|fp8]...     (default: tests bench ckpt)
 # Expects ./train, build/tests/gpu/test_*, build/bench/gemm_algos and build/bench/attention_plans built
-# (make), python3 with h5py, pytest and torch.
+# (make), python3 with h5py, pytest and torch; fp8 also torchao, installed from the wheels in .whl/ where
+# that folder exists (bring it along: it is not tracked).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
@@ -69,6 +71,28 @@ PY
   timeout 500 python3 bench/checkpoint_io.py --dir "$CK" --out "$OUT/checkpoint_io.json" --yaml "$OUT/ckpt.yaml" \
     --set training.steps=1 --raw-gb ${RAW_GB:-16} 2>&1 | tail -n 12
   rm -rf "$CK"
+fi
+if [[ $parts == *fp8* ]]; then
+  # GPT-2 124M and 1558M: this trainer bf16, fp8 and fp8 with the op profile, then PyTorch bf16 and its two
+  # torchao recipes, all in one gpu_bench invocation. Back in $OUT: fp8_results.{md,json}, the fp8 op
+  # profiles in one file and everything else (logs, YAMLs, PyTorch JSONs, log.h5) in fp8_logs.tar.gz.
+  # FP8_CONFIGS picks the models (one model per call keeps a call within ~10 minutes), FP8_TIMEOUT caps the
+  # benchmark's seconds, FP8_ARGS adds gpu_bench options.
+  if [[ -d .whl ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  python3 -c "import torchao; print('torchao', torchao.__version__)" || echo "torchao missing: the PyTorch fp8 rows will fail"
+  FB=/tmp/fp8_bench
+  rm -rf "$FB"; mkdir -p "$FB"
+  timeout ${FP8_TIMEOUT:-540} python3 bench/gpu_bench.py --out "$FB" --configs ${FP8_CONFIGS:-d12:64,d48:16} \
+    --variants 0,0fp8,0fp8prof --torch-fp8 tensorwise,rowwise ${FP8_ARGS:-} > "$FB.txt" 2>&1
+  echo "gpu_bench exit $?"; mv "$FB.txt" "$FB/gpu_bench.txt"
+  tail -n 14 "$FB/gpu_bench.txt"
+  grep -hE "[Ee]rror:" "$FB"/*.log 2>/dev/null | sort | uniq -c | head -n 8  # why a row failed, if one did
+  cp "$FB/results.md" "$OUT/fp8_results.md"; cp "$FB/results.json" "$OUT/fp8_results.json"
+  for f in "$FB"/op_profile_*.txt; do [[ -e $f ]] && { echo "== $(basename "$f")"; cat "$f"; }; done > "$OUT/fp8_op_profiles.txt"
+  tar -czf "$OUT/fp8_logs.tar.gz" -C "$FB" --exclude=results.md --exclude=results.json .
 fi
 if [[ $parts == *scaling* ]]; then
   # the same sweeps at each GPU count this host has, then efficiency against 1 GPU

@@ -2,6 +2,7 @@
 """PyTorch GPT-2 training-throughput baseline, to compare with ./train on the same shapes.
 
     python3 bench/pytorch_gpt2.py --preset d12 --micro-batch 16 --steps 50 --warmup 10 --json d12.json
+    python3 bench/pytorch_gpt2.py --preset d12 --micro-batch 64 --fp8 rowwise --json d12_fp8.json
     python3 bench/pytorch_gpt2.py --device cpu --preset tiny --micro-batch 2 --seq-len 64 --steps 4 --warmup 1
 
 Model: GPT-2 (learned positions, pre-LayerNorm, GELU with tanh, embedding tied to the output
@@ -11,6 +12,12 @@ the compiled masked loss ran 7% faster at GPT-2 124M, B=64: 119.6 against 128.9 
 parameters, bf16 autocast, F.scaled_dot_product_attention(is_causal=True), torch.compile, fused AdamW
 (lr 6e-4, weight decay 0.1 on 2-D weights, betas 0.9/0.95), global grad-norm clipping at 1.0.
 
+--fp8 tensorwise|rowwise: torchao's float8 training (torchao.float8.convert_to_float8_training with
+Float8LinearConfig.from_recipe_name) on the four Linear layers of every block: their three products
+(forward, input gradient, weight gradient) take FP8 operands with dynamic scales, one per tensor or one
+per row, computed from each tensor as it is cast. The output layer (the tied embedding, F.linear) stays
+bf16. Needs torchao and a CUDA GPU of compute capability >= 8.9; MFU still counts against the bf16 peak.
+
 Reported numbers (one JSON object):
   median_step_ms   median of per-step times after --warmup steps (CUDA events around each step)
   tokens_per_s     micro_batch * seq_len * grad_accum / median step time
@@ -19,7 +26,9 @@ Reported numbers (one JSON object):
   flops_per_token  6 * n_params + 6 * n_layer * n_embd * seq_len (as in docs/FORMATS.md)
   mfu              flops_per_token * tokens_per_s / peak_flops (989.5e12: H100/H200 dense bf16)
   peak_mem_bytes   torch.cuda.max_memory_allocated() (CPU: peak resident set size)
-Exit status: 0 done, 1 bad input, 3 out of memory (the JSON then has status "oom").
+  fp8, fp8_linears  the --fp8 recipe ("none" without it), how many Linear layers it converted
+Exit status: 0 done, 1 bad input (torchao missing or no FP8-capable GPU for --fp8 included), 3 out of
+memory (the JSON then has status "oom").
 """
 import argparse
 import glob
@@ -158,6 +167,42 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def require_fp8(recipe, device):
+    """Raises ValueError unless torchao's float8 training can run on this device."""
+    try:
+        import torchao.float8  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"--fp8 {recipe} needs torchao's float8 training (pip install torchao): {e}")
+    if device.type != "cuda":
+        raise ValueError(f"--fp8 {recipe} needs a CUDA GPU of compute capability >= 8.9 (FP8 tensor "
+                         f"cores); this run is on the {device.type}")
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 9):
+        raise ValueError(f"--fp8 {recipe} needs a CUDA GPU of compute capability >= 8.9 (FP8 tensor cores); "
+                         f"{torch.cuda.get_device_name(device)} has {major}.{minor}")
+
+
+def convert_to_fp8(model, recipe):
+    """Swaps the model's nn.Linear layers for torchao's Float8Linear with the given recipe, in place, and
+    returns the names of those swapped. Float8Linear keeps the layer's parameters (the optimizer may be
+    made before or after). The output layer is F.linear on the embedding, no nn.Linear, so it stays
+    bf16; FP8 products need both dimensions of a weight to be multiples of 16 (every preset's are)."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    converted = []
+
+    def eligible(module, fqn):
+        ok = module.in_features % 16 == 0 and module.out_features % 16 == 0
+        if ok:
+            converted.append(fqn)
+        return ok
+
+    convert_to_float8_training(model, module_filter_fn=eligible,
+                               config=Float8LinearConfig.from_recipe_name(recipe))
+    if not converted:
+        raise ValueError(f"--fp8 {recipe}: no Linear layer has dimensions that are multiples of 16")
+    return converted
+
+
 def make_optimizer(model, lr, weight_decay, betas, fused):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -249,6 +294,9 @@ def parse_args(argv):
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--loss", choices=["mask", "slice"], default="mask",
                     help="how the padded vocabulary is left out of the loss (the same function either way)")
+    ap.add_argument("--fp8", choices=["none", "tensorwise", "rowwise"], default="none",
+                    help="torchao float8 training of the blocks' Linear layers, scales per tensor or per row "
+                    "(needs torchao and a GPU of compute capability >= 8.9)")
     ap.add_argument("--seed", type=int, default=1337)
     args = ap.parse_args(argv)
     for name in ("micro_batch", "seq_len", "grad_accum", "steps"):
@@ -268,6 +316,10 @@ def run(args):
         raise ValueError("--device cuda: no CUDA device visible to PyTorch")
     device = torch.device(args.device)
     dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
+    if args.fp8 != "none":
+        require_fp8(args.fp8, device)
+        if dtype != "bf16":
+            raise ValueError(f"--fp8 {args.fp8} runs under bf16 autocast, not --dtype {dtype}")
     use_compile = args.compile if args.compile is not None else device.type == "cuda"
     peak_flops = args.peak_flops if args.peak_flops is not None else (
         PEAK_FLOPS_BF16 if device.type == "cuda" else 0.0)
@@ -282,9 +334,12 @@ def run(args):
         "tokens_per_step": B * T * accum, "steps": args.steps, "warmup": args.warmup,
         "device": device.type, "hardware": hardware_name(device), "dtype": dtype,
         "compile": use_compile, "data": args.data or "random", "torch_version": torch.__version__,
-        "peak_flops": peak_flops, "status": "running", "message": "",
+        "peak_flops": peak_flops, "fp8": args.fp8, "status": "running", "message": "",
     }
     model = GPT(cfg).to(device)
+    if args.fp8 != "none":  # before torch.compile sees the layers
+        result["fp8_linears"] = len(convert_to_fp8(model, args.fp8))
+        result["torchao_version"] = sys.modules["torchao"].__version__
     n_params = model.n_params()
     flops_per_token = 6 * n_params + 6 * n_layer * n_embd * T
     result.update(n_params=n_params, n_params_padded=sum(p.numel() for p in model.parameters()),

@@ -1,0 +1,116 @@
+"""bench/gpu_bench.py without a GPU: its runs replaced by stand-ins that write the trainer's log.h5 and the
+PyTorch script's JSON, so that the generated YAML, the rows, the ratios and the table can be checked."""
+import importlib.util
+import json
+from pathlib import Path
+
+import h5py
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+TOKENS = 64 * 1024  # d12 at micro-batch 64
+THIS_MS = {"bf16": 100.0, "fp8": 80.0}
+TORCH_MS = {"none": 120.0, "tensorwise": 90.0, "rowwise": 96.0}
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "bench" / "gpu_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fake_train(yaml_path, log, fail=()):
+    cfg = yaml.safe_load(Path(yaml_path).read_text())
+    name, t = cfg["run"]["name"], cfg["training"]
+    if name in fail:
+        Path(log).write_text("error: training.precision: not supported here\n")
+        return 1
+    Path(log).write_text("step 1/15\nop profile over 10 steps\n  matmul  1.0 ms\n" if cfg["log"]["op_profile"] else "")
+    run_dir = Path(cfg["run"]["out_dir"]) / name
+    run_dir.mkdir(parents=True)
+    ms = THIS_MS[t["precision"]]
+    with h5py.File(run_dir / "log.h5", "w") as f:
+        f["train/step_ms"] = [500.0] * 5 + [ms] * (t["steps"] - 5)  # slow warm-up steps left out
+        f["train/loss"] = [10.9] * t["steps"]
+        f["train/fp8_saturated"] = [1 if t["precision"] == "fp8" else 0] * t["steps"]
+        f.attrs.update(tokens_per_step=t["micro_batch"] * t["seq_len"], flops_per_token=1e9, message="")
+        f.create_group("memory/measured").attrs["peak"] = 20 * 2**30
+        f.create_group("memory/predicted").attrs["total"] = 21 * 2**30
+    return 0
+
+
+def fake_torch(cmd):
+    out = Path(cmd[cmd.index("--json") + 1])
+    recipe = cmd[cmd.index("--fp8") + 1] if "--fp8" in cmd else "none"
+    ms = TORCH_MS[recipe]
+    out.write_text(json.dumps({"median_step_ms": ms, "tokens_per_s": TOKENS / (ms / 1000), "mfu": 0.4,
+                               "peak_mem_bytes": 25 * 2**30, "final_loss": 10.9, "fp8": recipe}))
+    return 0
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    mod = load_bench()
+    mod.commands, mod.fail = [], set()
+
+    def run(cmd, log):
+        cmd = list(map(str, cmd))
+        mod.commands.append(cmd)
+        return fake_train(cmd[2], log, mod.fail) if cmd[1] == "--yaml" else fake_torch(cmd)
+
+    monkeypatch.setattr(mod, "run", run)
+    return mod
+
+
+def test_fp8_variants_torch_recipes_and_ratios(bench, tmp_path):
+    bench.main(["--out", str(tmp_path), "--configs", "d12:64", "--variants", "0,0fp8,0fp8prof",
+                "--torch-fp8", "tensorwise,rowwise", "--train", "/bin/false"])
+    for variant, precision, profile in [("0", "bf16", False), ("0fp8", "fp8", False), ("0fp8prof", "fp8", True)]:
+        t = yaml.safe_load((tmp_path / f"d12_b64_r{variant}.yaml").read_text())
+        assert (t["training"]["precision"], t["log"]["op_profile"], t["training"]["recompute"]) == \
+            (precision, profile, 0), variant
+    torch_cmds = [c for c in bench.commands if c[1].endswith("pytorch_gpt2.py")]
+    assert [c[c.index("--fp8") + 1] if "--fp8" in c else None for c in torch_cmds] == [None, "tensorwise", "rowwise"]
+    rows = json.loads((tmp_path / "results.json").read_text())
+    by = {r["impl"]: r for r in rows}
+    assert list(by) == ["this", "this fp8", "this fp8 (op profile)", "pytorch", "pytorch fp8 tensorwise",
+                        "pytorch fp8 rowwise"]
+    assert all(r["status"] == "ok" for r in rows)
+    assert by["this"]["median_step_ms"] == 100.0 and by["this fp8"]["median_step_ms"] == 80.0
+    assert by["this"]["vs_this_bf16"] == pytest.approx(1.0)
+    assert "fp8_saturated" not in by["this"] and by["this fp8"]["fp8_saturated"] == 15
+    assert by["this fp8"]["vs_this_bf16"] == pytest.approx(100 / 80)
+    assert by["this fp8"]["vs_pytorch"] == pytest.approx(120 / 80)
+    assert by["pytorch"]["vs_this_bf16"] == pytest.approx(100 / 120)
+    assert by["pytorch fp8 tensorwise"]["vs_this_bf16"] == pytest.approx(100 / 90)
+    assert by["pytorch fp8 tensorwise"]["vs_pytorch"] == pytest.approx(120 / 90)
+    assert by["pytorch fp8 rowwise"]["vs_this_bf16"] == pytest.approx(100 / 96)
+    assert "vs_this_bf16" not in by["this fp8 (op profile)"] and "vs_pytorch" not in by["this fp8 (op profile)"]
+    assert "op profile over 10 steps" in (tmp_path / "op_profile_d12_b64_fp8.txt").read_text()
+    assert not (tmp_path / "op_profile_d12_b64.txt").exists()
+    table = (tmp_path / "results.md").read_text().splitlines()
+    assert "x this bf16 tok/s" in table[0] and len(table) == 2 + len(rows)
+    assert "| this fp8 | d12 | 64 | 0 | 80.0 | 819,200 |" in table[3]
+    assert table[3].split(" | ")[-2:] == ["1.250", "ok |"]
+
+
+def test_failed_runs_and_missing_reference(bench, tmp_path):
+    """A trainer run that fails is a row with its exit status; without variant 0 (this bf16) or the
+    PyTorch baseline, the ratios against them are left out."""
+    bench.fail.add("d12_b64_r0fp8")
+    bench.main(["--out", str(tmp_path), "--configs", "d12:64", "--variants", "0fp8,1", "--no-torch",
+                "--torch-fp8", "rowwise", "--train", "/bin/false"])
+    assert not [c for c in bench.commands if c[1].endswith("pytorch_gpt2.py")]  # --no-torch: none at all
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["impl"], r["recompute"], r["status"]) for r in rows] == [("this fp8", 0, "exit 1"), ("this", 1, "ok")]
+    assert all("vs_this_bf16" not in r and "vs_pytorch" not in r for r in rows)
+    assert "median_step_ms" not in rows[0]
+
+
+def test_bad_torch_fp8_recipe(bench, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--out", str(tmp_path), "--torch-fp8", "tensorwise,blockwise"])
+    assert e.value.code == 2 and "blockwise" in capsys.readouterr().err
+    assert not bench.commands
