@@ -11,6 +11,7 @@
 
 #include "backend/backend.hpp"
 #include "check.hpp"
+#include "gpt_init.hpp"
 #include "config/config.hpp"
 #include "model/gpt.hpp"
 
@@ -312,20 +313,9 @@ TEST(whole_fp8_step_matches_bf16) {
   const ModelDims d = resolve_dims(mc);
   ParamLayout L(d);
   const int B = 4, T = 96;
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  std::vector<std::vector<float>> init(L.n_buckets());
-  for (int k = 0; k < L.n_buckets(); ++k) {
-    init[k].assign(L.bucket(k).size, 0.0f);
-    for (auto& t : L.bucket(k).tensors)
-      for (size_t i = 0; i < t.numel; ++i) {
-        float v = nd(g_rng) + ((t.id == P::ln1w || t.id == P::ln2w || t.id == P::lnfw) ? 1.0f : 0.0f);
-        if (t.id == P::wte && i >= size_t(d.vocab_size) * d.n_embd) v = 0.0f;
-        init[k][t.offset + i] = v;
-      }
-  }
-  std::vector<int> tok(B * T), tgt(B * T);
-  for (auto& x : tok) x = int(g_rng() % uint64_t(d.vocab_size));
-  for (auto& x : tgt) x = int(g_rng() % uint64_t(d.vocab_size));
+  const auto init = testing::initial_params(L, g_rng);
+  const auto tok = testing::random_tokens(size_t(B) * T, d.vocab_size, g_rng);
+  const auto tgt = testing::random_tokens(size_t(B) * T, d.vocab_size, g_rng);
   const float dloss = 1.0f / (B * T);
   Store sb(gpu, L, init), s8(gpu, L, init);
   GPT mb(d, L, gpu, B, T, 0);

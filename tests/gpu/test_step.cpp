@@ -10,6 +10,7 @@
 
 #include "backend/backend.hpp"
 #include "check.hpp"
+#include "gpt_init.hpp"
 #include "config/config.hpp"
 #include "model/gpt.hpp"
 
@@ -81,20 +82,10 @@ void one_step(const std::string& precision) {
   ParamLayout L(d);
   const int B = 4, T = 96;
   std::mt19937_64 rng(7);
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  std::vector<std::vector<float>> init(L.n_buckets());
-  for (int k = 0; k < L.n_buckets(); ++k) {
-    init[k].assign(L.bucket(k).size, 0.0f);
-    for (auto& t : L.bucket(k).tensors)
-      for (size_t i = 0; i < t.numel; ++i) {
-        float v = nd(rng) + ((t.id == P::ln1w || t.id == P::ln2w || t.id == P::lnfw) ? 1.0f : 0.0f);
-        if (t.id == P::wte && i >= size_t(d.vocab_size) * d.n_embd) v = 0.0f;
-        init[k][t.offset + i] = bf16 ? round_bf16(v) : v;  // both sides start from identical values
-      }
-  }
-  std::vector<int> tok(B * T), tgt(B * T);
-  for (auto& x : tok) x = int(rng() % uint64_t(d.vocab_size));
-  for (auto& x : tgt) x = int(rng() % uint64_t(d.vocab_size));
+  // both sides start from identical values
+  const auto init = testing::initial_params(L, rng, bf16 ? round_bf16 : nullptr);
+  const auto tok = testing::random_tokens(size_t(B) * T, d.vocab_size, rng);
+  const auto tgt = testing::random_tokens(size_t(B) * T, d.vocab_size, rng);
   Store cs(*cpu, L, init), gs(*gpu, L, init);
   GPT cm(d, L, *cpu, B, T, 0), gm(d, L, *gpu, B, T, 2);  // the GPU side recomputes: same maths
   const float dloss = 1.0f / (B * T);

@@ -1,0 +1,36 @@
+// Inputs for whole-step tests of a small GPT-2: initial parameters by bucket and random token ids.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "model/layout.hpp"
+
+namespace gpt::testing {
+
+// Normal(0, 0.05) everywhere, LayerNorm weights around 1, the vocabulary's padding rows of wte 0; each
+// value passed through `round` when given (so that every backend starts from identical values).
+inline std::vector<std::vector<float>> initial_params(const ParamLayout& L, std::mt19937_64& rng,
+                                                      float (*round)(float) = nullptr) {
+  const ModelDims& d = L.dims();
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<std::vector<float>> init(L.n_buckets());
+  for (int k = 0; k < L.n_buckets(); ++k) {
+    init[k].assign(L.bucket(k).size, 0.0f);
+    for (auto& t : L.bucket(k).tensors)
+      for (size_t i = 0; i < t.numel; ++i) {
+        float v = nd(rng) + ((t.id == P::ln1w || t.id == P::ln2w || t.id == P::lnfw) ? 1.0f : 0.0f);
+        if (t.id == P::wte && i >= size_t(d.vocab_size) * d.n_embd) v = 0.0f;
+        init[k][t.offset + i] = round ? round(v) : v;
+      }
+  }
+  return init;
+}
+
+inline std::vector<int> random_tokens(size_t n, int vocab, std::mt19937_64& rng) {
+  std::vector<int> v(n);
+  for (auto& x : v) x = int(rng() % uint64_t(vocab));
+  return v;
+}
+
+}  // namespace gpt::testing
