@@ -1,12 +1,22 @@
 // Inputs for whole-step tests of a small GPT-2: initial parameters by bucket and random token ids.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "model/layout.hpp"
 
 namespace gpt::testing {
+
+// x rounded to the nearest bf16 value (ties to even), as the GPU's fp32 -> bf16 conversion
+inline float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
 
 // Normal(0, 0.05) everywhere, LayerNorm weights around 1, the vocabulary's padding rows of wte 0; each
 // value passed through `round` when given (so that every backend starts from identical values).

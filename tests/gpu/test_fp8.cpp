@@ -21,13 +21,7 @@ namespace {
 
 std::mt19937_64 g_rng(20261201);
 
-float round_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using testing::round_bf16;
 // bf16-representable values spread over several binades (so both formats' subnormals and saturation
 // are exercised by the chosen scales)
 std::vector<float> values(size_t n, float spread) {

@@ -18,13 +18,7 @@ using namespace gpt;
 
 namespace {
 
-float round_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using testing::round_bf16;
 
 // Whole-bucket parameters and gradients in one backend's memory.
 struct Store : ParamStore {
