@@ -67,6 +67,19 @@ class Backend {
   virtual size_t peak_bytes() const = 0;         // peak device memory (CPU: peak RSS)
   virtual void reset_peak() = 0;
   virtual void* stream() { return nullptr; }     // cudaStream_t of the compute stream, if any
+  // Background copies to host memory (checkpoint snapshots). pin_host page-locks [p, p+bytes) of host
+  // memory so that copies into it run at the bus's speed without the host's help; false where it could
+  // not (the copies still work, slower). unpin_host undoes it before the memory is freed.
+  virtual bool pin_host(void* p, size_t bytes) { return true; }
+  virtual void unpin_host(void* p) {}
+  // Queues a copy of device memory into host memory, ordered after every op queued so far and run
+  // beside the ops queued after it (CUDA: on a copy stream; CPU: copied now).
+  virtual void copy_d2h_async(void* dst, const void* src, size_t bytes) { copy_d2h(dst, src, bytes); }
+  // Ops queued from now on run after every copy_d2h_async queued so far: a write to a copy's source
+  // waits for the copy on the device, not on the host.
+  virtual void after_copies() {}
+  // Blocks the calling thread (any thread) until every copy_d2h_async queued so far has landed.
+  virtual void wait_copies() {}
   // log.op_profile: each op's GPU time per step since the last reset, as a table ("" when off or none)
   virtual std::string op_profile() const { return ""; }
   virtual void op_profile_reset() {}

@@ -31,8 +31,8 @@ inline constexpr MemoryComponent kMemoryComponents[] = {
     {"workspace", &MemoryBreakdown::workspace, "logits chunk, gradient scratch, library workspaces"},
     {"comm", &MemoryBreakdown::comm, "ZeRO-2/3 gather and reduce-scatter buffers"},
     {"snapshot", &MemoryBreakdown::snapshot,
-     "CPU: the host copy of this rank's state an asynchronous checkpoint writes from (on the GPU it is host "
-     "memory, shown apart in the dry-run)"},
+     "CPU: the host copy of this rank's state a checkpoint is written from (on the GPU it is host memory, "
+     "page-locked at the start of a run that checkpoints, shown apart in the dry-run)"},
 };
 
 }  // namespace gpt

@@ -116,15 +116,17 @@ std::vector<Field> fields_of(Config& c) {
       {"checkpoint.keep_last", &c.checkpoint.keep_last, "checkpoints kept; older ones are deleted"},
       {"checkpoint.resume", &c.checkpoint.resume, "never / auto (continue from the latest valid checkpoint)"},
       {"checkpoint.async", &c.checkpoint.async,
-       "`true`: the step that checkpoints copies the state to host memory (the `snapshot` memory component) "
-       "and training goes on while a thread writes it; one checkpoint is in flight at most, and a signal or "
-       "the end of the run waits for it. `false`: training waits for every checkpoint to be on disk"},
+       "`true`: the step that checkpoints queues copies of the state into host memory (the `snapshot` memory "
+       "component, allocated and page-locked at the start when `every` > 0) and training goes on while they "
+       "run (the next optimizer update waits for them on the device) and a thread writes the file; one "
+       "checkpoint is in flight at most, and a signal or the end of the run waits for it. `false`: training "
+       "waits for every checkpoint to be on disk"},
       {"checkpoint.on_error", &c.checkpoint.on_error,
        "a checkpoint that fails to write (a full disk): `stop` ends the run (exit 2); `continue` reports it "
        "on stderr and in the log's `message` and trains on, the previous checkpoint kept"},
       {"checkpoint.threads", &c.checkpoint.threads,
-       "threads per rank writing checkpoint files and hashing the snapshot (1-64); verifying a checkpoint "
-       "before it loads reads each file with 4"},
+       "threads per rank writing checkpoint files, and reading them on resume (1-64), each hashing the "
+       "bytes it moves; `export` and `sample` read with 4"},
   };
 }
 

@@ -219,6 +219,7 @@ double ZeroEngine::grad_norm() {
 
 void ZeroEngine::update(const OptimizerHyper& h) {
   ++params_version_;
+  be_.after_copies();  // a snapshot's copies read what AdamW is about to write
   for (int b = 0; b < layout_.n_buckets(); ++b) {
     // decayed tensors come first in every bucket: [0, split) decays, [split, size) does not
     const Bucket& bk = layout_.bucket(b);
@@ -276,6 +277,7 @@ bool ZeroEngine::state_finite() {
 // ---- state exchange (initialisation, checkpoints)
 void ZeroEngine::set_bucket_params(int b, const float* full) {
   ++params_version_;
+  be_.after_copies();
   const size_t lo = piece_begin(b), hi = piece_end(b), n = shape_[b].size;
   float* staged = static_cast<float*>(be_.alloc(4 * n));
   be_.copy_h2d(staged, full, 4 * n);
@@ -301,8 +303,23 @@ void ZeroEngine::get_piece(int b, State s, float* out) {
   }
 }
 
+DType ZeroEngine::state_dtype(State s) const {
+  return s == State::param || (s == State::master && !master_) ? be_.act_dtype() : DType::F32;
+}
+
+void ZeroEngine::copy_piece_async(int b, State s, size_t lo, size_t hi, void* out) {
+  if (hi <= lo) return;
+  if (lo < piece_begin(b) || hi > piece_end(b))
+    throw Error(kExitFailure, "internal error: copy_piece_async outside this rank's piece");
+  const size_t n = hi - lo, off = lo - piece_start(b);  // within the piece
+  if (s == State::master && master_) be_.copy_d2h_async(out, master_ + shard_off_[b] + off, 4 * n);
+  else if (s == State::param || s == State::master) be_.copy_d2h_async(out, act_ptr(param_piece(b), off), esz_ * n);
+  else be_.copy_d2h_async(out, (s == State::m ? m_ : v_) + shard_off_[b] + off, 4 * n);
+}
+
 void ZeroEngine::set_piece(int b, State s, const float* in) {
   ++params_version_;
+  be_.after_copies();
   const size_t n = piece_end(b) - piece_begin(b);
   if (s == State::master && master_) {
     if (n) be_.copy_h2d(master_ + shard_off_[b], in, 4 * n);

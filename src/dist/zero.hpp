@@ -82,6 +82,13 @@ class ZeroEngine final : public ParamStore {
   enum class State { param, master, m, v };  // master without master weights = param
   void get_piece(int b, State s, float* out);
   void set_piece(int b, State s, const float* in);
+  // Checkpoint snapshots: queues a copy of logical elements [lo, hi) of bucket b's state s (within this
+  // rank's piece) into host memory `out` as they are stored: state_dtype(s) (parameters in the compute
+  // dtype, the rest fp32). It lands at backend().wait_copies(); the next update() and set_piece wait
+  // for it on the device, so training goes on meanwhile and the copy stays consistent.
+  void copy_piece_async(int b, State s, size_t lo, size_t hi, void* out);
+  DType state_dtype(State s) const;
+  Backend& backend() const { return be_; }
   // The full bucket's parameters in fp32 (gathers at stage 3; collective).
   void get_bucket_params(int b, float* full);
   bool has_master() const { return master_ != nullptr; }

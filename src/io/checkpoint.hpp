@@ -5,15 +5,18 @@
 // A checkpoint is written into step_NNNNNNNN.tmp/, every file fsynced, then the folder is renamed
 // and `latest` replaced (temp file + rename); old ones are renamed to *.deleting before removal. So a
 // folder named step_NNNNNNNN is always complete, and a kill at any moment leaves the previous one intact.
-// Last into the folder before its rename goes MANIFEST: every rank file's size and XXH3-64 hash, checked
-// before HDF5 opens any file, so damage anywhere (data, metadata, HDF5's own structures) is found and the
-// previous checkpoint tried instead.
+// Last into the folder before its rename goes MANIFEST: every rank file's size and XXH3-64 hashes
+// (MANIFEST 2: the hashes of byte ranges tiling each file), so damage anywhere (data, metadata, HDF5's own
+// structures) is found and the previous checkpoint tried instead: the metadata ranges are checked before
+// HDF5 opens a file, the datasets' as they are read.
 // Each piece records the logical range [begin, end) of its bucket it covers (stage 0, where every rank
 // holds everything, writes an equal slice per rank), so a checkpoint written by N ranks at stage k loads
-// on M ranks at stage j by re-slicing. Every dataset carries an XXH3-64 checksum of its bytes.
-// Writing (io/checkpoint_writer.hpp): a snapshot of the state in host memory, the file's structure made
-// with HDF5 on the main thread (contiguous datasets placed early), then the datasets' bytes written with
-// pwrite by several threads in the background, so training goes on meanwhile.
+// on M ranks at stage j by re-slicing.
+// Writing (io/checkpoint_writer.hpp): a snapshot of the state in host memory (io/snapshot.hpp), the
+// file's structure made with HDF5 on the main thread (contiguous datasets placed early), then the
+// datasets' bytes written with pwrite by several threads in the background, so training goes on meanwhile.
+// Reading (checkpoint_read.cpp): HDF5 reads the structure; the datasets' bytes are read once, with pread
+// on several threads at the offsets HDF5 gives, each range hashed as it arrives.
 #pragma once
 #include <functional>
 #include <string>
@@ -24,6 +27,7 @@
 #include "io/data.hpp"
 #include "io/manifest.hpp"
 #include "io/raw_io.hpp"
+#include "io/snapshot.hpp"
 #include "dist/zero.hpp"
 
 namespace gpt {
@@ -45,23 +49,11 @@ class ResumeMismatch : public AgreedError {
 };
 
 inline constexpr const char* kCheckpointFormat = "gpt2-train checkpoint";
-// 2: datasets contiguous, their checksum attribute XXH3-64 (1: FNV-1a; still read)
-inline constexpr int64_t kCheckpointVersion = 2;
+// 3: the datasets' hashes in the MANIFEST (version 2), by ranges of at most 64 MiB. 2 (still read, with
+// a MANIFEST of version 1): each dataset's XXH3-64 in its `checksum` attribute. 1 (FNV-1a): not read.
+inline constexpr int64_t kCheckpointVersion = 3;
 inline constexpr const char* kStateNames[] = {"param", "master", "m", "v"};
 
-// One rank's share of a checkpoint in host memory, copied at a step boundary: a consistent snapshot that
-// is written while training goes on. Index b*4+k: bucket b, state kStateNames[k].
-struct Snapshot {
-  std::vector<std::vector<float>> data;
-  std::vector<char> has;           // whether the state is written (master only with master weights)
-  std::vector<uint64_t> sums;      // XXH3-64 of each dataset's bytes
-  std::vector<size_t> begin, end;  // per bucket: the logical elements [begin, end) this rank writes
-  size_t bytes() const;            // host memory it holds
-};
-// Copies this rank's share of the engine's state into s (its buffers reused), hashing on `threads` threads.
-void take_snapshot(ZeroEngine& e, const ParamLayout& layout, int rank, int world, int threads, Snapshot& s);
-// Bytes of a snapshot per rank (the memory prediction: the largest rank's share).
-size_t snapshot_bytes(const ParamLayout& layout, int world, const ZeroPolicy& policy, bool has_master);
 // Creates the rank file at path with HDF5, its datasets placed but unwritten; returns where their bytes
 // go (write them with write_regions, from any thread: HDF5 is done with the file).
 std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState& st, const Snapshot& s,
@@ -94,19 +86,19 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 // throws ResumeMismatch when the run cannot continue from it.
 using AcceptCheckpoint = std::function<void(const TrainState&)>;
 
-// Collective: loads one checkpoint folder into the engine (any world size / stage). Throws a named
-// input error (agreed) on a corrupt or mismatched checkpoint.
+// Collective: loads one checkpoint folder into the engine (any world size / stage), reading with `threads`
+// threads. Throws a named input error (agreed) on a corrupt or mismatched checkpoint.
 TrainState load_checkpoint(const std::string& ckpt_dir, ZeroEngine& engine, const ParamLayout& layout, HostComm& host,
-                           const AcceptCheckpoint& accept = {});
+                           const AcceptCheckpoint& accept = {}, int threads = 4);
 
 // Collective: the newest loadable checkpoint of the run (falling back past broken ones, saying so);
 // returns false when the run has none.
 bool load_latest_checkpoint(const std::string& run_dir, ZeroEngine& engine, const ParamLayout& layout,
-                            HostComm& host, TrainState& out, const AcceptCheckpoint& accept = {});
+                            HostComm& host, TrainState& out, const AcceptCheckpoint& accept = {}, int threads = 4);
 
 // Reads the whole model's parameters (logical layout, fp32: the master weights where the checkpoint has
 // them) from a checkpoint folder, on one process.
-std::vector<float> read_checkpoint_params(const std::string& ckpt_dir, const ParamLayout& layout);
+std::vector<float> read_checkpoint_params(const std::string& ckpt_dir, const ParamLayout& layout, int threads = 4);
 // The config a checkpoint was written with.
 std::string read_checkpoint_config(const std::string& ckpt_dir);
 

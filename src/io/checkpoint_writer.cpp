@@ -10,16 +10,14 @@
 namespace gpt {
 
 namespace {
-const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
-                                     ZeroEngine::State::v};
-
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 }  // namespace
 
 // The file's structure (attributes, groups, datasets allocated at known offsets, left unwritten) on the
-// main thread with HDF5; the datasets' bytes follow from the background with write_regions.
+// main thread with HDF5; the datasets' bytes follow from the background with write_regions, their
+// hashes go into the MANIFEST. It needs only the snapshot's shape: its copies may still be under way.
 std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState& st, const Snapshot& s,
                                       const ParamLayout& L, int zero_stage, int rank, int world) {
   h5::Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
@@ -60,81 +58,32 @@ std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState&
     char g[16];
     std::snprintf(g, sizeof g, "b%04d", b);
     h5::Id grp = h5::create_group(f, g);
-    h5::set_attr(grp, "begin", int64_t(s.begin[b]));
-    h5::set_attr(grp, "end", int64_t(s.end[b]));
+    h5::set_attr(grp, "begin", int64_t(s.begin(b)));
+    h5::set_attr(grp, "end", int64_t(s.end(b)));
     h5::set_attr(grp, "bucket_size", int64_t(L.bucket(b).size));
     for (int k = 0; k < 4; ++k) {
       const size_t i = size_t(b) * 4 + size_t(k);
-      if (!s.has[i]) continue;
-      hsize_t n = s.end[b] - s.begin[b];
+      if (!s.has(i)) continue;
+      hsize_t n = s.elems(b);
       h5::Id space(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
       h5::Id ds(H5_CHECK(H5Dcreate2(grp, kStateNames[k], H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
-      h5::set_attr(ds, "checksum", int64_t(s.sums[i]));
       h5::set_attr(ds, "units", std::string("1"));  // parameter values and AdamW moments are pure numbers
       if (n == 0) continue;
       const haddr_t off = H5Dget_offset(ds);
       if (off == HADDR_UNDEF) throw Error(kExitFailure, "'" + path + "': HDF5 placed no storage for " + g);
-      regions.push_back({uint64_t(off), s.data[i].data(), size_t(n) * sizeof(float)});
+      regions.push_back({uint64_t(off), s.data(i), size_t(n) * sizeof(float)});
     }
   }
   H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
   return regions;
 }
 
-void take_snapshot(ZeroEngine& e, const ParamLayout& L, int rank, int world, int threads, Snapshot& s) {
-  const size_t n = size_t(L.n_buckets()) * 4;
-  s.data.resize(n);
-  s.has.assign(n, 0);
-  s.sums.assign(n, 0);
-  s.begin.resize(L.n_buckets());
-  s.end.resize(L.n_buckets());
-  std::vector<float> piece;
-  for (int b = 0; b < L.n_buckets(); ++b) {
-    const size_t plo = e.piece_begin(b), phi = e.piece_end(b);
-    // Without sharding every rank holds the whole state: each writes an equal slice of it, so the files
-    // tile every bucket exactly once, as for the sharded stages.
-    size_t lo = plo, hi = phi;
-    if (!e.policy().shard_optimizer) {
-      const size_t len = phi - plo, per = (len + world - 1) / world;
-      lo = plo + std::min(len, size_t(rank) * per);
-      hi = plo + std::min(len, size_t(rank + 1) * per);
-    }
-    s.begin[b] = lo;
-    s.end[b] = hi;
-    for (int k = 0; k < 4; ++k) {
-      if (kStates[k] == ZeroEngine::State::master && !e.has_master()) continue;
-      const size_t i = size_t(b) * 4 + size_t(k);
-      s.has[i] = 1;
-      s.data[i].resize(hi - lo);
-      if (lo == plo && hi == phi) {
-        e.get_piece(b, kStates[k], s.data[i].data());
-      } else {
-        piece.resize(phi - plo);
-        e.get_piece(b, kStates[k], piece.data());
-        std::copy(piece.begin() + (lo - plo), piece.begin() + (hi - plo), s.data[i].begin());
-      }
-    }
-  }
-  parallel_for(n, threads, [&](size_t i) {
-    if (s.has[i]) s.sums[i] = xxh3(s.data[i].data(), s.data[i].size() * sizeof(float));
-  });
-}
-
-size_t Snapshot::bytes() const {
-  size_t total = 0;
-  for (const auto& d : data) total += d.capacity() * sizeof(float);
-  return total;
-}
-
-size_t snapshot_bytes(const ParamLayout& L, int world, const ZeroPolicy& policy, bool has_master) {
-  size_t elems = 0;
-  for (const BucketShape& sh : bucket_shapes(L, world, policy))
-    elems += policy.shard_optimizer ? std::min(sh.shard, sh.size) : (sh.size + world - 1) / world;
-  return elems * sizeof(float) * (has_master ? 4 : 3);
-}
-
 CheckpointWriter::CheckpointWriter(std::string run_dir, HostComm& host, int keep_last, int threads)
     : run_dir_(std::move(run_dir)), host_(host), keep_last_(keep_last), threads_(threads) {}
+
+bool CheckpointWriter::reserve(ZeroEngine& e, const ParamLayout& L) {
+  return snap_.reserve(e, L, host_.rank(), host_.world());
+}
 
 CheckpointWriter::~CheckpointWriter() {
   if (flight_ && flight_->thread.joinable()) flight_->thread.join();
@@ -151,7 +100,7 @@ void CheckpointWriter::start(const TrainState& st, ZeroEngine& e, const ParamLay
   try {
     agreed(host_, "checkpoint write", [&] {
       try {
-        take_snapshot(e, L, host_.rank(), host_.world(), threads_, snap_);
+        snap_.take(e, L, host_.rank(), host_.world());  // queued: the writer thread waits for it
         f->regions = lay_out_rank_file(rank_file(f->tmp, host_.rank()), st, snap_, L, e.policy().stage,
                                        host_.rank(), host_.world());
       } catch (const std::exception& ex) {
@@ -170,10 +119,11 @@ void CheckpointWriter::start(const TrainState& st, ZeroEngine& e, const ParamLay
 
 void CheckpointWriter::write(Flight& f) {
   try {
+    snap_.complete(threads_);
     if (f.before_write) f.before_write();
     const std::string path = rank_file(f.tmp, host_.rank());
     f.digest.name = std::filesystem::path(path).filename().string();
-    write_regions(path, f.regions, threads_, f.digest.size, f.digest.xxh3);
+    f.digest.extents = write_regions(path, f.regions, threads_, f.digest.size);
   } catch (const std::exception& ex) {
     f.error = std::string("checkpoint write failed: ") + ex.what() + full_disk_note(f.tmp);
   }

@@ -1,7 +1,8 @@
-// Checkpoints written in the background. start() copies this rank's state into host memory (a consistent
-// snapshot at a step boundary), lays out its file with HDF5 on the calling (main) thread, and hands the
-// datasets' bytes to a writer thread (pwrite on several threads, fsync, the file's XXH3 for the
-// MANIFEST). Training goes on meanwhile; no MPI and no HDF5 are called off the main thread. finish(),
+// Checkpoints written in the background. start() queues the copies of this rank's state into host memory
+// (a consistent snapshot at a step boundary, io/snapshot.hpp), lays out its file with HDF5 on the calling
+// (main) thread, and hands the rest to a writer thread: it waits for the copies, then pwrites the
+// datasets' bytes on several threads, hashing each range for the MANIFEST as it goes, and fsyncs.
+// Training goes on meanwhile; no MPI and no HDF5 are called off the main thread. finish(),
 // at the same point on every rank, agrees on every rank's outcome and publishes (io/checkpoint.hpp's
 // protocol: MANIFEST last, rename, `latest`, keep_last), or removes the .tmp folder of a failed write.
 // At most one checkpoint is in flight, and its snapshot buffers are reused by the next.
@@ -20,8 +21,8 @@ namespace gpt {
 struct CheckpointOutcome {
   int64_t step = -1;     // -1: nothing was in flight
   double bytes = 0;      // this rank's file
-  double stall_s = 0;    // training stopped for the snapshot and the layout
-  double written_s = 0;  // from the snapshot to this rank's file synced and hashed
+  double stall_s = 0;    // training stopped to queue the snapshot's copies and lay the file out
+  double written_s = 0;  // from the snapshot to this rank's file written, hashed and synced
 };
 
 class CheckpointWriter {
@@ -31,6 +32,9 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
+  // The snapshot's host memory allocated and page-locked now (at the start of a run that checkpoints)
+  // rather than by the first checkpoint; false when it could not be page-locked.
+  bool reserve(ZeroEngine& e, const ParamLayout& layout);
   // Collective: snapshot, layout, and the background write started (nothing may be in flight: finish()
   // first). before_write runs on the writer thread first (a testing hook). A failure here is agreed.
   void start(const TrainState& st, ZeroEngine& engine, const ParamLayout& layout,

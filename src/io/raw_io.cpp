@@ -34,6 +34,17 @@ std::string sys_error(const std::string& what, const std::string& path) {
   return "cannot " + what + " '" + path + "': " + std::strerror(errno);
 }
 
+// Reads exactly `bytes` at `offset`; a file that ends sooner is an error.
+void read_at(int fd, char* dst, size_t bytes, uint64_t offset, const std::string& path) {
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = ::pread(fd, dst + done, bytes - done, off_t(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(kExitFailure, sys_error("read", path));
+    if (n == 0) throw Error(kExitFailure, "'" + path + "' ends before byte " + std::to_string(offset + bytes));
+    done += size_t(n);
+  }
+}
+
 struct StateDeleter {
   void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
 };
@@ -64,59 +75,97 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) 
 
 uint64_t xxh3(const void* data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
-void write_regions(const std::string& path, const std::vector<Region>& regions, int threads, uint64_t& size,
-                   uint64_t& hash) {
+std::vector<Extent> write_regions(const std::string& path, const std::vector<Region>& regions, int threads,
+                                  uint64_t& size) {
+  std::vector<Region> sorted = regions;
+  std::sort(sorted.begin(), sorted.end(), [](const Region& a, const Region& b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i].offset < sorted[i - 1].offset + sorted[i - 1].bytes)
+      throw Error(kExitFailure, "'" + path + "': dataset bytes overlap");
   Fd f;
   f.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (f.fd < 0) throw Error(kExitFailure, sys_error("open", path));
-  struct Piece {
-    uint64_t off;
-    const char* data;
-    size_t bytes;
-  };
-  std::vector<Piece> pieces;
-  for (const Region& r : regions)
-    for (size_t at = 0; at < r.bytes; at += kPiece)
-      pieces.push_back({r.offset + at, static_cast<const char*>(r.data) + at, std::min(kPiece, r.bytes - at)});
+  // the regions' pieces in file order; each is written and hashed by one thread
+  std::vector<Extent> pieces;
+  std::vector<const char*> from;
+  for (const Region& r : sorted)
+    for (size_t at = 0; at < r.bytes; at += kPiece) {
+      pieces.push_back({r.offset + at, std::min<uint64_t>(kPiece, r.bytes - at), 0, true});
+      from.push_back(static_cast<const char*>(r.data) + at);
+    }
   parallel_for(pieces.size(), threads, [&](size_t i) {
-    const Piece& p = pieces[i];
+    Extent& p = pieces[i];
     for (size_t done = 0; done < p.bytes;) {
-      const ssize_t n = ::pwrite(f.fd, p.data + done, p.bytes - done, off_t(p.off + done));
+      const ssize_t n = ::pwrite(f.fd, from[i] + done, p.bytes - done, off_t(p.offset + done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) throw Error(kExitFailure, sys_error("write", path));
       done += size_t(n);
     }
+    p.xxh3 = XXH3_64bits(from[i], p.bytes);
   });
   if (::fsync(f.fd) != 0) throw Error(kExitFailure, sys_error("sync", path));
   struct stat st{};
   if (::fstat(f.fd, &st) != 0) throw Error(kExitFailure, sys_error("stat", path));
   size = uint64_t(st.st_size);
-  // the whole file's hash, in file order: regions from memory, the gaps from the file
-  std::vector<Region> sorted = regions;
-  std::sort(sorted.begin(), sorted.end(), [](const Region& a, const Region& b) { return a.offset < b.offset; });
-  std::unique_ptr<XXH3_state_t, StateDeleter> h(XXH3_createState());
-  if (!h || XXH3_64bits_reset(h.get()) == XXH_ERROR) throw Error(kExitFailure, "XXH3: cannot allocate its state");
+  // the bytes between the pieces, read back: with them the extents cover the whole file
+  std::vector<Extent> out;
   std::vector<char> gap;
   uint64_t at = 0;
-  auto hash_file_bytes = [&](uint64_t end) {
-    while (at < end) {
+  auto add_gap = [&](uint64_t end) {
+    for (; at < end;) {
       gap.resize(size_t(std::min<uint64_t>(end - at, kPiece)));
-      const ssize_t n = ::pread(f.fd, gap.data(), gap.size(), off_t(at));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw Error(kExitFailure, sys_error("read back", path));
-      XXH3_64bits_update(h.get(), gap.data(), size_t(n));
-      at += uint64_t(n);
+      read_at(f.fd, gap.data(), gap.size(), at, path);
+      out.push_back({at, gap.size(), XXH3_64bits(gap.data(), gap.size()), false});
+      at += gap.size();
     }
   };
-  for (const Region& r : sorted) {
-    if (r.offset < at || r.offset + r.bytes > size)
-      throw Error(kExitFailure, "'" + path + "': dataset bytes overlap or lie beyond the file's end");
-    hash_file_bytes(r.offset);
-    XXH3_64bits_update(h.get(), r.data, r.bytes);
-    at += r.bytes;
+  for (const Extent& p : pieces) {
+    if (p.offset + p.bytes > size) throw Error(kExitFailure, "'" + path + "': dataset bytes lie beyond the file's end");
+    add_gap(p.offset);
+    out.push_back(p);
+    at = p.offset + p.bytes;
   }
-  hash_file_bytes(size);
-  hash = XXH3_64bits_digest(h.get());
+  add_gap(size);
+  return out;
+}
+
+void read_checked(const std::vector<ReadJob>& jobs, int threads) {
+  struct Files {
+    std::vector<std::pair<std::string, int>> fds;
+    ~Files() {
+      for (auto& [p, fd] : fds) ::close(fd);
+    }
+    int of(const std::string& path) const {
+      for (auto& [p, fd] : fds)
+        if (p == path) return fd;
+      return -1;
+    }
+  } files;
+  for (const ReadJob& j : jobs)
+    if (files.of(*j.path) < 0) {
+      const int fd = ::open(j.path->c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw Error(kExitFailure, sys_error("open", *j.path));
+      files.fds.emplace_back(*j.path, fd);
+    }
+  // largest first, so that the last extents to finish are small ones
+  std::vector<size_t> order(jobs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].bytes > jobs[b].bytes; });
+  parallel_for(order.size(), threads, [&](size_t i) {
+    const ReadJob& j = jobs[order[i]];
+    const bool direct = j.out && j.skip == 0 && j.take == j.bytes;
+    std::vector<char> buf;
+    char* dst = static_cast<char*>(j.out);
+    if (!direct) {
+      buf.resize(size_t(j.bytes));
+      dst = buf.data();
+    }
+    read_at(files.of(*j.path), dst, size_t(j.bytes), j.offset, *j.path);
+    if (XXH3_64bits(dst, size_t(j.bytes)) != j.want)
+      throw input_error(j.what + ": checksum mismatch (corrupt data in bytes " + std::to_string(j.offset) + " to " +
+                        std::to_string(j.offset + j.bytes) + ")");
+    if (!direct && j.out) std::memcpy(j.out, dst + j.skip, j.take);
+  });
 }
 
 void hash_file(const std::string& path, int threads, uint64_t& size, uint64_t& hash) {
@@ -136,13 +185,7 @@ void hash_file(const std::string& path, int threads, uint64_t& size, uint64_t& h
       const uint64_t lo = base + i * kPiece, hi = std::min<uint64_t>(size, lo + kPiece);
       got[i] = lo < hi ? size_t(hi - lo) : 0;
       bufs[i].resize(got[i]);
-      for (size_t done = 0; done < got[i];) {
-        const ssize_t n = ::pread(f.fd, bufs[i].data() + done, got[i] - done, off_t(lo + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw Error(kExitFailure, sys_error("read", path));
-        if (n == 0) throw Error(kExitFailure, "'" + path + "' became shorter while it was read");
-        done += size_t(n);
-      }
+      read_at(f.fd, bufs[i].data(), got[i], lo, path);
     });
     for (size_t i = 0; i < t; ++i) XXH3_64bits_update(h.get(), bufs[i].data(), got[i]);
   }

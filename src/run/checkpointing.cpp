@@ -25,6 +25,12 @@ void Checkpointing::guarded(Fn&& fn) {
   }
 }
 
+void Checkpointing::prepare(ZeroEngine& engine, const ParamLayout& layout) {
+  if (!writer_.reserve(engine, layout))
+    std::cerr << "warning: rank " << host_.rank() << " could not page-lock the " << writer_.snapshot_bytes()
+              << " bytes of host memory its checkpoints are copied into: the copies hold training longer\n";
+}
+
 void Checkpointing::save(const TrainState& st, ZeroEngine& engine, const ParamLayout& layout, bool wait,
                          std::function<void()> before_write) {
   settle();  // one in flight at most: its memory is this one's

@@ -14,6 +14,9 @@ class Checkpointing {
  public:
   Checkpointing(const CheckpointConfig& cfg, const std::string& run_dir, HostComm& host, Terminal& term);
 
+  // The snapshot's host memory, allocated and page-locked at the start of a run that checkpoints (else
+  // by its first checkpoint, agreed with the write); says so when it could not be page-locked.
+  void prepare(ZeroEngine& engine, const ParamLayout& layout);
   // Collective: waits for the checkpoint in flight, then starts one of st; with `wait` (or
   // checkpoint.async false) it is on disk and published when this returns.
   void save(const TrainState& st, ZeroEngine& engine, const ParamLayout& layout, bool wait,

@@ -103,12 +103,16 @@ double available_host_bytes() {
 }
 }  // namespace
 
-void check_host_memory(const Plan& plan, HostComm& host) {
+void check_host_memory(const Plan& plan, HostComm& host, bool checkpoints) {
   agreed(host, "the host memory check", [&] {
-    if (plan.device != "cpu") return;
-    const double avail = available_host_bytes(), need = double(predict_memory(plan).total()) * host.local_size();
+    // GPU: the snapshot is the host memory a run takes (page-locked at the start of a run that checkpoints)
+    if (plan.device != "cpu" && !checkpoints) return;
+    const bool cpu = plan.device == "cpu";
+    const double avail = available_host_bytes(),
+                 need = double(cpu ? predict_memory(plan).total() : host_snapshot_bytes(plan)) * host.local_size();
     if (avail > 0 && need > avail)
       throw Error(kExitOutOfMemory, "out of host memory: " + describe(plan) + " needs " + format_bytes(need) +
+                                        (cpu ? "" : " of page-locked host memory for its checkpoint snapshots") +
                                         " (predicted, for " + std::to_string(host.local_size()) +
                                         " rank(s) on this node) and " + format_bytes(avail) + " is available");
   });
@@ -183,7 +187,8 @@ void print_plan(const Config& cfg, const Plan& plan) {
     os << (plan.micro_batch > 0 ? "| (micro_batch: max -> the largest size predicted to fit; a GPU run also tries it)\n"
                                 : "| (activations: micro_batch is 'max', found at start)\n");
   if (plan.device != "cpu")
-    os << "| (checkpoint snapshot: " << format_bytes(double(host_snapshot_bytes(plan))) << " of host memory)\n";
+    os << "| (checkpoint snapshot: " << format_bytes(double(host_snapshot_bytes(plan)))
+       << " of page-locked host memory per rank, taken at the start when checkpoint.every > 0)\n";
   os << "+" << std::string(69, '-') << "\n";
   std::cout << os.str() << std::flush;
 }

@@ -39,14 +39,15 @@ Plan make_plan(const Config& cfg, int world, bool dry_run = false);
 Plan with_micro_batch(Plan plan, int micro_batch);
 // Predicted bytes per rank by component: the engine's buffers plus the model's activations.
 MemoryBreakdown predict_memory(const Plan& plan);
-// Host bytes per rank of a checkpoint's snapshot (io/checkpoint.hpp); the `snapshot` component on CPU.
+// Host bytes per rank of a checkpoint's snapshot (io/snapshot.hpp); the `snapshot` component on CPU.
 size_t host_snapshot_bytes(const Plan& plan);
 // The --dry-run output: the config table, the derived quantities and the memory prediction.
 void print_plan(const Config& cfg, const Plan& plan);
 
-// On the CPU: the predicted memory of this node's ranks against the memory the system has available;
+// The predicted host memory of this node's ranks against the memory the system has available (CPU: all
+// of it; GPU: the checkpoint snapshots, when the run `checkpoints` and so takes them at the start);
 // Error(kExitOutOfMemory) naming both before anything is allocated (agreed across ranks).
-void check_host_memory(const Plan& plan, HostComm& host);
+void check_host_memory(const Plan& plan, HostComm& host, bool checkpoints);
 
 std::string format_bytes(double b);  // "1.50 GiB"
 // "model 48x1600, micro_batch 16 x seq 1024, ZeRO stage 0, recompute 0, 2 rank(s)", for messages

@@ -200,7 +200,7 @@ int run_sweep(const Config& base, const Sweep& sw, const std::vector<PlannedPoin
         std::cout << "\n" << std::flush;
       }
       if (host.rank() == 0) print_plan(pp.cfg, pp.plan);
-      check_host_memory(pp.plan, host);
+      check_host_memory(pp.plan, host, pp.cfg.checkpoint.every > 0);
       r = train(pp.cfg, pp.plan, host, PointInfo{sw.is_sweep ? p.index : -1, p.values_text()}, resume);
     } catch (const Error& e) {
       if (e.code() != kExitBadInput && e.code() != kExitOutOfMemory) throw;

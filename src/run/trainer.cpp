@@ -160,7 +160,7 @@ class Trainer {
     if (resume_) {
       const auto t0 = std::chrono::steady_clock::now();
       const auto accept = [&](const TrainState& old) { check_resumable(resolved_, plan_, old); };
-      resumed_ = load_latest_checkpoint(dir_, *engine_, *layout_, host_, st_, accept);  // agrees internally
+      resumed_ = load_latest_checkpoint(dir_, *engine_, *layout_, host_, st_, accept, cfg_.checkpoint.threads);
       if (resumed_ && fp8_ && !st_.fp8.empty()) agreed("the checkpoint's FP8 state", [&] { fp8_->set_state(st_.fp8); });
       if (resumed_) {
         train_src_->seek(st_.data);
@@ -170,6 +170,7 @@ class Trainer {
       st_.config_yaml = config_to_yaml(resolved_);
     }
     if (!resumed_) timed("initialisation", [&] { init_params(); });
+    if (cfg_.checkpoint.every > 0) timed("checkpoint memory", [&] { ckpt_.prepare(*engine_, *layout_); });
     timed("run log", [&] { open_log(); });
     term_.note("set-up: " + times);
   }

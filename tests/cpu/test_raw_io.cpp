@@ -1,8 +1,10 @@
-// Checkpoint raw I/O: regions written by several threads land at their offsets, the hash computed
-// while writing is the file's own, a failure on one worker is the caller's error.
+// Checkpoint raw I/O: regions written by several threads land at their offsets, the extents hashed
+// while writing tile the file and hash to its bytes, reads check every extent as it arrives, a failure
+// on one worker is the caller's error; bf16 snapshot values widen in place.
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -11,6 +13,7 @@
 
 #include "check.hpp"
 #include "io/raw_io.hpp"
+#include "io/snapshot.hpp"
 
 using namespace gpt;
 
@@ -18,7 +21,7 @@ namespace {
 std::string temp_path(const char* name) { return "/tmp/gpt2_test_raw_io_" + std::to_string(::getpid()) + name; }
 }  // namespace
 
-TEST(write_regions_places_bytes_and_hashes_the_whole_file) {
+TEST(write_regions_places_bytes_and_hashes_every_extent_of_the_file) {
   const std::string p = temp_path("a");
   // a "metadata" prefix and a gap written first, as HDF5 leaves them; then three regions of which one
   // spans several 64 MiB pieces
@@ -31,9 +34,9 @@ TEST(write_regions_places_bytes_and_hashes_the_whole_file) {
     out.write(head.data(), std::streamsize(head.size()));
   }
   CHECK(::truncate(p.c_str(), off_t(off_c + c.size() + 20)) == 0);  // a tail after the data, as HDF5's
-  uint64_t size = 0, hash = 0;
-  write_regions(p, {{off_c, c.data(), c.size()}, {off_a, a.data(), a.size()}, {off_b, b.data(), b.size()}}, 3,
-                size, hash);
+  uint64_t size = 0;
+  const std::vector<Extent> ex =
+      write_regions(p, {{off_c, c.data(), c.size()}, {off_a, a.data(), a.size()}, {off_b, b.data(), b.size()}}, 3, size);
   CHECK(size == off_c + c.size() + 20);
   std::ifstream in(p, std::ios::binary);
   std::vector<char> all((std::istreambuf_iterator<char>(in)), {});
@@ -41,11 +44,21 @@ TEST(write_regions_places_bytes_and_hashes_the_whole_file) {
   CHECK(std::equal(a.begin(), a.end(), all.begin() + off_a));
   CHECK(std::equal(b.begin(), b.end(), all.begin() + off_b));
   CHECK(std::equal(c.begin(), c.end(), all.begin() + off_c));
-  CHECK(hash == xxh3(all.data(), all.size()));
+  // the extents tile the file in order, each hashed right; data ones cover the regions, in <= 64 MiB pieces
+  uint64_t at = 0, data_bytes = 0;
+  for (const Extent& e : ex) {
+    CHECK(e.offset == at && e.bytes > 0 && e.bytes <= (uint64_t(64) << 20));
+    CHECK(e.xxh3 == xxh3(all.data() + e.offset, e.bytes));
+    if (e.data) data_bytes += e.bytes;
+    at += e.bytes;
+  }
+  CHECK(at == size && data_bytes == big + b.size() + c.size());
+  CHECK(ex.front().offset == 0 && !ex.front().data && ex.front().bytes == off_a);
+  CHECK(!ex.back().data && ex.back().bytes == 20);
   uint64_t size2 = 0, hash2 = 0;
   for (int threads : {1, 4}) {
     hash_file(p, threads, size2, hash2);
-    CHECK(size2 == size && hash2 == hash);
+    CHECK(size2 == size && hash2 == xxh3(all.data(), all.size()));
   }
   std::remove(p.c_str());
 }
@@ -55,10 +68,56 @@ TEST(write_regions_refuses_overlaps_and_missing_files) {
   { std::ofstream out(p, std::ios::binary | std::ios::trunc); }
   CHECK(::truncate(p.c_str(), 100) == 0);
   std::vector<char> x(60, 'x');
-  uint64_t size = 0, hash = 0;
-  CHECK_THROWS_WITH((write_regions(p, {{0, x.data(), 60}, {50, x.data(), 50}}, 2, size, hash)), "overlap");
-  CHECK_THROWS_WITH((write_regions(p + "missing", {{0, x.data(), 60}}, 2, size, hash)), "cannot open");
+  uint64_t size = 0;
+  CHECK_THROWS_WITH((write_regions(p, {{0, x.data(), 60}, {50, x.data(), 50}}, 2, size)), "overlap");
+  CHECK_THROWS_WITH((write_regions(p + "missing", {{0, x.data(), 60}}, 2, size)), "cannot open");
   std::remove(p.c_str());
+}
+
+TEST(read_checked_reads_once_checks_each_extent_and_finds_a_flipped_byte) {
+  const std::string p = temp_path("r");
+  std::vector<char> bytes(3 * 1000 + 17);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char(i * 7 + 3);
+  {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  // three extents: one read whole into place, one of which only a middle part is wanted, one checked only
+  std::vector<char> whole(1000), part(300);
+  std::vector<ReadJob> jobs = {
+      {&p, 0, 1000, xxh3(bytes.data(), 1000), whole.data(), 0, 1000, "first"},
+      {&p, 1000, 1000, xxh3(bytes.data() + 1000, 1000), part.data(), 200, 300, "second"},
+      {&p, 2000, 1017, xxh3(bytes.data() + 2000, 1017), nullptr, 0, 0, "third"},
+  };
+  read_checked(jobs, 3);
+  CHECK(std::equal(whole.begin(), whole.end(), bytes.begin()));
+  CHECK(std::equal(part.begin(), part.end(), bytes.begin() + 1200));
+  // one byte changed on disk, outside the part that is wanted: still found, and named
+  {
+    std::fstream f(p, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(1010);
+    f.put(char(bytes[1010] ^ 0x10));
+  }
+  CHECK_THROWS_WITH(read_checked(jobs, 2), "second: checksum mismatch");
+  jobs[1].offset = 2500;  // beyond the end of the file
+  jobs[1].want = 0;
+  CHECK_THROWS_WITH(read_checked({jobs[1]}, 1), "ends before byte");
+  std::remove(p.c_str());
+}
+
+TEST(bf16_values_widen_in_place_in_their_fp32_slot) {
+  for (size_t n : {size_t(1), size_t(7), size_t(4096), size_t(10000)}) {
+    const size_t slot = (n + 15) / 16 * 16;
+    std::vector<float> buf(slot, -1.0f), want(n);
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = f32_to_bf16(float(i) * 0.37f - 5.0f);
+      want[i] = bf16_to_f32(h[i]);
+    }
+    std::memcpy(reinterpret_cast<char*>(buf.data()) + 2 * slot, h.data(), 2 * n);  // the upper half
+    widen_bf16_in_place(buf.data(), n, slot);
+    CHECK_MSG(std::equal(want.begin(), want.end(), buf.begin()), "n = " + std::to_string(n));
+  }
 }
 
 TEST(parallel_for_runs_every_index_and_passes_on_a_failure) {

@@ -1,5 +1,6 @@
 """GPU end to end (skipped with a message on machines without a CUDA device): the loss curve of 50
-steps on tinyshakespeare follows the CPU path, and a bf16 GPT-2 124M run resumes (bit for bit with training.deterministic)."""
+steps on tinyshakespeare follows the CPU path, a bf16 GPT-2 124M run resumes (bit for bit with
+training.deterministic), and a checkpoint written in the background holds its step's state."""
 import os
 import shutil
 import signal
@@ -85,3 +86,35 @@ checkpoint: {{every: 6, keep_last: 2}}
         assert np.array_equal(part["loss"], full), "resumed losses differ from the uninterrupted run"
     else:
         assert np.max(np.abs(part["loss"] - full)) < 0.02, "resumed losses left the uninterrupted run's curve"
+
+
+def test_background_checkpoint_holds_its_steps_state(tmp_path):
+    """checkpoint.async: the snapshot is copied on the copy stream while the next step computes, and that
+    step's update waits for the copies on the device. So the checkpoint written in the background holds
+    the same bytes as the one written while training waits; its bf16 parameters, copied as bf16 and
+    widened on the host, are exact bf16 values next to their master weights."""
+    yaml = f"""
+run: {{name: a, out_dir: {tmp_path}}}
+model: {{preset: d12}}
+data: {{synthetic: true, synthetic_vocab: 50257}}
+training: {{device: cuda, micro_batch: 4, seq_len: 512, steps: 6, lr: 6.0e-4, warmup_steps: 2, deterministic: true}}
+eval: {{batches: 0}}
+log: {{every: 1, progress: false}}
+checkpoint: {{every: 3, keep_last: 2}}
+"""
+    y = write_yaml(tmp_path / "a.yaml", yaml)
+    run_train(["--yaml", y], check=True)
+    run_train(["--yaml", y, "--set", "run.name=s", "--set", "checkpoint.async=false"], check=True)
+    import h5py
+    for step in ("step_00000003", "step_00000006"):
+        with h5py.File(tmp_path / "a/checkpoints" / step / "rank_00000.h5", "r") as fa, \
+                h5py.File(tmp_path / "s/checkpoints" / step / "rank_00000.h5", "r") as fs:
+            for g in fa:
+                if not g.startswith("b"):
+                    continue
+                for name in fa[g]:
+                    a, s = fa[g][name][()], fs[g][name][()]
+                    assert np.array_equal(a.view(np.uint32), s.view(np.uint32)), f"{step} {g}/{name} differs"
+                p, m = fa[g]["param"][()], fa[g]["master"][()]
+                assert not np.any(p.view(np.uint32) & 0xFFFF), f"{step} {g}/param holds values that are not bf16"
+                assert np.all(np.abs(p - m) <= np.abs(m) * 2.0 ** -7 + 1e-30), f"{step} {g}/param is not its master rounded"

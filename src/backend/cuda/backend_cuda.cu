@@ -1,6 +1,7 @@
 // The CUDA backend: activations in bf16 (precision bf16) or fp32 (precision fp32, TF32 matmuls).
 // One compute stream; every op is queued on it and none synchronises with the host except copy_d2h,
-// copy_h2d (its host buffer may be reused on return) and sum_squares.
+// copy_h2d (its host buffer may be reused on return) and sum_squares. A second stream carries the
+// background device-to-host copies of checkpoint snapshots (copy_d2h_async), ordered by events.
 //
 // Memory: plain cudaMalloc. bytes_in_use()/peak_bytes() are this backend's own tally of what it has
 // allocated: model buffers and its internal ones (cuBLASLt workspace, kernel scratch, cuDNN workspace).
@@ -66,6 +67,9 @@ class CudaBackend final : public Backend {
     dtype_ = o.act;
     stochastic_ = o.stochastic_rounding;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&copy_ready_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
     lt_ws_ = alloc(kCublasWorkspaceBytes);
     // deterministic: cuBLASLt's first-choice algorithm for each shape and cuDNN's deterministic
     // attention backward, so a run and its resumption compute bit-identical steps. Otherwise the
@@ -81,12 +85,16 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
+    cudaStreamSynchronize(copy_stream_);  // no copy reads memory freed below
     cudaStreamSynchronize(stream_);
     fp8_.reset();
     attn_.reset();
     lt_.reset();
     for (auto& [p, n] : sizes_) cudaFree(p);
     cudaStreamDestroy(stream_);
+    cudaEventDestroy(copy_ready_);
+    cudaEventDestroy(copied_);
+    cudaStreamDestroy(copy_stream_);
   }
 
   std::string name() const override { return "cuda"; }
@@ -162,6 +170,35 @@ class CudaBackend final : public Backend {
   size_t peak_bytes() const override { return peak_; }
   void reset_peak() override { peak_ = in_use_; }
   void* stream() override { return stream_; }
+
+  // ---- background copies: the copy stream waits for the compute stream at each copy; `copied_` marks
+  // the newest copy's end, which after_copies makes the compute stream wait for
+  bool pin_host(void* p, size_t bytes) override {
+    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+    cudaGetLastError();  // not sticky: the memory stays pageable and copies into it still work
+    return false;
+  }
+  void unpin_host(void* p) override { kernel_boundary([&] { CUDA_CHECK(cudaHostUnregister(p)); }); }
+  void copy_d2h_async(void* dst, const void* src, size_t bytes) override {
+    kernel_boundary([&] {
+      CUDA_CHECK(cudaEventRecord(copy_ready_, stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, copy_ready_, 0));
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, copy_stream_));
+      CUDA_CHECK(cudaEventRecord(copied_, copy_stream_));
+    });
+    copies_pending_ = true;
+  }
+  void after_copies() override {
+    if (!copies_pending_) return;
+    kernel_boundary([&] { CUDA_CHECK(cudaStreamWaitEvent(stream_, copied_, 0)); });
+    copies_pending_ = false;
+  }
+  void wait_copies() override {
+    kernel_boundary([&] {
+      CUDA_CHECK(cudaSetDevice(device_));  // from another thread (the checkpoint writer's): this GPU, not GPU 0
+      CUDA_CHECK(cudaEventSynchronize(copied_));
+    });
+  }
 
   // ---- conversions and elementwise
   void f32_to_act(void* dst, const float* src, size_t n) override {
@@ -386,6 +423,9 @@ class CudaBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   double* sumsq_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // copy_d2h_async
+  cudaEvent_t copy_ready_ = nullptr, copied_ = nullptr;
+  bool copies_pending_ = false;  // a copy queued that the compute stream has not waited for yet
   std::mutex mu_;
   std::unordered_map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;

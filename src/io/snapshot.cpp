@@ -1,0 +1,117 @@
+#include "io/snapshot.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <tuple>
+
+#include "io/raw_io.hpp"
+
+namespace gpt {
+
+namespace {
+const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
+                                     ZeroEngine::State::v};
+constexpr size_t kSlotAlign = 16;  // elements: every slot starts 64-byte aligned
+constexpr size_t kPage = 4096;
+size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+// The logical elements [lo, hi) of bucket b that this rank writes: its piece, or without sharding (every
+// rank holds the whole state) an equal slice of it, so that the files tile every bucket exactly once.
+std::pair<size_t, size_t> share(const ZeroEngine& e, int b, int rank, int world) {
+  const size_t plo = e.piece_begin(b), phi = e.piece_end(b);
+  if (e.policy().shard_optimizer) return {plo, phi};
+  const size_t len = phi - plo, per = (len + world - 1) / world;
+  return {plo + std::min(len, size_t(rank) * per), plo + std::min(len, size_t(rank + 1) * per)};
+}
+
+}  // namespace
+
+Snapshot::~Snapshot() { free_block(); }
+
+void Snapshot::free_block() {
+  if (!block_) return;
+  try {
+    be_->wait_copies();  // none may still land in it
+    if (pinned_) be_->unpin_host(block_);
+  } catch (const Error&) {
+    return;  // the device failed: the memory is left to the process's end rather than freed under a copy
+  }
+  std::free(block_);
+  block_ = nullptr;
+  pinned_ = false;
+}
+
+bool Snapshot::reserve(ZeroEngine& e, const ParamLayout& L, int rank, int world) {
+  if (block_) return pinned_;
+  const size_t n = size_t(L.n_buckets()) * 4;
+  off_.assign(n, 0);
+  slot_.assign(n, 0);
+  has_.assign(n, 0);
+  narrow_.assign(n, 0);
+  begin_.resize(L.n_buckets());
+  end_.resize(L.n_buckets());
+  size_t at = 0;
+  for (int b = 0; b < L.n_buckets(); ++b) {
+    std::tie(begin_[b], end_[b]) = share(e, b, rank, world);
+    for (int k = 0; k < 4; ++k) {
+      if (kStates[k] == ZeroEngine::State::master && !e.has_master()) continue;
+      const size_t i = size_t(b) * 4 + size_t(k);
+      has_[i] = 1;
+      narrow_[i] = e.state_dtype(kStates[k]) == DType::BF16;
+      off_[i] = at;
+      slot_[i] = round_up(end_[b] - begin_[b], kSlotAlign);
+      at += slot_[i];
+    }
+  }
+  bytes_ = at * sizeof(float);
+  be_ = &e.backend();
+  block_ = static_cast<float*>(std::aligned_alloc(kPage, round_up(std::max<size_t>(bytes_, 1), kPage)));
+  if (!block_)
+    throw Error(kExitOutOfMemory, "out of host memory: the checkpoint snapshot needs " + std::to_string(bytes_) + " bytes");
+  pinned_ = bytes_ == 0 || be_->pin_host(block_, bytes_);
+  return pinned_;
+}
+
+void Snapshot::take(ZeroEngine& e, const ParamLayout& L, int rank, int world) {
+  reserve(e, L, rank, world);
+  for (int b = 0; b < L.n_buckets(); ++b)
+    for (int k = 0; k < 4; ++k) {
+      const size_t i = size_t(b) * 4 + size_t(k);
+      if (!has_[i]) continue;
+      char* dst = reinterpret_cast<char*>(block_ + off_[i]) + (narrow_[i] ? 2 * slot_[i] : 0);
+      e.copy_piece_async(b, kStates[k], begin_[b], end_[b], dst);
+    }
+}
+
+void Snapshot::complete(int threads) {
+  be_->wait_copies();
+  parallel_for(off_.size(), threads, [&](size_t i) {
+    if (has_[i] && narrow_[i]) widen_bf16_in_place(block_ + off_[i], elems(int(i / 4)), slot_[i]);
+  });
+}
+
+// Front to back a block at a time: block [i, i+K) ends at byte 4(i+K) <= 2*slot + 2(i+K), where the
+// values not read yet begin, so none is overwritten before it is read.
+void widen_bf16_in_place(float* slot_start, size_t n, size_t slot) {
+  char* base = reinterpret_cast<char*>(slot_start);
+  const char* src = base + 2 * slot;
+  constexpr size_t K = 4096;
+  uint16_t h[K];
+  float f[K];
+  for (size_t i = 0; i < n; i += K) {
+    const size_t k = std::min(K, n - i);
+    std::memcpy(h, src + 2 * i, 2 * k);
+    for (size_t j = 0; j < k; ++j) f[j] = bf16_to_f32(h[j]);
+    std::memcpy(base + 4 * i, f, 4 * k);
+  }
+}
+
+size_t snapshot_bytes(const ParamLayout& L, int world, const ZeroPolicy& policy, bool has_master) {
+  size_t elems = 0;
+  for (const BucketShape& sh : bucket_shapes(L, world, policy))
+    elems += round_up(policy.shard_optimizer ? std::min(sh.shard, sh.size) : (sh.size + world - 1) / world, kSlotAlign);
+  return elems * sizeof(float) * (has_master ? 4 : 3);
+}
+
+}  // namespace gpt
