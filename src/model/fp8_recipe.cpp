@@ -6,7 +6,10 @@ namespace gpt {
 
 Fp8Recipe::Fp8Recipe(Backend& be, int n_layer, const Fp8Options& o)
     : be_(be), o_(o), n_(n_layer * kProducts * kRoles) {
-  if (!be.fp8()) throw Error(kExitBadInput, "training.precision fp8: the " + be.name() + " backend has no FP8 ops");
+  if (!be.fp8())
+    throw Error(kExitBadInput, "training.precision fp8: " + be.hardware() + " (" + be.name() +
+                                   " backend) has no FP8 products; they need a GPU of compute capability 8.9 or "
+                                   "later (Ada, Hopper), or the CPU emulation (training.device: cpu)");
   constexpr int S = fp8::kScaleInvStride;
   const size_t floats = size_t(n_) * (3 + S + o.history);
   dev_ = static_cast<float*>(be.alloc(floats * sizeof(float) + sizeof(unsigned)));
