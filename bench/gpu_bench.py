@@ -4,7 +4,7 @@ same configs in one invocation. Writes results.json and results.md to --out (aga
 run cut short keeps those before it) and prints the table.
 
     python3 bench/gpu_bench.py --out bench_out [--steps 15] [--configs d12:64,d48:16] [--variants 0,1,0det,0prof]
-                               [--no-torch] [--torch-fp8 tensorwise,rowwise] [--matmul-search S]
+                               [--no-torch] [--no-torch-bf16] [--torch-fp8 tensorwise,rowwise] [--matmul-search S]
 
 Variants of this trainer: the recompute level, then "fp8" for training.precision fp8 (bf16 without it),
 "det" for training.deterministic (bit-reproducible steps) or "prof" for a run with log.op_profile whose
@@ -13,7 +13,8 @@ figure), e.g. 0, 1, 0fp8, 0det, 0fp8prof. --matmul-search S sets this trainer's 
 (seconds per matmul shape for cuBLASLt configurations beyond the heuristic's).
 
 PyTorch: the bf16 baseline, and with --torch-fp8 one more run per torchao float8 recipe (pytorch_gpt2.py
---fp8 R: the blocks' Linear layers on FP8); --no-torch leaves out every PyTorch run.
+--fp8 R: the blocks' Linear layers on FP8); --no-torch leaves out every PyTorch run, --no-torch-bf16 only
+the bf16 one.
 
 Both sides: bf16 (or FP8 products where the row says fp8), seq 1024, AdamW, clipping 1.0, random-ish
 tokens, median step after warm-up steps. MFU as in shared BASELINES: FLOPs/token = 6 N + 6 L C T over
@@ -142,6 +143,8 @@ def main(argv=None):
     ap.add_argument("--configs", default="d12:64,d48:16")
     ap.add_argument("--variants", default="0,1,0det,0prof")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-torch-bf16", action="store_true",
+                    help="leave out the PyTorch bf16 baseline but keep the --torch-fp8 runs")
     ap.add_argument("--torch-fp8", default="none", help="comma-separated torchao float8 recipes for extra "
                     "PyTorch runs: tensorwise, rowwise (default none)")
     ap.add_argument("--train", default=str(ROOT / "train"))
@@ -159,7 +162,7 @@ def main(argv=None):
         for v in a.variants.split(","):
             rows.append(ours(preset, int(mb), v, a.steps, a.warmup, out, a.train, a.matmul_search))
             report(rows, out)
-        for fp8 in ([] if a.no_torch else ["none", *recipes]):
+        for fp8 in ([] if a.no_torch else ([] if a.no_torch_bf16 else ["none"]) + recipes):
             rows.append(torch_side(preset, int(mb), a.steps, a.warmup, out, fp8))
             report(rows, out)
     print("\n".join(report(rows, out)))

@@ -51,7 +51,10 @@ log: {every: 1, progress: false}
 checkpoint: {every: 20, keep_last: 1, threads: ${CKPT_THREADS:-4}}
 YAML
   rm -rf "$CK"; df -h "$(dirname "$CK")" | tail -1 | tee "$OUT/disk.txt"
-  /usr/bin/time -v timeout 400 ./train --yaml "$OUT/ckpt.yaml" > "$OUT/ckpt_run.txt" 2> "$OUT/ckpt_time.txt"
+  # peak host memory: GNU time where installed, else the same line from Python's getrusage
+  timev=(python3 -c 'import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); print("Maximum resident set size (kbytes):", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)')
+  [[ -x /usr/bin/time ]] && timev=(/usr/bin/time -v)
+  "${timev[@]}" timeout 400 ./train --yaml "$OUT/ckpt.yaml" > "$OUT/ckpt_run.txt" 2> "$OUT/ckpt_time.txt"
   grep -E "^step +(1[89]|2[0-3])/|checkpoint|set-up|error|warning" "$OUT/ckpt_run.txt" | tee "$OUT/ckpt.txt"
   grep -E "Maximum resident|Elapsed" "$OUT/ckpt_time.txt" | tee -a "$OUT/ckpt.txt"
   python3 - "$CK/async/log.h5" <<'PY' | tee -a "$OUT/ckpt.txt"
@@ -76,7 +79,7 @@ PY
   rm -rf "$CK"
   CK=${CKPT_IO_DIR:-$CK}
   timeout 500 python3 bench/checkpoint_io.py --dir "$CK" --out "$OUT/checkpoint_io.json" --yaml "$OUT/ckpt.yaml" \
-    --set training.steps=1 --raw-gb ${RAW_GB:-16} 2>&1 | tail -n 12
+    --set training.steps=1 --raw-gb ${RAW_GB:-16} --streams ${CKPT_THREADS:-4} 2>&1 | tail -n 12
   rm -rf "$CK"
 fi
 if [[ $parts == *fp8* ]]; then
