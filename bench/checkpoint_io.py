@@ -32,7 +32,7 @@ eval: {{every: 0, batches: 1}}
 log: {{every: 1, progress: false}}
 checkpoint: {{every: 1, keep_last: 1}}
 """
-WRITE = re.compile(r"checkpoint written at step \d+: ([\d.]+) GB in ([\d.]+) s .*training paused ([\d.]+) s")
+WRITE = re.compile(r"checkpoint written at step \d+: ([\d.]+) GB in ([\d.]+) s .*snapshot queued in ([\d.]+) s")
 READ = re.compile(r"resumed from step \d+ of .*: ([\d.]+) GB in ([\d.]+) s")
 
 
@@ -129,7 +129,7 @@ def main():
         "raw_read_gbps": raw_r, "checkpoint_read_gbps": read_gb / read_s if read_s else None,
         "raw_by_streams": {str(n): {"write_gbps": x[0], "read_gbps": x[1]} for n, x in by_streams.items()},
         "checkpoint_threads": threads,
-        "training_paused_s": paused_s, "checkpoint_write_s": write_s, "checkpoint_read_s": read_s,
+        "snapshot_queued_s": paused_s, "checkpoint_write_s": write_s, "checkpoint_read_s": read_s,
         "caches_dropped": dropped and raw_dropped, "ranks": a.ranks, "config": str(y), "set": a.set,
     }
     res["write_fraction_of_raw"] = res["checkpoint_write_gbps"] / raw_w if res["checkpoint_write_gbps"] else None

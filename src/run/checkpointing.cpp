@@ -48,7 +48,8 @@ void Checkpointing::settle() {
   std::error_code ec;
   for (auto& f : std::filesystem::directory_iterator(checkpoint_dir(dir_, o.step), ec)) bytes += double(f.file_size(ec));
   char buf[200];
-  std::snprintf(buf, sizeof buf, "checkpoint written at step %lld: %.3f GB in %.2f s (%.2f GB/s); training paused %.2f s",
+  std::snprintf(buf, sizeof buf, "checkpoint written at step %lld: %.3f GB in %.2f s (%.2f GB/s); snapshot queued in %.2f s "
+                "(the next update waits on the device for its copies)",
                 (long long)o.step, bytes / 1e9, o.written_s, o.written_s > 0 ? bytes / 1e9 / o.written_s : 0.0,
                 o.stall_s);
   term_.note(buf);
