@@ -63,6 +63,15 @@ std::string checkpoint_dir(const std::string& run_dir, int64_t step) {
   return run_dir + "/checkpoints/" + step_name(step);
 }
 
+std::string checkpoint_size_text(const std::string& run_dir, int64_t step, double sec) {
+  double bytes = 0;
+  std::error_code ec;
+  for (auto& f : fs::directory_iterator(checkpoint_dir(run_dir, step), ec)) bytes += double(f.file_size(ec));
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.3f GB in %.2f s (%.2f GB/s)", bytes / 1e9, sec, sec > 0 ? bytes / 1e9 / sec : 0.0);
+  return buf;
+}
+
 namespace {
 // Every rank's file digest, gathered on every rank (rank r broadcasts its own: size, extent count, extents).
 std::vector<FileDigest> gather_digests(const FileDigest& mine, HostComm& host) {

@@ -72,6 +72,8 @@ void publish_checkpoint(const std::string& run_dir, int64_t step, const FileDige
 
 // <run dir>/checkpoints/step_NNNNNNNN: where the checkpoint of a step lives.
 std::string checkpoint_dir(const std::string& run_dir, int64_t step);
+// "24.923 GB in 18.42 s (1.35 GB/s)": the size of step's checkpoint folder (every rank's file) over sec.
+std::string checkpoint_size_text(const std::string& run_dir, int64_t step, double sec);
 
 // The run's newest complete checkpoint folder ("" when it has none).
 std::string latest_checkpoint(const std::string& run_dir);

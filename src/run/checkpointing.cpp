@@ -44,14 +44,11 @@ void Checkpointing::settle() {
   if (!done || done->step < 0 || host_.rank() != 0) return;
   const CheckpointOutcome& o = *done;
   // every rank's file, over rank 0's time: the checkpoint's rate when the ranks share one disk
-  double bytes = 0;
-  std::error_code ec;
-  for (auto& f : std::filesystem::directory_iterator(checkpoint_dir(dir_, o.step), ec)) bytes += double(f.file_size(ec));
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "checkpoint written at step %lld: %.3f GB in %.2f s (%.2f GB/s); snapshot queued in %.2f s "
-                "(the next update waits on the device for its copies)",
-                (long long)o.step, bytes / 1e9, o.written_s, o.written_s > 0 ? bytes / 1e9 / o.written_s : 0.0,
-                o.stall_s);
+  char queued[32];
+  std::snprintf(queued, sizeof queued, "%.2f", o.stall_s);
+  const std::string buf = "checkpoint written at step " + std::to_string(o.step) + ": " +
+                          checkpoint_size_text(dir_, o.step, o.written_s) + "; snapshot queued in " + queued +
+                          " s (the next update waits on the device for its copies)";
   term_.note(buf);
 }
 

@@ -34,16 +34,6 @@ namespace gpt {
 
 namespace {
 
-// "2.31 GB in 1.2 s (1.9 GB/s)" for the checkpoint of a step.
-std::string dir_size_text(const std::string& run, int64_t step, double sec) {
-  double bytes = 0;
-  std::error_code ec;
-  for (auto& f : std::filesystem::directory_iterator(checkpoint_dir(run, step), ec)) bytes += double(f.file_size(ec));
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%.3f GB in %.2f s (%.2f GB/s)", bytes / 1e9, sec, sec > 0 ? bytes / 1e9 / sec : 0.0);
-  return buf;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -165,7 +155,7 @@ class Trainer {
       if (resumed_) {
         train_src_->seek(st_.data);
         term_.note("resumed from step " + std::to_string(st_.step) + " of " + dir_ + ": " +
-                   dir_size_text(dir_, st_.step, seconds_since(t0)));
+                   checkpoint_size_text(dir_, st_.step, seconds_since(t0)));
       }
       st_.config_yaml = config_to_yaml(resolved_);
     }

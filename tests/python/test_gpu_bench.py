@@ -114,3 +114,16 @@ def test_bad_torch_fp8_recipe(bench, tmp_path, capsys):
         bench.main(["--out", str(tmp_path), "--torch-fp8", "tensorwise,blockwise"])
     assert e.value.code == 2 and "blockwise" in capsys.readouterr().err
     assert not bench.commands
+
+
+def test_no_torch_bf16_keeps_the_recipes(bench, tmp_path):
+    """--no-torch-bf16 (its row measured in another call): only the torchao recipes run on the PyTorch
+    side, each still held against this trainer's bf16, and no ratio against a PyTorch bf16 row appears."""
+    bench.main(["--out", str(tmp_path), "--configs", "d12:64", "--variants", "0,0fp8", "--no-torch-bf16",
+                "--torch-fp8", "tensorwise", "--train", "/bin/false"])
+    torch_cmds = [c for c in bench.commands if c[1].endswith("pytorch_gpt2.py")]
+    assert [c[c.index("--fp8") + 1] if "--fp8" in c else None for c in torch_cmds] == ["tensorwise"]
+    by = {r["impl"]: r for r in json.loads((tmp_path / "results.json").read_text())}
+    assert list(by) == ["this", "this fp8", "pytorch fp8 tensorwise"]
+    assert by["pytorch fp8 tensorwise"]["vs_this_bf16"] == pytest.approx(100 / 90)
+    assert all("vs_pytorch" not in r for r in by.values())
