@@ -1,5 +1,7 @@
 #include "io/snapshot.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -13,7 +15,9 @@ namespace {
 const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
                                      ZeroEngine::State::v};
 constexpr size_t kSlotAlign = 16;  // elements: every slot starts 64-byte aligned
-constexpr size_t kPage = 4096;
+// Transparent huge pages where the kernel offers them on request: page-locking 2 MiB pages is faster than
+// 4 KiB ones (bench/host_pinning: 5.3 against 7.0 s for 16 GiB on an H200's host)
+constexpr size_t kPage = size_t(2) << 20;
 size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 // The logical elements [lo, hi) of bucket b that this rank writes: its piece, or without sharding (every
@@ -66,9 +70,11 @@ bool Snapshot::reserve(ZeroEngine& e, const ParamLayout& L, int rank, int world)
   }
   bytes_ = at * sizeof(float);
   be_ = &e.backend();
-  block_ = static_cast<float*>(std::aligned_alloc(kPage, round_up(std::max<size_t>(bytes_, 1), kPage)));
+  const size_t whole = round_up(std::max<size_t>(bytes_, 1), kPage);
+  block_ = static_cast<float*>(std::aligned_alloc(kPage, whole));
   if (!block_)
     throw Error(kExitOutOfMemory, "out of host memory: the checkpoint snapshot needs " + std::to_string(bytes_) + " bytes");
+  madvise(block_, whole, MADV_HUGEPAGE);  // a hint: without huge pages the block is simply 4 KiB pages
   pinned_ = bytes_ == 0 || be_->pin_host(block_, bytes_);
   return pinned_;
 }
