@@ -18,20 +18,13 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/check.cuh"
+
 namespace {
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "error: %s: %s\n", #x, cudaGetErrorString(e_));             \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 
 struct Result {
   const char* way;
@@ -40,16 +33,18 @@ struct Result {
 
 // One 1 GiB copy from the device into the first GiB of p, GB/s.
 double copy_rate(void* p, void* dev, size_t bytes) {
-  CHECK(cudaMemcpy(p, dev, bytes, cudaMemcpyDeviceToHost));  // warm
+  CUDA_CHECK(cudaMemcpy(p, dev, bytes, cudaMemcpyDeviceToHost));  // warm
   cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  CHECK(cudaEventRecord(a));
-  CHECK(cudaMemcpyAsync(p, dev, bytes, cudaMemcpyDeviceToHost));
-  CHECK(cudaEventRecord(b));
-  CHECK(cudaEventSynchronize(b));
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  CUDA_CHECK(cudaEventRecord(a));
+  CUDA_CHECK(cudaMemcpyAsync(p, dev, bytes, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaEventRecord(b));
+  CUDA_CHECK(cudaEventSynchronize(b));
   float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, a, b));
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
   return bytes / 1e9 / (ms / 1e3);
 }
 
@@ -58,19 +53,19 @@ Result run(const char* way, size_t n, void* dev, size_t copy) {
   void* p = nullptr;
   const bool alloc = std::strcmp(way, "host_alloc") == 0, thp = std::strcmp(way, "register_thp") == 0;
   if (alloc) {
-    CHECK(cudaHostAlloc(&p, n, cudaHostAllocDefault));
+    CUDA_CHECK(cudaHostAlloc(&p, n, cudaHostAllocDefault));
   } else {
     p = std::aligned_alloc(thp ? size_t(2) << 20 : 4096, n);
     if (!p) std::exit((std::fprintf(stderr, "error: out of host memory\n"), 1));
     if (thp) madvise(p, n, MADV_HUGEPAGE);
-    CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
+    CUDA_CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
   }
   const double lock_s = since(t0);
   const double gbps = copy_rate(p, dev, copy);
   if (alloc) {
-    CHECK(cudaFreeHost(p));
+    CUDA_CHECK(cudaFreeHost(p));
   } else {
-    CHECK(cudaHostUnregister(p));
+    CUDA_CHECK(cudaHostUnregister(p));
     std::free(p);
   }
   return {way, lock_s, gbps};
@@ -78,7 +73,7 @@ Result run(const char* way, size_t n, void* dev, size_t copy) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_all(int argc, char** argv) {
   double gib = 8;
   std::string json;
   for (int i = 1; i < argc; ++i) {
@@ -90,8 +85,8 @@ int main(int argc, char** argv) {
   if (!(gib >= 1)) return std::fprintf(stderr, "error: --gib must be at least 1\n"), 2;
   const size_t n = size_t(gib * double(size_t(1) << 30)) & ~size_t(4095), copy = size_t(1) << 30;
   void* dev = nullptr;
-  CHECK(cudaMalloc(&dev, copy));
-  CHECK(cudaMemset(dev, 1, copy));
+  CUDA_CHECK(cudaMalloc(&dev, copy));
+  CUDA_CHECK(cudaMemset(dev, 1, copy));
   std::string out = "[";
   std::printf("%-14s %10s %10s %14s\n", "way", "lock s", "GB/s", "d2h GB/s");
   for (const char* way : {"register_4k", "register_thp", "host_alloc"}) {
@@ -109,6 +104,15 @@ int main(int argc, char** argv) {
     if (!f || std::fputs(out.c_str(), f) < 0 || std::fclose(f) != 0 || std::rename(tmp.c_str(), json.c_str()) != 0)
       return std::fprintf(stderr, "error: cannot write %s\n", json.c_str()), 1;
   }
-  CHECK(cudaFree(dev));
+  CUDA_CHECK(cudaFree(dev));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_all(argc, argv);
+  } catch (const gpt::kern::KernelError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -68,6 +68,15 @@ def tiny_yaml(tmp_path, name="t", steps=20, B=4, stage=0, accum=1, ckpt_every=0,
     return write_yaml(tmp_path / f"{name}.yaml", text)
 
 
+def flip_bit(path, offset, mask=0x01):
+    """Damages one byte of a file in place: the bits of mask flipped at offset."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ mask]))
+
+
 def read_log(path):
     import h5py
     with h5py.File(path, "r") as f:

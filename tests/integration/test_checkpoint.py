@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import TRAIN, mpirun_cmd, read_log, run_train, tiny_yaml
+from conftest import TRAIN, flip_bit, mpirun_cmd, read_log, run_train, tiny_yaml
 from test_zero import PARAM_ATOL, checkpoint_state, flat
 
 EXIT_BAD_INPUT, EXIT_CHECKPOINTED = 1, 75
@@ -264,11 +264,7 @@ def flip_byte(path, dataset="b0001/param"):
     with h5py.File(path, "r") as f:
         ds = f[dataset]
         off = ds.id.get_offset() + ds.id.get_storage_size() // 2
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x10]))
+    flip_bit(path, off, 0x10)
 
 
 DAMAGE = {

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import read_log
+from conftest import flip_bit, read_log
 from test_checkpoint import latest, params, run, yaml
 
 
@@ -86,14 +86,6 @@ def test_manifest_extents_tile_every_file_and_are_the_datasets(tmp_path, ranks, 
         assert {k for k, *_ in extents} == {"m", "d"}
 
 
-def flip(path, offset):
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0x04]))
-
-
 @pytest.mark.parametrize("dataset", ["b0000/param", "b0001/v", "b0002/m"])
 def test_a_flipped_byte_in_a_dataset_is_found_and_the_previous_checkpoint_used(tmp_path, dataset):
     """Two ranks at stage 1, each reading its own file: the damage is in rank 1's file, found by rank 1
@@ -106,7 +98,7 @@ def test_a_flipped_byte_in_a_dataset_is_found_and_the_previous_checkpoint_used(t
     with h5py.File(victim, "r") as f:
         ds = f[dataset]
         off = ds.id.get_offset() + ds.id.get_storage_size() - 3  # in the last extent, not at its start
-    flip(victim, off)
+    flip_bit(victim, off, 0x04)
     p = run(["--yaml", y, "--resume"], ranks=2)
     assert "falling back" in p.stderr and "checksum mismatch" in p.stderr, p.stderr[-3000:]
     assert "rank_00001.h5" in p.stderr and dataset in p.stderr, p.stderr[-3000:]
@@ -157,7 +149,7 @@ def test_a_version_2_checkpoint_still_loads_and_is_still_checked(tmp_path, ranks
             p_.rename(run_dir / "checkpoints" / ("gone_" + p_.name))
     with h5py.File(old / "rank_00000.h5", "r") as f:
         off = f["b0001/m"].id.get_offset() + 5
-    flip(old / "rank_00000.h5", off)
+    flip_bit(old / "rank_00000.h5", off, 0x04)
     p = run(["export", "--ckpt", old, "--out", tmp_path / "x.bin"], ok=(1,))
     assert "checksum mismatch" in p.stderr and "rank_00000.h5" in p.stderr, p.stderr[-2000:]
 

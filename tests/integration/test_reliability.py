@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import TRAIN, mpirun_cmd, read_log, run_train, tiny_yaml, write_yaml
+from conftest import TRAIN, flip_bit, mpirun_cmd, read_log, run_train, tiny_yaml, write_yaml
 
 EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OOM = 1, 2, 3
 BOUND_S = 60  # a one-rank failure must end the whole job within this (it hung until the wall clock before)
@@ -209,14 +209,6 @@ def test_full_disk_during_log_write(tmp_path, train_bin, small_fs):
 
 
 # ---- integrity of everything: damage to metadata or to HDF5's own structure falls back too
-def flip(path, offset):
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0x01]))
-
-
 @pytest.mark.parametrize("where", ["superblock", "step attribute"])
 def test_damage_outside_the_tensors_falls_back(tmp_path, train_bin, where):
     y = tiny_yaml(tmp_path, steps=20, ckpt_every=10)
@@ -224,12 +216,12 @@ def test_damage_outside_the_tensors_falls_back(tmp_path, train_bin, where):
     ref = read_log(tmp_path / "runs/t/log.h5")
     newest = tmp_path / "runs/t/checkpoints/step_00000020/rank_00000.h5"
     if where == "superblock":
-        flip(newest, 9)  # HDF5's own structure: parsing it could crash the library
+        flip_bit(newest, 9)  # HDF5's own structure: parsing it could crash the library
     else:
         data = newest.read_bytes()
         i = data.find(np.int64(20).tobytes(), data.find(b"step"))  # the value next to the attribute's name
         assert i > 0
-        flip(newest, i)  # step 20 -> 21: a valid file claiming the wrong step
+        flip_bit(newest, i)  # step 20 -> 21: a valid file claiming the wrong step
     p = run_train(["--yaml", y, "--resume"], check=True)
     assert "falling back" in p.stderr and "checksum mismatch" in p.stderr, p.stderr
     assert "resumed from step 10" in p.stdout
