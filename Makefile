@@ -25,7 +25,7 @@ $(call need,pkg-config --exists $(HDF5_PC),HDF5,apt-get install libhdf5-dev)
 $(call need,test -f /usr/include/xxhash.h,xxHash,apt-get install libxxhash-dev)
 $(call need,test -f /usr/include/boost/program_options.hpp,Boost.Program_options,apt-get install libboost-program-options-dev)
 $(call need,test -f /usr/include/nlohmann/json.hpp,nlohmann-json,apt-get install nlohmann-json3-dev)
-$(call need,test -f /usr/include/xxhash.h,xxHash,apt-get install libxxhash-dev)
+$(call need,test -f /usr/include/gmock/gmock.h,GoogleTest and GoogleMock,apt-get install libgtest-dev libgmock-dev)
 $(call need,test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h,OpenBLAS (cblas.h),apt-get install libopenblas-dev)
 endif
 
@@ -34,8 +34,10 @@ CXXFLAGS ?= -O3 -march=x86-64-v2 -g
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter
 LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lxxhash -lopenblas -lgomp -lpthread
 
-# every source under src/ but main and the no-CUDA stub; objects mirror the folders under $(BUILD)/
-CORE_SRC := $(filter-out src/cli/main.cpp src/backend/cuda_stub.cpp,$(shell find src -name '*.cpp'))
+# every source under src/ but main and the no-CUDA stubs (*_stub.cpp: what a .cu file defines, for builds
+# without CUDA); objects mirror the folders under $(BUILD)/
+STUB_SRC := $(shell find src -name '*_stub.cpp')
+CORE_SRC := $(filter-out src/cli/main.cpp $(STUB_SRC),$(shell find src -name '*.cpp'))
 CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
 HEADERS := $(shell find src -name '*.hpp' -o -name '*.inc') $(wildcard kernels/*.h)
 CU_HEADERS := $(wildcard kernels/*.cuh kernels/*.h) $(shell find src -name '*.cuh')
@@ -45,11 +47,11 @@ CUDNN_FE_INC ?= $(shell $(PY) -c 'import sysconfig;print(sysconfig.get_paths()["
 $(if $(wildcard $(CUDNN_FE_INC)/cudnn_frontend.h),,$(if $(filter clean,$(MAKECMDGOALS)),,$(error cudnn_frontend.h not found in $(CUDNN_FE_INC): pip install nvidia-cudnn-frontend (or run scripts/setup.sh), or set CUDNN_FE_INC)))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr -lineinfo
 NVCCFLAGS += -Isrc -I. -I$(CUDNN_FE_INC) -Xcompiler -fopenmp $(shell pkg-config --cflags-only-I $(HDF5_PC))
-CU_SRC := $(wildcard kernels/*.cu src/backend/cuda/*.cu)
+CU_SRC := $(wildcard kernels/*.cu) $(shell find src -name '*.cu')
 CU_OBJ := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lnvrtc
 else
-CU_OBJ := $(BUILD)/backend/cuda_stub.o
+CU_OBJ := $(STUB_SRC:src/%.cpp=$(BUILD)/%.o)
 endif
 
 TEST_SRC := $(wildcard tests/cpu/test_*.cpp) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.cpp))
@@ -67,7 +69,7 @@ $(BUILD)/%.o: src/%.cpp $(HEADERS)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
 
 # kernels/ depend on their own headers only; the CUDA backend and the benchmarks on src/'s too
-$(BUILD)/cu/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh kernels/*.h)
+$(BUILD)/cu/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh kernels/*.h) src/base/fp8_math.hpp
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
 
@@ -75,9 +77,11 @@ $(BUILD)/cu/%.o: %.cu $(HEADERS) $(CU_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
 
+# GoogleTest: a test program with a main of its own keeps it (gtest_main's is not pulled in then)
+TEST_LIBS := -lgmock -lgtest_main -lgtest
 $(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp) $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(TEST_LIBS) $(LDLIBS)
 
 # kept: scripts/bundle.sh relinks the benchmarks from their objects
 .PRECIOUS: $(BUILD)/cu/%.o $(BUILD)/cu/kernels/%.o

@@ -32,7 +32,7 @@ eval: {{every: 0, batches: 1}}
 log: {{every: 1, progress: false}}
 checkpoint: {{every: 1, keep_last: 1}}
 """
-WRITE = re.compile(r"checkpoint written at step \d+: ([\d.]+) GB in ([\d.]+) s .*snapshot queued in ([\d.]+) s")
+WRITE = re.compile(r"checkpoint written at step \d+: ([\d.]+) GB in ([\d.]+) s .*snapshot (?:queued|copied) in ([\d.]+) s")
 READ = re.compile(r"resumed from step \d+ of .*: ([\d.]+) GB in ([\d.]+) s")
 
 
@@ -115,7 +115,9 @@ def main():
         sys.exit("no checkpoint write reported:\n" + out[-2000:])
     gb, write_s, paused_s = map(float, m[-1])
     dropped = drop_caches()
-    out = train(["--yaml", str(y)] + sets + common + ["--resume"], [], a.ranks)
+    # one step more (a resume of the completed run would read nothing), without another checkpoint
+    more = ["--set", f"training.steps={a.steps + 1}", "--set", "checkpoint.every=0"]
+    out = train(["--yaml", str(y)] + sets + common + more + ["--resume"], [], a.ranks)
     r = READ.search(out)
     if not r:
         sys.exit("no checkpoint read reported:\n" + out[-2000:])

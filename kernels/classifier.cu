@@ -13,6 +13,13 @@
 // dloss != 0): 3.2 ms with the first; 4.7-4.9 ms with the second (4.3 TB/s, at the copy bandwidth; the
 // same with residency cut to 2-6 rows per SM); 5.6 ms with natural exponentials, a merge per vector and
 // a bounds check per logit; 6.2 ms with 1024-thread blocks.
+//
+// With an FP8 gradient (args.q.out: training.fp8_classifier) both kernels make pass two write the
+// gradient as bytes to q.out, one byte per logit with the same vector width, and leave the row alone (the
+// shared-memory kernel then has nothing to copy back), so HBM sees a read of bf16 and a write of FP8 per
+// logit; each block folds its max |g| into q.amax with one atomic, as the FP8 casts do (fp8_cast.cu).
+#include <cuda_fp8.h>
+
 #include <cfloat>
 #include <cstdint>
 #include <type_traits>
@@ -32,6 +39,37 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// v rounded to FP8, nearest even, saturating at the largest finite value (as fp8_cast.cu and base/fp8.hpp)
+__device__ __forceinline__ uint8_t quantize(float v, fp8::Format f) {
+  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2));
+}
+// V bytes in one store: p is V-byte aligned (the launcher checks q.out; rows are Vp bytes, Vp % V == 0)
+template <int V>
+__device__ __forceinline__ void store_bytes(uint8_t* p, const uint8_t (&q)[V]) {
+  if constexpr (V == 8) {
+    *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(q);
+  } else if constexpr (V == 4) {
+    *reinterpret_cast<uint32_t*>(p) = *reinterpret_cast<const uint32_t*>(q);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) p[k] = q[k];
+  }
+}
+// One gradient value into the thread's running max |g| (a NaN counts as infinity, as in the casts)
+__device__ __forceinline__ float fold_abs(float m, float g) { return isnan(g) ? INFINITY : fmaxf(m, fabsf(g)); }
+// The block's max |g| folded into *amax (nullable) by thread 0: non-negative floats order as their bit
+// patterns. Every thread of the block calls it; sh: 32 floats.
+__device__ __forceinline__ void block_amax(float m, float* amax, float* sh) {
+  m = warp_max(m);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  if (lane == 0) sh[warp] = m;
+  __syncthreads();
+  if (threadIdx.x == 0 && amax) {
+    for (int w = 1; w < nw; ++w) m = fmaxf(m, sh[w]);
+    atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+  }
+}
+
 // (m, s): s = sum of 2^(y - m) over the values y seen, m their maximum (base-2 scaled logits)
 __device__ __forceinline__ void online_merge(float& m, float& s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
@@ -74,7 +112,8 @@ __device__ __forceinline__ float block_lse2(float m, float s, float* sh_m, float
   return m + log2f(s);
 }
 
-template <class X, int V>
+// Q: the gradient goes to a.q.out as FP8 bytes (the logits are only read)
+template <class X, int V, bool Q>
 __global__ void __launch_bounds__(kThreads) classifier_kernel(ClassifierArgs<X> a) {
   __shared__ float sh_m[32], sh_s[32];
   __shared__ float sh_target;
@@ -109,10 +148,31 @@ __global__ void __launch_bounds__(kThreads) classifier_kernel(ClassifierArgs<X> 
     fold_partial_vector<X, V>(m, s, ldv<X, V>(x + c), c, a.V);
   const float lse2 = block_lse2(m, s, sh_m, sh_s);
   if (threadIdx.x == 0) a.losses[row] = lse2 / kLog2e - sh_target;
+  const float dloss = a.dloss;
+  if constexpr (Q) {  // pass two into FP8 bytes: q = fp8((2^(y - lse2) - [col == target]) * dloss * scale)
+    __shared__ float sh_a[32];
+    const float qscale = *a.q.scale;
+    uint8_t* out = a.q.out + size_t(row) * a.Vp;
+    float amax = 0.0f;
+#pragma unroll 4
+    for (c = threadIdx.x * V; c < a.Vp; c += stride) {
+      const Vec<X, V> xv = ldv<X, V>(x + c);
+      alignas(V) uint8_t q[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float p = c + k < a.V ? ex2(fmaf(to_f(xv.v[k]), kLog2e, -lse2)) : 0.0f;
+        const float g = (c + k == target ? p - 1.0f : p) * dloss;
+        amax = fold_abs(amax, g);
+        q[k] = quantize(g * qscale, a.q.fmt);
+      }
+      store_bytes<V>(out + c, q);
+    }
+    block_amax(amax, a.q.amax, sh_a);
+    return;
+  }
   if (a.dloss == 0.0f) return;
 
   // pass two: d = (2^(y - lse2) - [col == target]) * dloss
-  const float dloss = a.dloss;
 #pragma unroll 4
   for (c = threadIdx.x * V; c < a.Vp; c += stride) {
     const Vec<X, V> xv = ldv<X, V>(x + c);
@@ -141,6 +201,8 @@ __global__ void __launch_bounds__(kThreads) classifier_kernel(ClassifierArgs<X> 
 constexpr int kRowThreads = 512;
 constexpr size_t kRowSmemMax = 110 * 1024;  // two rows per SM
 
+// Q: the gradient goes to a.q.out as FP8 bytes, 8 per thread and vector, and the row is not copied back
+template <bool Q>
 __global__ void __launch_bounds__(kRowThreads) classifier_row_smem_kernel(ClassifierArgs<bf16> a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bar;
@@ -178,10 +240,30 @@ __global__ void __launch_bounds__(kRowThreads) classifier_row_smem_kernel(Classi
   for (; c < a.V; c += stride) fold_partial_vector<bf16, V>(m, s, ldv<bf16, V>(row + c), c, a.V);
   const float lse2 = block_lse2(m, s, sh_m, sh_s);
   if (threadIdx.x == 0) a.losses[blockIdx.x] = lse2 / kLog2e - target_logit;
+  const float dloss = a.dloss;
+  if constexpr (Q) {  // pass two into FP8 bytes, from shared memory; nothing is copied back
+    __shared__ float sh_a[32];
+    const float qscale = *a.q.scale;
+    uint8_t* out = a.q.out + size_t(blockIdx.x) * a.Vp;
+    float amax = 0.0f;
+    for (c = threadIdx.x * V; c < a.Vp; c += stride) {
+      const Vec<bf16, V> xv = ldv<bf16, V>(row + c);
+      alignas(V) uint8_t q[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float p = c + k < a.V ? ex2(fmaf(to_f(xv.v[k]), kLog2e, -lse2)) : 0.0f;
+        const float g = (c + k == target ? p - 1.0f : p) * dloss;
+        amax = fold_abs(amax, g);
+        q[k] = quantize(g * qscale, a.q.fmt);
+      }
+      store_bytes<V>(out + c, q);
+    }
+    block_amax(amax, a.q.amax, sh_a);
+    return;  // every thread waited for the barrier: the row's copy has landed
+  }
   if (a.dloss == 0.0f) return;  // nothing was written: no copy back (the barrier's copy has landed)
 
   // pass two: the gradient over the row in place, then one bulk copy back
-  const float dloss = a.dloss;
   for (c = threadIdx.x * V; c < a.Vp; c += stride) {
     const Vec<bf16, V> xv = ldv<bf16, V>(row + c);
     Vec<bf16, V> g;
@@ -202,21 +284,28 @@ template <class X>
 void classifier(const ClassifierArgs<X>& a, cudaStream_t s) {
   if (a.N == 0) return;
   constexpr int V = kVec16<X>;
-  const bool vec = a.Vp % V == 0 && is_aligned(a.logits, 16);
+  const bool q = a.q.out != nullptr;
+  if (q && !a.q.scale) throw KernelError(KernelError::Kind::kUnsupported, "classifier: an FP8 gradient needs its scale");
+  // vectors: rows of whole 16-byte vectors of logits, and of V-byte vectors of the FP8 gradient
+  const bool vec = a.Vp % V == 0 && is_aligned(a.logits, 16) && (!q || is_aligned(a.q.out, V));
   if constexpr (std::is_same_v<X, bf16>) {
     const size_t row_bytes = size_t(a.Vp) * sizeof(X);
     if (vec && row_bytes <= kRowSmemMax) {  // rows 16-byte aligned, two fit in an SM's shared memory
-      CUDA_CHECK(cudaFuncSetAttribute(classifier_row_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(row_bytes)));
-      classifier_row_smem_kernel<<<a.N, kRowThreads, row_bytes, s>>>(a);
+      auto kernel = q ? classifier_row_smem_kernel<true> : classifier_row_smem_kernel<false>;
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(row_bytes)));
+      kernel<<<a.N, kRowThreads, row_bytes, s>>>(a);
       CUDA_CHECK_LAUNCH();
       return;
     }
   }
-  if (vec)
-    classifier_kernel<X, V><<<a.N, kThreads, 0, s>>>(a);
+  if (q && vec)
+    classifier_kernel<X, V, true><<<a.N, kThreads, 0, s>>>(a);
+  else if (q)
+    classifier_kernel<X, 1, true><<<a.N, kThreads, 0, s>>>(a);
+  else if (vec)
+    classifier_kernel<X, V, false><<<a.N, kThreads, 0, s>>>(a);
   else
-    classifier_kernel<X, 1><<<a.N, kThreads, 0, s>>>(a);
+    classifier_kernel<X, 1, false><<<a.N, kThreads, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 template void classifier<float>(const ClassifierArgs<float>&, cudaStream_t);

@@ -139,7 +139,7 @@ __global__ void fp8_scales_kernel(Fp8ScalesLaunch a) {
   a.history[size_t(a.row) * a.n + i] = amax;
   float m = 0.0f;
   for (int h = 0; h < a.H; ++h) m = fmaxf(m, a.history[size_t(h) * a.n + i]);
-  const float s = fp8::scale_for(m, a.maxval[i], a.scale[i]);
+  const float s = fp8::scale_for(m, a.maxval[i], a.scale[i], a.margin);
   a.scale[i] = s;
   a.scale_inv[size_t(i) * fp8::kScaleInvStride] = 1.0f / s;
   a.amax[i] = 0.0f;

@@ -1,7 +1,7 @@
 // FP8 casts (fp8_cast.cu): a tensor quantized with its per-tensor scale, row-major and/or transposed in
 // one pass, its amax folded in, optionally through GELU's derivative and with its column sums (a bias
 // gradient); the byte transpose; the delayed-scaling update at a step's end. Scales and amaxes are
-// device pointers (kernels/fp8_math.h has the rule the scales follow).
+// device pointers (base/fp8_math.hpp has the rule the scales follow).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "common.cuh"
-#include "fp8_math.h"
+#include "base/fp8_math.hpp"
 
 namespace gpt::kern {
 
@@ -41,6 +41,7 @@ struct Fp8ScalesLaunch {
   const float* maxval = nullptr;  // (n)
   unsigned* saturated = nullptr;  // (1) += tensors whose amax * scale exceeded maxval
   int n = 0, H = 0, row = 0;
+  int margin = 0;                 // scales divided by 2^margin (fp8::scale_for)
 };
 void fp8_update_scales(const Fp8ScalesLaunch& a, cudaStream_t s);
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 
 #include "common.cuh"
-#include "fp8_math.h"
+#include "base/fp8_math.hpp"
 
 namespace gpt::kern {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "fp8_math.h"
+#include "base/fp8_math.hpp"
 #include "matmul.cuh"
 
 namespace gpt::kern {

@@ -18,7 +18,7 @@ BUILD=${BUILD:-build}
 PY=${PY:-$([[ -x .venv/bin/python3 ]] && echo .venv/bin/python3 || echo python3)}
 mk() { make -s --no-print-directory PY="$PY" BUILD="$BUILD" "print-$1"; }
 eval "cxx=($(mk CXX)) cppflags=($(mk CPPFLAGS)) cxxflags=($(mk CXXFLAGS)) ldlibs=($(mk LDLIBS))"
-eval "objs=($(mk CORE_OBJ) $(mk CU_OBJ))"
+eval "objs=($(mk CORE_OBJ) $(mk CU_OBJ)) testlibs=($(mk TEST_LIBS))"
 libs=()
 for l in "${ldlibs[@]}"; do
   if [[ $l == -lopenblas ]]; then libs+=(-Wl,-Bstatic -lopenblas -Wl,-Bdynamic -lgfortran); else libs+=("$l"); fi
@@ -28,10 +28,11 @@ mkdir -p "$(dirname "$OUT")"
 tmp=$(mktemp -d "$(dirname "$OUT")/.bundle.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/lib"
-link() {  # output name, inputs...
-  local name=$1
+link() {  # output name, inputs... (GoogleTest linked in statically for the test programs)
+  local name=$1 extra=()
   shift
-  "${cxx[@]}" "${cppflags[@]}" -Itests "${cxxflags[@]}" -o "$tmp/$name" "$@" "${objs[@]}" "${libs[@]}"
+  [[ $name == test_* ]] && extra=("${testlibs[@]}")
+  "${cxx[@]}" "${cppflags[@]}" -Itests "${cxxflags[@]}" -o "$tmp/$name" "$@" "${objs[@]}" "${extra[@]}" "${libs[@]}"
   strip --strip-debug "$tmp/$name"
   echo "bundle: $name ($(du -h "$tmp/$name" | cut -f1))"
 }

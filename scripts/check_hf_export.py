@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Check a Hugging Face export against this trainer's own forward pass.
+"""Check a Hugging Face export against this trainer's own forward pass and greedy generation.
 
-Exports a run's newest checkpoint with `./train export --format hf`, computes the logits of a prompt
-with `./train sample --logits`, and compares them with the logits of the exported folder computed by
-transformers' GPT2LMHeadModel (fp32, CPU), or by a NumPy transcription of GPT-2's forward that reads the
-safetensors file as Hugging Face lays it out (Conv1D weights (in, out), tied lm head).
+Exports a run's newest checkpoint with `./train export --format hf`, computes the logits of every
+position of a prompt with `./train sample --logits` and its greedy continuation with `./train sample
+--temperature 0`, and compares both with those of the exported folder computed by transformers'
+GPT2LMHeadModel (fp32, CPU; the continuation by `generate`), or by a NumPy transcription of GPT-2's
+forward that reads the safetensors file as Hugging Face lays it out (Conv1D weights (in, out), tied lm
+head). The continuations must be equal token for token, except after a near-tie: a position where the
+reference's two best logits are within the logit tolerance, which fp32 rounding may order either way.
 
     python3 scripts/check_hf_export.py runs/quickstart                      # transformers if installed
     python3 scripts/check_hf_export.py runs/quickstart --reference numpy
 
-Exit status: 0 the logits agree within the tolerance, 1 they do not (the largest difference is printed),
-2 the export or the trainer failed, 3 --reference transformers was asked for and torch or transformers
-is not installed.
+Exit status: 0 the logits agree within the tolerance and the continuations match, 1 they do not (the
+largest difference, or where the continuations part, is printed), 2 the export or the trainer failed, 3
+--reference transformers was asked for and torch or transformers is not installed.
 """
 import argparse
 import json
@@ -21,7 +24,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import project_env  # noqa: E402
+
+project_env.need("numpy", "h5py", "safetensors")
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,6 +77,28 @@ def transformers_logits(folder, ids):
         return model(torch.tensor([ids])).logits[0].double().numpy()
 
 
+def transformers_greedy(folder, ids, n):
+    """transformers' generate(do_sample=False) continuation of ids by n tokens, never stopping early."""
+    import torch
+    from transformers import GPT2LMHeadModel
+    model = GPT2LMHeadModel.from_pretrained(str(folder), torch_dtype=torch.float32).eval()
+    # `./train sample` does not stop at <|endoftext|>; generate would (generation_config.json), and it
+    # fills unset values from the model's generation config, so the stop token goes there
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, num_beams=1, max_new_tokens=n, pad_token_id=0)
+    return [int(t) for t in out[0, len(ids):]]
+
+
+def numpy_greedy(folder, ids, n):
+    """The greedy continuation by numpy_logits, one whole forward per new token."""
+    seq = list(ids)
+    for _ in range(n):
+        seq.append(int(np.argmax(numpy_logits(folder, seq)[-1])))
+    return seq[len(ids):]
+
+
 def have_transformers():
     try:
         import torch  # noqa: F401
@@ -77,6 +106,17 @@ def have_transformers():
         return True
     except ImportError:
         return False
+
+
+def trainer_greedy(train, ckpt, ids, n):
+    """`./train sample --temperature 0`: the n tokens it generates after ids."""
+    p = subprocess.run([str(train), "sample", "--ckpt", str(ckpt), "--prompt-ids", ",".join(map(str, ids)),
+                        "--tokens", str(n), "--temperature", "0"], check=True, capture_output=True, text=True)
+    lines = [line for line in p.stdout.splitlines() if line.strip()]
+    out = [int(t) for t in lines[-1].split()]  # the prompt's ids, then the generated ones
+    if out[:len(ids)] != list(ids):
+        raise ValueError(f"train sample printed {lines[-1]!r}, which does not start with the prompt")
+    return out[len(ids):]
 
 
 def trainer_logits(train, ckpt, ids, out):
@@ -87,8 +127,11 @@ def trainer_logits(train, ckpt, ids, out):
         return f["logits"][()].astype(np.float64)
 
 
-def compare(run, reference="auto", prompt_ids=None, train=ROOT / "train", rtol=1e-4):
-    """(max abs difference, tolerance, reference used) for a run directory or checkpoint."""
+def compare(run, reference="auto", prompt_ids=None, train=ROOT / "train", rtol=1e-4, new_tokens=None):
+    """(max abs difference of the prompt's logits, tolerance, reference used) for a run directory or
+    checkpoint; with new_tokens also the greedy continuations: returns then a dict with those three and
+    "ours", "theirs" (the continuations) and "parted" (None, or (position, the reference's top-2 logit gap
+    there) where they first differ)."""
     if reference == "auto":
         reference = "transformers" if have_transformers() else "numpy"
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,13 +140,34 @@ def compare(run, reference="auto", prompt_ids=None, train=ROOT / "train", rtol=1
                        check=True, capture_output=True, text=True)
         vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
         n_pos = json.loads((folder / "config.json").read_text())["n_positions"]
-        ids = prompt_ids or [int(i) for i in np.random.default_rng(0).integers(0, vocab, size=min(16, n_pos))]
+        ids = prompt_ids or [int(i) for i in np.random.default_rng(0).integers(0, vocab, size=min(16, n_pos // 2))]
         ours = trainer_logits(train, run, ids, Path(tmp) / "logits.h5")
         ref = transformers_logits(folder, ids) if reference == "transformers" else numpy_logits(folder, ids)
-    diff = float(np.abs(ours - ref).max())
-    # fp32 against a float64 (numpy) or fp32 (torch) computation of the same sums: relative to the logits' size
-    tol = rtol * max(1.0, float(np.abs(ref).max()))
-    return diff, tol, reference
+        diff = float(np.abs(ours - ref).max())
+        # fp32 against a float64 (numpy) or fp32 (torch) computation of the same sums: relative to the logits' size
+        tol = rtol * max(1.0, float(np.abs(ref).max()))
+        if not new_tokens:
+            return diff, tol, reference
+        n = min(new_tokens, n_pos - len(ids))
+        mine = trainer_greedy(train, run, ids, n)
+        theirs = (transformers_greedy if reference == "transformers" else numpy_greedy)(folder, ids, n)
+        parted = None
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            if a != b:
+                logits = (transformers_logits if reference == "transformers" else numpy_logits)(
+                    folder, ids + theirs[:i])[-1]
+                top = np.sort(logits)[-2:]
+                parted = (i, float(top[1] - top[0]))
+                break
+        if parted is None and len(mine) != len(theirs):
+            parted = (min(len(mine), len(theirs)), math.inf)
+    return {"diff": diff, "tol": tol, "reference": reference, "ours": mine, "theirs": theirs,
+            "parted": parted}
+
+
+def generation_ok(result):
+    """The continuations match, or part only at a near-tie of the reference (gap within the tolerance)."""
+    return result["parted"] is None or result["parted"][1] <= result["tol"]
 
 
 def main(argv=None):
@@ -112,6 +176,7 @@ def main(argv=None):
     ap.add_argument("--reference", choices=("auto", "transformers", "numpy"), default="auto",
                     help="what computes the expected logits (auto: transformers when installed, else numpy)")
     ap.add_argument("--prompt-ids", help="comma-separated token ids (default: 16 random ids)")
+    ap.add_argument("--tokens", type=int, default=16, help="greedy tokens to compare (0: logits only)")
     ap.add_argument("--train", default=str(ROOT / "train"), help="the train binary")
     a = ap.parse_args(argv)
     if a.reference == "transformers" and not have_transformers():
@@ -119,13 +184,25 @@ def main(argv=None):
         return 3
     ids = [int(i) for i in a.prompt_ids.split(",")] if a.prompt_ids else None
     try:
-        diff, tol, used = compare(a.run, a.reference, ids, a.train)
+        r = compare(a.run, a.reference, ids, a.train, new_tokens=a.tokens or None)
     except subprocess.CalledProcessError as e:
         print(f"error: {' '.join(e.cmd)} exited {e.returncode}: {e.stderr.strip()}", file=sys.stderr)
         return 2
-    ok = diff <= tol
-    print(f"{'ok' if ok else 'MISMATCH'}: largest logit difference {diff:.3g} (tolerance {tol:.3g}), "
-          f"this trainer against {used}")
+    if not a.tokens:
+        r = dict(zip(("diff", "tol", "reference"), r))
+    ok = r["diff"] <= r["tol"]
+    print(f"{'ok' if ok else 'MISMATCH'}: largest logit difference {r['diff']:.3g} (tolerance {r['tol']:.3g}), "
+          f"this trainer against {r['reference']}")
+    if a.tokens:
+        same = generation_ok(r)
+        ok = ok and same
+        if r["parted"] is None:
+            print(f"ok: greedy continuation of {len(r['ours'])} tokens identical: {' '.join(map(str, r['ours']))}")
+        else:
+            at, gap = r["parted"]
+            print(f"{'ok' if same else 'MISMATCH'}: greedy continuations part at new token {at} "
+                  f"(the reference's two best logits {gap:.3g} apart{', a near-tie' if same else ''}): "
+                  f"ours {r['ours']}, {r['reference']} {r['theirs']}")
     return 0 if ok else 1
 
 

@@ -4,6 +4,7 @@ scripts/prepare_data.py tokenizes what these readers yield."""
 import gzip
 import io
 import json
+import zlib
 from pathlib import Path
 
 READ_BYTES = 1 << 20  # input read per batch of documents: what one tokenizer task takes
@@ -13,6 +14,22 @@ DOC_SEPARATOR = "\n\n"
 
 class PrepareError(Exception):
     """Bad input: the message says what is wrong."""
+
+
+# What reading a damaged file raises: a cut gzip stream ends early (EOFError), a damaged one fails its
+# header, its deflate data or its CRC (BadGzipFile is an OSError, zlib.error); a disk fails with OSError.
+READ_ERRORS = (EOFError, OSError, zlib.error)
+
+
+def one_line(e):
+    """An exception as one line of text (pyarrow's messages span several, with control bytes)."""
+    text = "".join(c if c.isprintable() else " " for c in str(e))
+    return f"{type(e).__name__}: {' '.join(text.split())}"
+
+
+def read_error(path, where, e):
+    what = "the gzip data is truncated or corrupt" if path.name.endswith(".gz") else "reading failed"
+    return PrepareError(f"{path}: {what} {where} ({one_line(e)})")
 
 
 def input_format(path, given="auto"):
@@ -64,6 +81,20 @@ class InputFile:
         self.raw.close()
 
 
+def readable_lines(path):
+    """How many lines of a file read and decode before it fails: where a damaged file breaks off (the
+    megabyte reads of read_text do not say)."""
+    n = 0
+    try:
+        with InputFile(path) as f:
+            for raw in f.stream:
+                raw.decode("utf-8")
+                n += 1
+    except (UnicodeDecodeError, *READ_ERRORS):
+        pass
+    return n
+
+
 def read_text(path):
     """Yield (documents, bytes read) of a text file: documents split on "\n\n", each with it restored."""
     rest = ""
@@ -79,7 +110,9 @@ def read_text(path):
                     return
                 yield [d + DOC_SEPARATOR for d in parts], f.consumed()
     except UnicodeDecodeError as e:
-        raise PrepareError(f"{path}: not UTF-8 text ({e})") from e
+        raise PrepareError(f"{path}: line {readable_lines(path) + 1} is not UTF-8 text ({e})") from e
+    except READ_ERRORS as e:
+        raise read_error(path, f"at line {readable_lines(path) + 1}", e) from e
 
 
 def json_line(line, path, lineno):
@@ -92,11 +125,26 @@ def json_line(line, path, lineno):
         raise PrepareError(f"{path}:{lineno}: not JSON ({e})") from e
 
 
+def _lines(stream, path):
+    """(number, line) of a binary stream; a damaged file is named with its last whole line."""
+    lineno = 0
+    it = iter(stream)
+    while True:
+        try:
+            line = next(it)
+        except StopIteration:
+            return
+        except READ_ERRORS as e:
+            raise read_error(path, f"at line {lineno + 1}", e) from e
+        lineno += 1
+        yield lineno, line
+
+
 def read_jsonl(path, field):
     """Yield (documents, bytes read) of a JSONL file: the `field` of every line."""
-    docs, size = [], 0
+    docs, size, lineno = [], 0, 0
     with InputFile(path) as f:
-        for lineno, line in enumerate(f.stream, 1):
+        for lineno, line in _lines(f.stream, path):
             size += len(line)
             record = json_line(line, path, lineno)
             if record is None:
@@ -111,23 +159,53 @@ def read_jsonl(path, field):
         yield docs, f.consumed()
 
 
-def read_parquet(path, field):
-    """Yield (documents, a share of the file's bytes) of a Parquet file: column `field`, in batches."""
+def parquet_file(path, field):
+    """The opened Parquet file, its `field` column checked to hold text (from the schema alone)."""
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as e:
         raise PrepareError("reading Parquet needs pyarrow: pip install pyarrow") from e
     try:
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises ArrowInvalid and OSError subclasses
-        raise PrepareError(f"{path}: not a Parquet file ({e})") from e
+        raise PrepareError(f"{path}: not a Parquet file ({one_line(e)})") from e
     names = pf.schema_arrow.names
     if field not in names:
         raise PrepareError(f"{path}: no column {field!r} (columns: {', '.join(names)}; use --text-field)")
+    kind = pf.schema_arrow.field(field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or
+            getattr(pa.types, "is_string_view", lambda _: False)(kind)):
+        raise PrepareError(f"{path}: column {field!r} holds {kind}, not text (strings); use --text-field to name "
+                           f"the text column (columns: {', '.join(names)})")
+    return pf
+
+
+def check_inputs(files, field):
+    """What can be checked before any tokenizing: every Parquet file opens and has a text column `field`."""
+    for path, fmt in files:
+        if fmt == "parquet":
+            parquet_file(path, field)
+
+
+def read_parquet(path, field):
+    """Yield (documents, a share of the file's bytes) of a Parquet file: column `field`, in batches; a row
+    group that cannot be read is named with its rows."""
+    pf = parquet_file(path, field)
     rows, size = max(pf.metadata.num_rows, 1), path.stat().st_size
-    for batch in pf.iter_batches(batch_size=1024, columns=[field]):
-        docs = [t for t in batch.column(0).to_pylist() if t is not None]
-        yield docs, size * batch.num_rows // rows
+    first = 0  # the row group's first row
+    for group in range(pf.num_row_groups):
+        n = pf.metadata.row_group(group).num_rows
+        row = first
+        try:
+            for batch in pf.iter_batches(batch_size=1024, row_groups=[group], columns=[field]):
+                docs = [t for t in batch.column(0).to_pylist() if t is not None]
+                yield docs, size * batch.num_rows // rows
+                row += batch.num_rows
+        except Exception as e:  # pyarrow raises OSError, ArrowInvalid, ArrowException subclasses
+            raise PrepareError(f"{path}: row group {group} (rows {first}-{first + n - 1}) cannot be read at row "
+                               f"{row} ({one_line(e)})") from e
+        first += n
 
 
 def read_batches(path, fmt, field):

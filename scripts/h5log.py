@@ -15,27 +15,43 @@ import h5py
 import numpy as np
 import yaml
 
-# The memory components in order: the C++ table kMemoryComponents (src/base/memory.hpp), which every log
-# records as the `components` attribute of /memory/predicted and /memory/measured; read_log takes the
-# log's own list, and tests/integration/test_cli.py keeps this fallback (for plots and older logs) equal to it.
+# The memory components of logs that predate the `components` attribute. Every newer log lists its own
+# (the C++ table kMemoryComponents, src/base/memory.hpp) as that attribute of /memory/predicted and
+# /memory/measured, and a summary names them in its pred_<component> columns: read_log and read_summary
+# take those, so a new or renamed component needs no change here.
 COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "snapshot")
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens")
 EVAL_FIELDS = ("step", "val_loss", "hellaswag_acc", "hellaswag_acc_norm", "sample_end")
 STATUSES = ("running", "ok", "failed", "oom", "checkpointed")
 GIB = float(1 << 30)
 
-# Summary columns around the varied keys, in file order (docs/FORMATS.md, "Sweep summary").
+# Summary columns around the varied keys, in file order (docs/FORMATS.md, "Sweep summary"): these, then
+# the memory columns (memory_columns()); `device` and `meas_baseline` are absent from older summaries.
 LEADING_COLUMNS = ("index", "dir")
-TRAILING_COLUMNS = (
-    ("status", "message", "world_size", "n_params", "flops_per_token", "median_step_ms",
-     "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch")
-    + tuple("pred_" + c for c in COMPONENTS + ("total",))
-    + tuple("meas_" + c for c in COMPONENTS + ("total",))
-    + ("meas_peak",)
-)
-STRING_COLUMNS = ("dir", "status", "message")
+BASE_COLUMNS = ("status", "message", "device", "world_size", "n_params", "flops_per_token", "median_step_ms",
+                "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch")
+MEASURED_EXTRA = ("meas_peak", "meas_baseline")
+
+
+def memory_columns(components):
+    """pred_<c>..., pred_total, meas_<c>..., meas_total, meas_peak, meas_baseline for these components."""
+    comps = [c for c in components if c != "total"]
+    return (tuple("pred_" + c for c in comps + ["total"]) + tuple("meas_" + c for c in comps + ["total"])
+            + MEASURED_EXTRA)
+
+
+STRING_COLUMNS = ("dir", "status", "message", "device")
 INT_COLUMNS = ("index", "world_size", "n_params", "micro_batch")
-KNOWN_COLUMNS = frozenset(LEADING_COLUMNS + TRAILING_COLUMNS)
+
+
+def is_known_column(name):
+    """A column of the summary format (not a varied key): the fixed ones and every memory column."""
+    return name in LEADING_COLUMNS or name in BASE_COLUMNS or name.startswith(("pred_", "meas_"))
+
+
+def summary_components(columns):
+    """The memory components a summary holds, in order, from its pred_<component> columns."""
+    return [c[5:] for c in columns if c.startswith("pred_") and c != "pred_total"]
 POINT_DIR = re.compile(r"^p(\d+)$")
 
 
@@ -224,6 +240,7 @@ def summary_row(log, index=None, dirname=None):
         "dir": dirname if dirname is not None else Path(log["path"]).parent.name,
         "status": a.get("status", ""),
         "message": a.get("message", ""),
+        "device": a.get("device", ""),
         "world_size": world,
         "n_params": int(a.get("n_params", -1)),
         "flops_per_token": fpt,
@@ -239,7 +256,8 @@ def summary_row(log, index=None, dirname=None):
         mem = log["memory"].get(group, {})
         for c in log["memory"]["components"] + ["total"]:
             row[prefix + c] = float(mem[c]) if c in mem else nan
-    row["meas_peak"] = float(log["memory"].get("measured", {}).get("peak", nan))
+    for extra in MEASURED_EXTRA:
+        row[extra] = float(log["memory"].get("measured", {}).get(extra[5:], nan))
     for key, value in parse_point_values(a.get("point_values", "")).items():
         row[key] = value
     return row
@@ -268,18 +286,38 @@ def point_dirs(sweep_dir):
     return sorted(out)
 
 
+def _memory_order(columns, header):
+    """Memory columns in file order: as summary.csv's header has them, else pred_ before meas_, each
+    group's components in the legacy order (others after them, by name), then total, peak, baseline."""
+    if header:
+        pos = {c: i for i, c in enumerate(header)}
+        if all(c in pos for c in columns):
+            return sorted(columns, key=pos.get)
+
+    def key(c):
+        group, comp = c.split("_", 1)
+        if c in MEASURED_EXTRA:
+            return (2, MEASURED_EXTRA.index(c), "")
+        rank = COMPONENTS.index(comp) if comp in COMPONENTS else (len(COMPONENTS) + 1 if comp == "total"
+                                                                   else len(COMPONENTS))
+        return (0 if group == "pred" else 1, rank, comp)
+    return sorted(columns, key=key)
+
+
 def _order_columns(names, csv_path=None, varied_hint=()):
     """Columns in FORMATS.md order; varied keys in the order of varied_hint (the summary's
     varied_keys attribute), else of summary.csv's header, else as stored."""
-    header = list(varied_hint)
-    if not header and csv_path is not None and csv_path.is_file():
+    header = []
+    if csv_path is not None and csv_path.is_file():
         with open(csv_path, newline="", encoding="utf-8") as f:
             header = next(csv.reader(f), [])
-    varied = [c for c in header if c in names and c not in KNOWN_COLUMNS]
-    varied += [c for c in names if c not in KNOWN_COLUMNS and c not in varied]
+    hint = list(varied_hint) or header
+    varied = [c for c in hint if c in names and not is_known_column(c)]
+    varied += [c for c in names if not is_known_column(c) and c not in varied]
     lead = [c for c in LEADING_COLUMNS if c in names]
-    trail = [c for c in TRAILING_COLUMNS if c in names]
-    return lead + varied + trail, varied
+    base = [c for c in BASE_COLUMNS if c in names]
+    memory = _memory_order([c for c in names if c.startswith(("pred_", "meas_"))], header)
+    return lead + varied + base + memory, varied
 
 
 def _to_int(value):
@@ -330,7 +368,7 @@ def _summary_from_h5(path):
 
 
 def _summary_from_logs(sweep_dir):
-    rows, varied = [], []
+    rows, varied, components = [], [], []
     for index, pdir in point_dirs(sweep_dir):
         log_path = pdir / "log.h5"
         if not log_path.is_file():
@@ -343,13 +381,15 @@ def _summary_from_logs(sweep_dir):
             rows.append({"index": index, "dir": pdir.name, "status": "unreadable", "message": str(e)})
             continue
         row = summary_row(log, index=index, dirname=pdir.name)
+        components += [c for c in log["memory"]["components"] if c not in components]
         for key in parse_point_values(log["attrs"].get("point_values", "")):
             if key not in varied:
                 varied.append(key)
         rows.append(row)
     if not rows:
         raise LogError(f"{sweep_dir}: no summary.h5 and no pNNN/ point folders")
-    names = list(LEADING_COLUMNS) + varied + list(TRAILING_COLUMNS)
+    names = (list(LEADING_COLUMNS) + varied + list(BASE_COLUMNS)
+             + list(memory_columns(components or list(COMPONENTS))))
     for row in rows:
         for c in names:
             if c not in row:
@@ -366,7 +406,8 @@ def read_summary(sweep_dir, source="auto"):
 
     source: "summary" reads summary.h5, "logs" computes the rows from pNNN/log.h5,
     "auto" uses summary.h5 when present and the logs otherwise (a sweep still running).
-    Returns {"columns", "varied", "rows": [dict per point], "config_yaml", "source"}.
+    Returns {"columns", "varied", "rows": [dict per point], "config_yaml", "source", "components"
+    (the memory components, in order)}.
     """
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
@@ -375,8 +416,11 @@ def read_summary(sweep_dir, source="auto"):
     if source not in ("auto", "summary", "logs"):
         raise ValueError(f"source must be auto, summary or logs, not {source!r}")
     if source == "summary" or (source == "auto" and h5.is_file()):
-        return _summary_from_h5(h5)
-    return _summary_from_logs(sweep_dir)
+        out = _summary_from_h5(h5)
+    else:
+        out = _summary_from_logs(sweep_dir)
+    out["components"] = summary_components(out["columns"])
+    return out
 
 
 def point_log(sweep_dir, row):

@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
 """Plot train and val loss of several runs on one figure, and their HellaSwag accuracy beside it
-when they evaluated it.
+when they evaluated it. A run on the synthetic corpus (data.synthetic) also gets its floor: every
+token has synthetic_branching equally likely successors, so no model's loss goes below ln(branching).
 
     python3 scripts/plot_runs.py runs/a runs/b/log.h5 [-o loss.png] [--tokens] [--logy]
 """
 import argparse
+import math
 import sys
 from pathlib import Path
 
-import matplotlib
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import project_env  # noqa: E402
+
+project_env.need("h5py", "matplotlib", "numpy", "yaml")
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import h5log  # noqa: E402
 
 
@@ -28,13 +34,27 @@ def run_label(log, given):
     return name if status in ("ok", "") else f"{name} [{status}]"
 
 
+def loss_floor(log):
+    """ln(data.synthetic_branching) for a run on the synthetic corpus (the best loss any model can reach
+    there), else None."""
+    try:
+        cfg = yaml.safe_load(log["attrs"].get("config_yaml", "") or "") or {}
+    except yaml.YAMLError:
+        return None
+    data = cfg.get("data", {}) if isinstance(cfg, dict) else {}
+    branching = data.get("synthetic_branching") if isinstance(data, dict) else None
+    if not data.get("synthetic") or not isinstance(branching, int) or branching < 1:
+        return None
+    return branching
+
+
 def has_hellaswag(log):
     return bool(np.isfinite(np.asarray(log["eval"]["hellaswag_acc_norm"], dtype=float)).any())
 
 
 def plot_runs(logs, labels, path, tokens=False, logy=False):
     """Draw each log's train loss (solid) and val loss (dashed) into path; with HellaSwag results, a
-    second panel with acc_norm (solid) and acc (dotted)."""
+    second panel with acc_norm (solid) and acc (dotted). Returns the loss panel's legend labels."""
     accuracy = any(has_hellaswag(log) for log in logs)
     fig, axes = plt.subplots(1, 2 if accuracy else 1, figsize=(14.0 if accuracy else 8.0, 5.0), squeeze=False)
     ax = axes[0][0]
@@ -53,9 +73,16 @@ def plot_runs(logs, labels, path, tokens=False, logy=False):
                     marker="o" if len(tr["step"]) < 3 else None, ms=4)  # a point or two stays visible
             drawn += 1
         if len(ev["step"]):
+            last = np.asarray(ev["val_loss"], dtype=float)
+            last = last[np.isfinite(last)]
             ax.plot(np.asarray(ev["step"]) * scale, ev["val_loss"], color=color, ls="--", marker="o", ms=3,
-                    label=f"{label} val")
+                    label=f"{label} val" + (f" (last {last[-1]:.3f})" if len(last) else ""))
             drawn += 1
+    for branching in sorted({b for b in map(loss_floor, logs) if b}):
+        floor = math.log(branching)
+        ax.axhline(floor, color="0.35", ls=":", lw=1.2,
+                   label=f"ln {branching} = {floor:.3f}: the lowest loss possible on this corpus")
+    legend = ax.get_legend_handles_labels()[1]
     if drawn:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -70,6 +97,7 @@ def plot_runs(logs, labels, path, tokens=False, logy=False):
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return legend
 
 
 def plot_accuracy(ax, logs, labels, colors, tokens):

@@ -1,66 +1,44 @@
 #!/usr/bin/env python3
-"""Plot a sweep: throughput.png, memory.png (predicted by component vs measured peak), loss.png.
+"""Plot a sweep: throughput.png, memory.png, loss.png.
 
     python3 scripts/plot_sweep.py runs/mysweep [-o OUT_DIR] [--from-logs]
 
-Works on a sweep still running: points that failed, ran out of memory or have not started are
-drawn as such, without bars.
+Points are grouped by model size (every varied key but one, in one panel per group) and coloured by
+the ZeRO stage (or, in a sweep that does not vary it, by the first varied key). throughput.png: tokens/s
+per GPU (per rank on CPUs). memory.png: per rank, the predicted memory stacked by component beside the
+measured peak (on CPUs the peak resident set above what the process held before it allocated the
+model, its baseline). loss.png: train (solid) and val (dashed) loss; curves that coincide are drawn once
+and labelled as such. Works on a sweep still running: points that failed, ran out of memory or have not
+started are drawn as such, without bars.
 """
 import argparse
+import math
 import sys
+import textwrap
 from pathlib import Path
 
-import matplotlib
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import project_env  # noqa: E402
+
+project_env.need("h5py", "matplotlib", "numpy", "yaml")
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import h5log  # noqa: E402
+import plot_style as style  # noqa: E402
 
-DONE = ("ok", "running", "checkpointed")
-COMPONENT_COLORS = dict(zip(h5log.COMPONENTS, plt.get_cmap("tab10").colors))
 MEASURED_COLOR = "0.25"
-FAILED_COLOR = "tab:red"
-
-
-def point_label(row, varied, with_status=True):
-    """'key=value' lines of the varied keys (last part of a dotted key), else the point folder;
-    then the status when the point did not finish cleanly."""
-    parts = [f"{k.split('.')[-1]}={row[k]}" for k in varied if not h5log.is_missing(row.get(k))]
-    if "training.micro_batch" not in varied and not h5log.is_missing(row.get("micro_batch")):
-        parts.append(f"micro_batch={int(row['micro_batch'])}")  # e.g. found by micro_batch: max
-    if not parts:
-        parts = [str(row.get("dir") or f"p{row.get('index', 0):03d}")]
-    if with_status and row.get("status") not in ("ok", None):
-        parts.append(f"[{row.get('status')}]")
-    return "\n".join(parts)
+MIB = float(1 << 20)
+# curves closer than this share of the panel's loss range are one line to the eye (about a pixel)
+COINCIDE_SHARE = 0.002
 
 
 def _value(row, col):
     v = row.get(col, float("nan"))
     return float("nan") if h5log.is_missing(v) else float(v)
-
-
-def _mark_missing(ax, x, row, y=0.0):
-    status = row.get("status", "") or "?"
-    ax.text(x, y, status, ha="center", va="bottom", rotation=90, color=FAILED_COLOR, fontsize=9)
-
-
-def _bar_values(ax, bars, values, fmt):
-    for b, v in zip(bars, values):
-        if np.isfinite(v):
-            ax.text(b.get_x() + b.get_width() / 2, b.get_height(), fmt(v), ha="center", va="bottom",
-                    fontsize=8)
-
-
-def _fig_width(n):
-    return max(6.0, 1.0 * n + 2.0)
-
-
-def _gib_label(v):
-    return f"{v:.1f}" if abs(v) >= 1 else f"{v:.2g}"
 
 
 def _si(v):
@@ -70,111 +48,239 @@ def _si(v):
     return f"{v:.3g}"
 
 
+def _panels(n):
+    cols = min(n, 4)
+    return cols, (n + cols - 1) // cols
+
+
+def _subplots(n, width, height):
+    cols, nrows = _panels(n)
+    fig, axes = plt.subplots(nrows, cols, figsize=(width * cols + 2.2, height * nrows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _mark_missing(ax, x, row, y=0.0):
+    ax.text(x, y, row.get("status", "") or "?", ha="center", va="bottom", rotation=90,
+            color=style.FAILED_COLOR, fontsize=9)
+
+
+def _colored_points(members, ckey):
+    """The group's rows in colour-key order (one bar each)."""
+    return sorted(members, key=lambda r: style.sort_key(r.get(ckey, "")) if ckey else (0, 0.0, ""))
+
+
 def plot_throughput(summary, path):
+    """Returns what it drew: {"ylabel", "panels": [(title, [(bar label, tokens/s per rank or NaN, colour)])]}."""
     rows, varied = summary["rows"], summary["varied"]
-    worlds = {int(r["world_size"]) for r in rows
-              if not h5log.is_missing(r.get("world_size")) and r.get("world_size", -1) > 0}
-    panels = [("tokens_per_s", "tokens/s")]
-    if len(worlds) > 1:
-        panels.append(("tokens_per_s_per_gpu", "tokens/s per GPU"))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(_fig_width(len(rows)), 4.0 * len(panels)),
-                             squeeze=False)
-    x = np.arange(len(rows))
-    labels = [point_label(r, varied) for r in rows]
-    for ax, (col, title) in zip(axes[:, 0], panels):
-        vals = np.array([_value(r, col) for r in rows])
+    ckey = style.color_key(varied)
+    colors = style.colors_for(style.color_values(rows, ckey))
+    unit = style.rank_word(rows, plural=False)
+    grouped = style.groups(rows, varied)
+    fig, axes = _subplots(len(grouped), 3.2, 3.8)
+    drawn = {"panels": []}
+    for ax, (title, members) in zip(axes, grouped):
+        members = _colored_points(members, ckey)
+        x = np.arange(len(members))
+        vals = np.array([_value(r, "tokens_per_s_per_gpu") for r in members])
         ok = np.isfinite(vals)
-        heights = np.where(ok, vals, 0.0)
-        colors = ["tab:blue" if r.get("status") in DONE else FAILED_COLOR for r in rows]
-        bars = ax.bar(x, heights, color=colors, width=0.6)
-        _bar_values(ax, bars, vals, _si)
-        for i, r in enumerate(rows):
+        cols = [colors[str(r.get(ckey, ""))] if r.get("status") in style.DONE else style.FAILED_COLOR
+                for r in members]
+        bars = ax.bar(x, np.where(ok, vals, 0.0), color=cols, width=0.7)
+        for b, v in zip(bars, vals):
+            if np.isfinite(v):
+                ax.text(b.get_x() + b.get_width() / 2, b.get_height(), _si(v), ha="center", va="bottom",
+                        fontsize=8)
+        for i, r in enumerate(members):
             if not ok[i]:
                 _mark_missing(ax, x[i], r)
-        ax.set_ylabel(title)
+        labels = [style.value_label(ckey, r.get(ckey, "")) + _world_note(r, rows) for r in members]
+        drawn["panels"].append((title, list(zip(labels, vals.tolist(), cols))))
         ax.set_xticks(x)
         ax.set_xticklabels(labels, fontsize=8)
+        ax.set_title(title, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-        if not ok.any():
-            ax.set_ylim(0, 1)
-    axes[0, 0].set_title(f"throughput ({summary['source']})", fontsize=10)
+        ax.set_ylim(0, max(np.nanmax(np.where(ok, vals, 0.0)) * 1.15, 1.0))
+    drawn["ylabel"] = f"tokens/s per {unit}"
+    axes[0].set_ylabel(drawn["ylabel"])
+    fig.suptitle(f"throughput per {unit}{_world_text(rows)}, by {_by(varied)} ({summary['source']})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return drawn
 
 
-def plot_memory(summary, path):
+def _world_note(row, rows):
+    """'\\n2 GPUs' under a bar when the points ran on different numbers of ranks."""
+    worlds = {r.get("world_size") for r in rows if not h5log.is_missing(r.get("world_size"))}
+    if len(worlds) < 2 or h5log.is_missing(row.get("world_size")):
+        return ""
+    n = int(row["world_size"])
+    return f"\n{n} {style.rank_word(rows, plural=n != 1)}"
+
+
+def _world_text(rows):
+    """' (2 GPUs per point)' when every point ran on the same number of ranks."""
+    worlds = {int(r["world_size"]) for r in rows if not h5log.is_missing(r.get("world_size"))}
+    return f" ({worlds.pop()} {style.rank_word(rows)} per point)" if len(worlds) == 1 else ""
+
+
+def _by(varied):
+    ckey = style.color_key(varied)
+    rest = [style.short(k) for k in varied if k != ckey]
+    colour = "ZeRO stage" if ckey == style.COLOR_KEY else (style.short(ckey) if ckey else "point")
+    return colour + (f" per {', '.join(rest)}" if rest else "")
+
+
+def _baselines(summary, sweep_dir):
+    """Each row's measured baseline in bytes (NaN: unknown): the summary's meas_baseline, else its log's."""
+    out = []
+    for r in summary["rows"]:
+        b = _value(r, "meas_baseline")
+        if math.isnan(b) and r.get("status") not in ("missing", "unreadable"):
+            log = h5log.point_log(sweep_dir, r)
+            if log is not None and "baseline" in log["memory"].get("measured", {}):
+                b = float(log["memory"]["measured"]["baseline"])
+        out.append(b)
+    return out
+
+
+def plot_memory(summary, sweep_dir, path):
+    """Returns what it drew: {"title", "legend", "unit", "panels": [(title, [(bar label, predicted, measured)])]}
+    (predicted and measured in the plot's unit)."""
     rows, varied = summary["rows"], summary["varied"]
-    fig, ax = plt.subplots(figsize=(_fig_width(len(rows)) * 1.2, 5.0))
-    x = np.arange(len(rows))
+    ckey = style.color_key(varied)
+    components = summary["components"] or list(h5log.COMPONENTS)
+    comp_colors = dict(zip(components, plt.get_cmap("tab10").colors + plt.get_cmap("Set3").colors))
+    cpu = "cpu" in style.devices(rows)
+    for r, b in zip(rows, _baselines(summary, sweep_dir)):
+        r["_baseline"] = b
+    largest = max([_value(r, "pred_total") for r in rows] + [_value(r, "meas_peak") for r in rows]
+                  + [0.0], key=lambda v: 0.0 if math.isnan(v) else v)
+    unit, scale = ("GiB", h5log.GIB) if largest >= h5log.GIB else ("MiB", MIB)
+    measured_label = "measured peak"
+    if cpu:
+        known = [r["_baseline"] for r in rows if not math.isnan(r["_baseline"])]
+        measured_label = ("measured: peak RSS above baseline" if known
+                          else "measured: peak RSS (with the process's baseline)")
+    grouped = style.groups(rows, varied)
+    fig, axes = _subplots(len(grouped), 3.6, 4.4)
     w = 0.38
-    bottom = np.zeros(len(rows))
-    for comp in h5log.COMPONENTS:
-        vals = np.array([_value(r, "pred_" + comp) for r in rows]) / h5log.GIB
-        vals = np.where(np.isfinite(vals), vals, 0.0)
-        ax.bar(x - w / 2, vals, w, bottom=bottom, color=COMPONENT_COLORS[comp], label=f"pred {comp}")
-        bottom += vals
-    pred_total = np.array([_value(r, "pred_total") for r in rows]) / h5log.GIB
-    for i, t in enumerate(pred_total):
-        top = t if np.isfinite(t) else bottom[i]
-        if top > 0:
-            ax.text(x[i] - w / 2, top, _gib_label(top), ha="center", va="bottom", fontsize=8)
-    meas = np.array([_value(r, "meas_peak") for r in rows]) / h5log.GIB
-    ok = np.isfinite(meas)
-    bars = ax.bar(x + w / 2, np.where(ok, meas, 0.0), w, color=MEASURED_COLOR, label="measured peak")
-    _bar_values(ax, bars, meas, _gib_label)
-    for i, r in enumerate(rows):
-        if not ok[i]:
-            _mark_missing(ax, x[i] + w / 2, r)
-    ax.set_xticks(x)
-    ax.set_xticklabels([point_label(r, varied) for r in rows], fontsize=8)
-    ax.set_ylabel("GiB per rank")
-    ax.set_title("memory per rank: predicted (left, by component) vs measured peak (right)", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
-    handles, names = ax.get_legend_handles_labels()
-    order = list(range(len(h5log.COMPONENTS)))[::-1] + list(range(len(h5log.COMPONENTS), len(names)))
-    ax.legend([handles[i] for i in order], [names[i] for i in order], fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.0, 1.0))  # components listed top to bottom as stacked
-    if not (bottom.any() or ok.any()):
-        ax.set_ylim(0, 1)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    drawn = {"unit": unit, "panels": []}
+    for ax, (title, members) in zip(axes, grouped):
+        members = _colored_points(members, ckey)
+        x = np.arange(len(members))
+        bottom = np.zeros(len(members))
+        for comp in components:
+            vals = np.array([_value(r, "pred_" + comp) for r in members]) / scale
+            vals = np.where(np.isfinite(vals), vals, 0.0)
+            ax.bar(x - w / 2, vals, w, bottom=bottom, color=comp_colors[comp], label=comp)
+            bottom += vals
+        meas = np.array([_value(r, "meas_peak") for r in members])
+        if cpu:
+            base = np.array([r["_baseline"] for r in members])
+            meas = np.where(np.isfinite(base), meas - base, meas)
+        meas = meas / scale
+        ok = np.isfinite(meas)
+        ax.bar(x + w / 2, np.where(ok, meas, 0.0), w, color=MEASURED_COLOR, label=measured_label)
+        top = max(float(np.max(bottom)) if len(bottom) else 0.0,
+                  float(np.nanmax(np.where(ok, meas, 0.0))) if len(meas) else 0.0)
+        for i, r in enumerate(members):
+            if bottom[i] > 0:
+                ax.text(x[i] - w / 2, bottom[i], f"{bottom[i]:.3g}", ha="center", va="bottom", fontsize=7)
+            if ok[i]:
+                ax.text(x[i] + w / 2, meas[i], f"{meas[i]:.3g}", ha="center", va="bottom", fontsize=7)
+            else:
+                _mark_missing(ax, x[i] + w / 2, r)
+        labels = [style.value_label(ckey, r.get(ckey, "")) for r in members]
+        drawn["panels"].append((title, list(zip(labels, bottom.tolist(), meas.tolist()))))
+        ax.set_xticks(x)
+        ax.set_xticklabels([label + "\npred | meas" for label in labels], fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_ylim(0, max(top * 1.15, 1e-3))
+    axes[0].set_ylabel(f"{unit} per {style.rank_word(rows, plural=False)}")
+    handles, names = axes[0].get_legend_handles_labels()
+    order = list(range(len(components)))[::-1] + list(range(len(components), len(names)))
+    drawn["legend"] = ["predicted: " + names[i] if i < len(components) else names[i] for i in order]
+    fig.legend([handles[i] for i in order], drawn["legend"],
+               fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.85))  # top to bottom as stacked
+    title = (f"memory per {style.rank_word(rows, plural=False)}{_world_text(rows)}: predicted by component "
+             f"(left bar), measured (right bar), by {_by(varied)}")
+    if cpu:
+        bases = sorted({r["_baseline"] for r in rows if not math.isnan(r["_baseline"])})
+        span = (f"{bases[0] / MIB:.0f}-{bases[-1] / MIB:.0f}" if len(bases) > 1 and
+                round(bases[0] / MIB) != round(bases[-1] / MIB) else f"{bases[0] / MIB:.0f}") if bases else ""
+        title += ("\nCPU: measured is the peak resident set above the process's baseline (what it held before "
+                  f"allocating the model: {span} MiB)" if bases else
+                  "\nCPU: measured is the peak resident set, the process's libraries included (no baseline in "
+                  "these logs)")
+    drawn["title"] = title
+    # wrapped to the figure's width (about 13 characters an inch at this size), legend included
+    width = int((fig.get_size_inches()[0] + 2.0) * 13)
+    fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
+    for r in rows:
+        r.pop("_baseline", None)
+    return drawn
 
 
 def plot_loss(summary, sweep_dir, path):
+    """Returns what it drew: {panel title: [legend label of each line drawn]}."""
     rows, varied = summary["rows"], summary["varied"]
-    fig, ax = plt.subplots(figsize=(8.0, 5.0))
-    colors = plt.get_cmap("tab10").colors
-    drawn = 0
-    for i, r in enumerate(rows):
-        log = h5log.point_log(sweep_dir, r)
-        if log is None:
+    ckey = style.color_key(varied)
+    colors = style.colors_for(style.color_values(rows, ckey))
+    grouped = style.groups(rows, varied)
+    fig, axes = _subplots(len(grouped), 4.6, 4.0)
+    anything = False
+    drawn = {}
+    for ax, (title, members) in zip(axes, grouped):
+        drawn[title] = []
+        members = _colored_points(members, ckey)
+        logs = [(r, h5log.point_log(sweep_dir, r)) for r in members]
+        logs = [(r, log) for r, log in logs if log is not None and (len(log["train"]["step"]) or
+                                                                 len(log["eval"]["step"]))]
+        if not logs:
+            ax.text(0.5, 0.5, "no loss values logged yet", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(title, fontsize=9)
             continue
-        color = colors[i % len(colors)]
-        label = point_label(r, varied, with_status=False).replace("\n", ", ")
-        if r.get("status") != "ok":
-            label += f" [{r.get('status')}]"
-        tr, ev = log["train"], log["eval"]
-        if len(tr["step"]):
-            ax.plot(tr["step"], tr["loss"], color=color, lw=1.2, label=label,
-                    marker="o" if len(tr["step"]) < 3 else None, ms=4)  # a point or two stays visible
-            drawn += 1
-        if len(ev["step"]):
-            ax.plot(ev["step"], ev["val_loss"], color=color, ls="--", marker="o", ms=3,
-                    label=None if len(tr["step"]) else label)
-            drawn += 1
-    if drawn:
+        anything = True
+        curves = [(np.concatenate([log["train"]["step"], -1 - np.asarray(log["eval"]["step"])]),
+                   np.concatenate([log["train"]["loss"], log["eval"]["val_loss"]])) for _, log in logs]
+        values = np.concatenate([c[1] for c in curves])
+        values = values[np.isfinite(values)]
+        spread = float(values.max() - values.min()) if len(values) else 0.0
+        for members_i, diff in style.coinciding(curves, COINCIDE_SHARE * spread):
+            r, log = logs[members_i[0]]
+            color = colors[str(r.get(ckey, ""))]
+            names = [style.value_label(ckey, logs[i][0].get(ckey, "")) for i in members_i]
+            label = ", ".join(names) + style.coincide_note(len(members_i), diff)
+            bad = [f"{style.value_label(ckey, logs[i][0].get(ckey, ''))} [{logs[i][0].get('status')}]"
+                   for i in members_i if logs[i][0].get("status") not in ("ok", "running")]
+            if bad:
+                label += " " + " ".join(b.split(" ", 1)[1] for b in bad)
+            tr, ev = log["train"], log["eval"]
+            drawn[title].append(label)
+            if len(tr["step"]):
+                ax.plot(tr["step"], tr["loss"], color=color, lw=1.4, label=label,
+                        marker="o" if len(tr["step"]) < 3 else None, ms=4)  # a point or two stays visible
+            if len(ev["step"]):
+                ax.plot(ev["step"], ev["val_loss"], color=color, ls="--", marker="o", ms=3,
+                        label=None if len(tr["step"]) else label)
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
-        ax.set_ylabel("loss (solid: train, dashed: val)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-    else:
-        ax.text(0.5, 0.5, "no loss values logged yet", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title("loss per point", fontsize=10)
+    axes[0].set_ylabel("loss (solid: train, dashed: val)")
+    fig.suptitle(f"loss, by {_by(varied)}" if anything else "loss", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return drawn
 
 
 def main(argv=None):
@@ -196,7 +302,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "throughput.png", out / "memory.png", out / "loss.png"]
     plot_throughput(summary, paths[0])
-    plot_memory(summary, paths[1])
+    plot_memory(summary, args.sweep_dir, paths[1])
     plot_loss(summary, args.sweep_dir, paths[2])
     for p in paths:
         print(p)

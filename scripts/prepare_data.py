@@ -31,10 +31,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import numpy as np
+import project_env
 
-import corpus
-from corpus import PrepareError, input_files, read_batches
+project_env.need("numpy", "tokenizers", "tqdm")
+import numpy as np  # noqa: E402
+
+import corpus  # noqa: E402
+from corpus import PrepareError, check_inputs, input_files, read_batches
 
 MAGIC = 20240520
 VERSION = 1
@@ -213,13 +216,16 @@ def read_shard(path):
 
 
 class ShardWriter:
-    """Takes tokens in order: the first val_tokens go to the val shard, the rest to train shards."""
+    """Takes tokens in order: the first val_tokens go to the val shard, the rest to train shards. Every
+    shard is written aside and named only by finish(), so an input that fails half-way leaves no partial
+    output, and the shards of an earlier run stay as they were."""
 
     def __init__(self, out_dir, prefix, val_tokens, shard_tokens):
         self.out_dir, self.prefix = out_dir, prefix
         self.val_tokens, self.shard_tokens = val_tokens, shard_tokens
         self.current = None  # the ShardFile being written
         self.val_done = val_tokens == 0
+        self.val_tmp = None  # the finished val shard
         self.train_tmp = []  # finished train shards, named at the end when their count is known
         self.n_val = 0
         self.n_train = 0
@@ -239,7 +245,7 @@ class ShardWriter:
         shard, self.current = self.current, None
         path = shard.close()
         if not self.val_done:
-            os.replace(path, self.out_dir / f"{self.prefix}_val.bin")
+            self.val_tmp = path
             self.n_val = shard.n
             self.val_done = True
             return
@@ -266,6 +272,9 @@ class ShardWriter:
             if pattern.match(old.name) and old not in names:
                 print(f"removing stale shard {old}", file=sys.stderr)
                 old.unlink()
+        if self.val_tmp is not None:
+            os.replace(self.val_tmp, self.out_dir / f"{self.prefix}_val.bin")
+            self.val_tmp = None
         for tmp, name in zip(self.train_tmp, names):
             os.replace(tmp, name)
         self.train_tmp = []
@@ -274,9 +283,24 @@ class ShardWriter:
     def cleanup(self):
         if self.current is not None:
             self.current.discard()
-        for tmp in self.train_tmp:
+        for tmp in self.train_tmp + ([self.val_tmp] if self.val_tmp else []):
             if tmp.exists():
                 tmp.unlink()
+
+
+def keep_vocab(bpe_files, out_dir):
+    """Copies the vocab.json and merges.txt the shards were made with next to them: the folder then names
+    its own tokenizer (eval.vocab can point at it, and scripts/sample.py finds it there), also on nodes
+    that cannot download one."""
+    for src, name in zip(map(Path, bpe_files), ("vocab.json", "merges.txt")):
+        dest = out_dir / name
+        if dest.is_file() and (dest.samefile(src) or dest.read_bytes() == src.read_bytes()):
+            continue
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(src.read_bytes())
+        os.chmod(tmp, _file_mode())
+        os.replace(tmp, dest)
 
 
 def prepare(files, out_dir, prefix, val_tokens, shard_tokens, tokenizer, bpe_files, workers=1, field="text",
@@ -286,6 +310,7 @@ def prepare(files, out_dir, prefix, val_tokens, shard_tokens, tokenizer, bpe_fil
     from tqdm import tqdm
 
     out_dir = Path(out_dir)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = ShardWriter(out_dir, prefix, val_tokens, shard_tokens)
     total = sum(p.stat().st_size for p, _ in files)
@@ -296,6 +321,12 @@ def prepare(files, out_dir, prefix, val_tokens, shard_tokens, tokenizer, bpe_fil
             bar.set_postfix_str(f"{writer.n_val + writer.n_train + (writer.current.n if writer.current else 0):,} tokens",
                                 refresh=False)
         train = writer.finish()
+        keep_vocab(bpe_files, out_dir)
+    except BaseException:
+        writer.cleanup()
+        if created and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # a failed run leaves nothing, not even the folder it made
+        raise
     finally:
         bar.close()
         writer.cleanup()
@@ -323,6 +354,7 @@ def main(argv=None):
 
     try:
         files = input_files(args.input, args.format)
+        check_inputs(files, args.text_field)
         if args.val_tokens < 0:
             raise PrepareError("--val-tokens must be >= 0")
         if args.shard_tokens <= 0:
@@ -335,11 +367,15 @@ def main(argv=None):
         out_dir = Path(args.out_dir) if args.out_dir else Path("data") / prefix
         vocab, merges = resolve_bpe_files(args.vocab, args.merges, args.cache_dir)
         tok = load_tokenizer(vocab, merges)
+    except PrepareError as e:
+        print(f"prepare_data: error: {e}", file=sys.stderr)
+        return 1
+    try:
         val, train, n_val, n_train = prepare(files, out_dir, prefix, args.val_tokens, args.shard_tokens, tok,
                                              (vocab, merges), args.workers, args.text_field,
                                              progress=not args.no_progress)
     except PrepareError as e:
-        print(f"prepare_data: error: {e}", file=sys.stderr)
+        print(f"prepare_data: error: {e}; nothing was written to {out_dir}", file=sys.stderr)
         return 1
     if val:
         print(f"{val}: {n_val:,} tokens")

@@ -19,9 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import project_env  # noqa: E402
+
+project_env.need("numpy", "tokenizers")
+import numpy as np  # noqa: E402
+
 import prepare_data  # noqa: E402
 from prepare_data import PrepareError  # noqa: E402
 from corpus import json_line  # noqa: E402

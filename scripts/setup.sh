@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential pkg-config git libyaml-cpp-dev libhdf5-dev libboost-program-options-dev
-              nlohmann-json3-dev libxxhash-dev libopenmpi-dev openmpi-bin libopenblas-dev python3 python3-venv python3-pip)
+              nlohmann-json3-dev libxxhash-dev libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin libopenblas-dev python3 python3-venv python3-pip)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,7 +25,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python3 ]; then
   "$PY" -m venv .venv 2>/dev/null || { /usr/bin/python3 -m venv .venv; }
 fi
-if ! .venv/bin/python3 -c "import numpy, h5py, matplotlib, tokenizers, pytest, psutil, yaml, safetensors, pyarrow, tqdm" 2>/dev/null \
+if ! .venv/bin/python3 -c "import numpy, h5py, matplotlib, tokenizers, pytest, psutil, yaml, safetensors, pyarrow, tqdm, tensorboard" 2>/dev/null \
    || [ ! -f "$(.venv/bin/python3 -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])')/include/cudnn_frontend.h" ]; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/python3 -m pip install -q --upgrade pip >/dev/null

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import project_env  # noqa: E402
+
+project_env.need("h5py", "numpy", "yaml")
 import h5log  # noqa: E402
 
 MISSING = "-"
@@ -41,7 +44,7 @@ FIXED = [
     ("MFU %", "mfu", _pct),
     ("median ms", "median_step_ms", _num("{:.1f}")),
     ("pred GiB", "pred_total", _gib),
-    ("meas GiB", "meas_peak", _gib),
+    ("meas GiB", "meas_peak", _gib),  # CPU: peak resident set, the process's libraries included
     ("train loss", "final_train_loss", _num("{:.4f}")),
     ("val loss", "final_val_loss", _num("{:.4f}")),
 ]
@@ -52,10 +55,13 @@ def build_table(summary):
     """(headers, rows of strings, left-aligned flags) for a read_summary() result."""
     spec = [("index", "index", str)]
     spec += [(k, k, lambda v: MISSING if h5log.is_missing(v) else str(v)) for k in summary["varied"]]
-    spec += FIXED[:1] + [("GPUs", "world_size", _num("{:d}"))]
+    # GPUs when every point ran on cuda; ranks otherwise (CPU points, or a summary that does not say)
+    devices = {r.get("device") for r in summary["rows"]} - {None, ""}
+    unit = "GPU" if devices == {"cuda"} else "rank"
+    spec += FIXED[:1] + [(unit + "s", "world_size", _num("{:d}"))]
     if "training.micro_batch" not in summary["varied"]:  # e.g. micro_batch: max, found per point
         spec += [("micro-batch", "micro_batch", _num("{:d}"))]
-    spec += FIXED[1:]
+    spec += [(h.replace("/GPU", "/" + unit), c, f) for h, c, f in FIXED[1:]]
     headers = [s[0] for s in spec]
     left = [s[0] in LEFT or s[1] in summary["varied"] for s in spec]
     rows = []

@@ -19,6 +19,7 @@
 : "${SRUN_MPI:=pmix}"             # srun --mpi= (what the site's MPI speaks: pmix, pmi2, ...)
 : "${SRUN_ARGS:=}"                # extra srun arguments
 : "${MPIRUN_ARGS:=}"              # extra mpirun arguments (e.g. --allow-run-as-root)
+: "${MPIRUN_KILL_WAIT_S:=15}"     # mpirun: seconds from a TERM/INT it gets itself to the ranks' SIGTERM, and again to SIGKILL
 : "${MODULES:=}"                  # environment modules to load in every job, space separated
 : "${EXTRA_SBATCH_ARGS:=}"        # extra sbatch arguments for the jobs this code submits
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}   # NVLink SHARP multicast off (needs fabric manager support)
@@ -82,8 +83,10 @@ launcher_cmd() {
 
 # run_forwarding CMD...: runs CMD in the background and waits for it; a USR1, TERM or INT that reaches this
 # shell (sbatch --signal=B:USR1@T, `scancel --batch --signal=USR1`, preemption) is passed on to CMD as USR1,
-# which srun and mpirun forward to every rank: each finishes its step, checkpoints and exits 75.
-# Returns CMD's exit status.
+# which srun and mpirun forward to every rank: each finishes its step, checkpoints and exits 75, and so
+# does the launcher. USR1, not the TERM or INT that came: OpenMPI's mpirun takes those as an order to abort,
+# exits 1 whatever the ranks do, and passes the ranks SIGTERM only to SIGKILL them soon after
+# (docs/FORMATS.md, "Exit status"). Returns CMD's exit status.
 run_forwarding() {
     local pid rc rc2
     STOP_SIGNAL=""
@@ -123,11 +126,21 @@ run_train() {
     [[ "$LAUNCHER" == srun || "$LAUNCHER" == mpirun ]] || { log "LAUNCHER must be srun or mpirun, not '$LAUNCHER'"; return 1; }
     # One OpenMP thread per allocated core of a rank, unless set by hand.
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
+    # A TERM that Slurm sends every process of the job (scancel, preemption) also reaches mpirun itself: it
+    # then SIGTERMs the ranks after odls_base_sigkill_timeout seconds and SIGKILLs them as long again later,
+    # 1 s by default, too short for a checkpoint. The price: mpirun waits as long after any rank exits
+    # non-zero (75 too) before it ends. (Set in the environment: another MPI ignores it.)
+    if [[ "$LAUNCHER" == mpirun ]]; then
+        export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-$MPIRUN_KILL_WAIT_S}
+    fi
     mapfile -t launch < <(launcher_cmd)
     log "running: ${launch[*]} $TRAIN_BIN $*"
     run_forwarding "${launch[@]}" "$TRAIN_BIN" "$@"
     rc=$?
     log "train exited $rc${STOP_SIGNAL:+ (after SIG$STOP_SIGNAL)}"
+    if (( rc == 1 )) && [[ "$LAUNCHER" == mpirun && ( "$STOP_SIGNAL" == TERM || "$STOP_SIGNAL" == INT ) ]]; then
+        log "mpirun exits 1 after a SIG$STOP_SIGNAL that reached it too, even when the ranks checkpointed: the run's log.h5 status says how it ended"
+    fi
     local stopped="checkpointed"
     if (( rc == 138 )) && [[ -n "$STOP_SIGNAL" ]]; then
         stopped="stopped while starting, before any step (the latest checkpoint stands)"

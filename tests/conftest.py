@@ -62,10 +62,24 @@ checkpoint: {{every: {ckpt_every}, keep_last: 3}}
 """
 
 
+def merge_sections(base, extra):
+    """base + extra; a section that extra gives again is merged into base's key by key (the trainer
+    refuses a section given twice), and then every section is written as one flow mapping."""
+    import yaml
+    add = yaml.safe_load(extra) if extra.strip() else None
+    if not isinstance(add, dict) or not set(add) & set(yaml.safe_load(base)):
+        return base + extra
+    merged = yaml.safe_load(base)
+    for section, body in add.items():
+        merged[section] = {**(merged.get(section) or {}), **(body or {})} if isinstance(body, dict) else body
+    return "".join(yaml.safe_dump({k: v}, default_flow_style=True, width=1 << 16, sort_keys=False).strip()[1:-1] + "\n"
+                   for k, v in merged.items())
+
+
 def tiny_yaml(tmp_path, name="t", steps=20, B=4, stage=0, accum=1, ckpt_every=0, extra=""):
     text = TINY_SYNTH.format(name=name, out_dir=tmp_path / "runs", steps=steps, B=B, stage=stage, accum=accum,
-                             ckpt_every=ckpt_every) + extra
-    return write_yaml(tmp_path / f"{name}.yaml", text)
+                             ckpt_every=ckpt_every)
+    return write_yaml(tmp_path / f"{name}.yaml", merge_sections(text, extra))
 
 
 def flip_bit(path, offset, mask=0x01):
@@ -75,6 +89,14 @@ def flip_bit(path, offset, mask=0x01):
         b = f.read(1)
         f.seek(offset)
         f.write(bytes([b[0] ^ mask]))
+
+
+def as_killed(run_dir):
+    """Makes a finished run's log.h5 say what a kill after its last step leaves (status `running`), so that
+    --resume continues it from its checkpoints (a completed run is left as it is: docs/FORMATS.md)."""
+    import h5py
+    with h5py.File(Path(run_dir) / "log.h5", "r+") as f:
+        f.attrs["status"] = "running"
 
 
 def read_log(path):

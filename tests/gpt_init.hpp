@@ -5,9 +5,9 @@
 #include <random>
 #include <vector>
 
-#include "model/layout.hpp"
+#include "model/params.hpp"
 
-namespace gpt::testing {
+namespace gpt::tests {
 
 // x rounded to the nearest bf16 value (ties to even), as the GPU's fp32 -> bf16 conversion
 inline float round_bf16(float x) {
@@ -22,15 +22,14 @@ inline float round_bf16(float x) {
 // value passed through `round` when given (so that every backend starts from identical values).
 inline std::vector<std::vector<float>> initial_params(const ParamLayout& L, std::mt19937_64& rng,
                                                       float (*round)(float) = nullptr) {
-  const ModelDims& d = L.dims();
   std::normal_distribution<float> nd(0.0f, 0.05f);
   std::vector<std::vector<float>> init(L.n_buckets());
   for (int k = 0; k < L.n_buckets(); ++k) {
     init[k].assign(L.bucket(k).size, 0.0f);
     for (auto& t : L.bucket(k).tensors)
       for (size_t i = 0; i < t.numel; ++i) {
-        float v = nd(rng) + ((t.id == P::ln1w || t.id == P::ln2w || t.id == P::lnfw) ? 1.0f : 0.0f);
-        if (t.id == P::wte && i >= size_t(d.vocab_size) * d.n_embd) v = 0.0f;
+        float v = nd(rng) + (t.spec->init == Init::ones ? 1.0f : 0.0f);
+        if (i >= t.real_numel) v = 0.0f;  // vocabulary padding rows
         init[k][t.offset + i] = round ? round(v) : v;
       }
   }
@@ -43,4 +42,4 @@ inline std::vector<int> random_tokens(size_t n, int vocab, std::mt19937_64& rng)
   return v;
 }
 
-}  // namespace gpt::testing
+}  // namespace gpt::tests

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,27 +25,9 @@ namespace gpt {
 struct BackendOptions {
   DType act = DType::F32;           // activation dtype: bf16 or fp32 on CUDA; the CPU backend is always fp32
   int local_rank = 0;               // which GPU of the node (one GPU per local rank)
-  bool stochastic_rounding = true;  // bf16 parameter writes rounded stochastically
   bool deterministic = false;       // bit-reproducible GPU steps at some speed
   double matmul_search_s = 0;       // seconds a matmul's cuBLASLt configurations may be timed on first use
   bool op_profile = false;          // time every op (log.op_profile)
-};
-
-struct AdamWArgs {
-  void* param = nullptr;         // (n) act dtype: the compute copy; written from the updated value
-  float* master = nullptr;       // (n) fp32 master weights, or nullptr when the param itself is updated
-  const void* grad = nullptr;    // (n) act dtype
-  float* m = nullptr;            // (n) fp32 first moment
-  float* v = nullptr;            // (n) fp32 second moment
-  size_t n = 0;
-  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
-  float grad_scale = 1.0f;       // multiplies the gradient first (clipping)
-  int step = 1;                  // 1-based, for bias correction
-  uint64_t seed = 0;             // stochastic rounding of bf16 params: random bits from seed ^ (index_offset + i)
-  uint64_t index_offset = 0;     // logical index of element 0, so rounding does not depend on sharding
-  unsigned* nonfinite = nullptr; // (1) device flag, nullable: set to 1 when an updated value (parameter,
-                                 // master, m or v) is not finite; never cleared here (the optimizer's own
-                                 // pass finds a diverged state, with no extra pass over memory)
 };
 
 class Backend {
@@ -64,7 +47,10 @@ class Backend {
   virtual void copy_d2d(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
   virtual size_t bytes_in_use() const = 0;       // allocated through this backend now
-  virtual size_t peak_bytes() const = 0;         // peak device memory (CPU: peak RSS)
+  virtual size_t peak_bytes() const = 0;         // peak device memory (CPU: peak RSS since construction)
+  // what the process held before this backend allocated anything (CPU: its resident set then, which
+  // peak_bytes includes; GPU: 0, peak_bytes being the backend's own tally)
+  virtual size_t baseline_bytes() const { return 0; }
   virtual void reset_peak() = 0;
   virtual void* stream() { return nullptr; }     // cudaStream_t of the compute stream, if any
   // Background copies to host memory (checkpoint snapshots). pin_host page-locks [p, p+bytes) of host
@@ -134,7 +120,10 @@ class Backend {
                           float dloss) = 0;
   // sum of squares of x (n), act dtype, returned to the host in double (synchronises)
   virtual double sum_squares(const void* x, size_t n) = 0;
-  virtual void adamw(const AdamWArgs& a) = 0;
+  // Device code that lives outside the backend (an optimizer's update, optim/step.hpp): fn runs with the
+  // compute stream (cudaStream_t; nullptr on the CPU), queued after every op so far, timed as op `name`
+  // by the op profile, and its kernels' failures turned into the program's errors like the ops' own.
+  virtual void run_op(const char* name, const std::function<void(void* stream)>& fn) = 0;
   // The FP8 ops (backend/fp8_ops.hpp), or nullptr where the backend has none (the CUDA backend in
   // fp32 precision).
   virtual Fp8Ops* fp8() { return nullptr; }
@@ -144,6 +133,16 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);
 // Declared always; defined by the CUDA build (a stub that throws otherwise).
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& o);
 int cuda_device_count();  // 0 when built without CUDA or when no GPU is present
-size_t cuda_device_memory();  // bytes of memory of GPU 0; 0 when there is none
+
+// What a device can do, known before any backend is built: the plan checks a config against it.
+struct DeviceCaps {
+  std::string name;             // "NVIDIA H200"; empty: unknown
+  size_t memory = 0;            // bytes; 0: unknown
+  int compute_capability = 0;   // 90 for 9.0 (Hopper); 0 for the CPU or unknown
+  bool fp8 = false;             // FP8 products: tensor cores of compute capability 8.9 or later, or emulated
+  bool fp8_emulated = false;    // the CPU's emulation of them
+};
+DeviceCaps cpu_device_caps();
+DeviceCaps cuda_device_caps(int device);  // GPU `device` (of cuda_device_count()); all unknown without one
 
 }  // namespace gpt

@@ -1,6 +1,7 @@
-// FP8 ops (training.precision fp8): the four block products of every layer run on FP8 operands, one
-// scale per tensor (delayed scaling; the recipe and its state: model/fp8_recipe.hpp). A backend offers
-// them through Backend::fp8(); conventions as in backend.hpp, and:
+// FP8 ops (training.precision fp8): the four block products of every layer and, with
+// training.fp8_classifier, the classifier's three run on FP8 operands, one scale per tensor (delayed
+// scaling; the recipe and its state: model/fp8_scaling.hpp). A backend offers them through
+// Backend::fp8(); conventions as in backend.hpp, and:
 // - `x` tensors are the backend's activation dtype; FP8 tensors are bytes (Fp8Tensor::data).
 // - Quantizing x gives q = fp8(x * scale) (nearest even, saturating at the format's largest value) and
 //   folds max |x| into *amax, in the kernel that writes q; the products multiply by scale_inv.
@@ -33,6 +34,7 @@ struct Fp8ScalesArgs {
   const float* maxval = nullptr; // (n) the largest finite value of each tensor's format
   unsigned* saturated = nullptr; // (1) accumulated
   int n = 0, H = 0, row = 0;
+  int margin = 0;                // headroom: each scale divided by 2^margin
 };
 
 class Fp8Ops {
@@ -61,6 +63,12 @@ class Fp8Ops {
   virtual void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) = 0;
   // dst (n, act dtype) += sums (n, fp32)
   virtual void add_sums(void* dst, const float* sums, int n) = 0;
+  // Backend::classifier with the gradient in FP8: losses (N) fp32 = -log p[target] over logits (N, Vp)
+  // of which the first V columns are real; the gradient (p - onehot(target)) * dloss (padded columns 0)
+  // is quantized into dlogits.data (N, Vp) in the same pass, its amax recorded, always (zeros for
+  // dloss = 0). The logits are only read.
+  virtual void classifier(const void* logits, float* losses, const int* targets, int N, int V, int Vp,
+                          float dloss, const Fp8Tensor& dlogits) = 0;
   virtual void update_scales(const Fp8ScalesArgs& a) = 0;
 };
 

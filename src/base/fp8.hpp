@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/fp8_math.h"
+#include "base/fp8_math.hpp"
 
 namespace gpt {
 

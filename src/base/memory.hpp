@@ -8,11 +8,9 @@
 namespace gpt {
 
 struct MemoryBreakdown {
-  size_t params = 0, grads = 0, master = 0, adam_m = 0, adam_v = 0, activations = 0, workspace = 0, comm = 0;
+  size_t params = 0, grads = 0, master = 0, optim = 0, activations = 0, workspace = 0, comm = 0;
   size_t snapshot = 0;
-  size_t total() const {
-    return params + grads + master + adam_m + adam_v + activations + workspace + comm + snapshot;
-  }
+  size_t total() const { return params + grads + master + optim + activations + workspace + comm + snapshot; }
 };
 
 struct MemoryComponent {
@@ -25,8 +23,8 @@ inline constexpr MemoryComponent kMemoryComponents[] = {
     {"params", &MemoryBreakdown::params, "parameters in the compute dtype (this rank's shard at ZeRO-3)"},
     {"grads", &MemoryBreakdown::grads, "gradients in the compute dtype (a shard from ZeRO-2 on)"},
     {"master", &MemoryBreakdown::master, "fp32 master weights (sharded from ZeRO-1 on)"},
-    {"adam_m", &MemoryBreakdown::adam_m, "AdamW first moment, fp32"},
-    {"adam_v", &MemoryBreakdown::adam_v, "AdamW second moment, fp32"},
+    {"optim", &MemoryBreakdown::optim,
+     "the optimizer's state, fp32 per parameter and slot (AdamW: m and v; Lion: m), sharded from ZeRO-1 on"},
     {"activations", &MemoryBreakdown::activations, "activations kept from forward for backward"},
     {"workspace", &MemoryBreakdown::workspace, "logits chunk, gradient scratch, library workspaces"},
     {"comm", &MemoryBreakdown::comm, "ZeRO-2/3 gather and reduce-scatter buffers"},

@@ -2,13 +2,16 @@
 #pragma once
 #include <boost/program_options.hpp>
 
+#include <memory>
 #include <string>
 
 #include "config/config.hpp"
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 
 namespace gpt {
-int run_app(int argc, char** argv, HostComm& host);
+// `host` comes without MPI (make_solo_host_comm); the commands that train or sample replace it with MPI's
+// world (make_host_comm) once the command line is read, the others never start MPI.
+int run_app(int argc, char** argv, std::unique_ptr<HostComm>& host);
 
 // Parses a subcommand's options (argv[0] is its name); a bare word is an input error naming it.
 boost::program_options::variables_map parse_options(int argc, char** argv,

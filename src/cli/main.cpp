@@ -7,7 +7,8 @@
 #include <iostream>
 
 #include "cli/app.hpp"
-#include "dist/comm.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/comm.hpp"
 #include "base/common.hpp"
 #include "io/h5util.hpp"
 #include "run/signals.hpp"
@@ -17,13 +18,17 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   gpt::install_stop_signals();
   gpt::h5::init_library();
-  std::unique_ptr<gpt::HostComm> host = gpt::make_host_comm(&argc, &argv);
+  std::unique_ptr<gpt::HostComm> host = gpt::make_solo_host_comm();  // run_app starts MPI where needed
   int code = 0;
   try {
-    code = gpt::run_app(argc, argv, *host);
+    code = gpt::run_app(argc, argv, host);
   } catch (const po::error& e) {
     if (host->rank() == 0) std::cerr << "error: " << e.what() << " (see --help)\n";
     code = gpt::kExitBadInput;
+  } catch (const gpt::AgreedError& e) {
+    // every rank has it and ends here (bad input found before any work): said once, no MPI_Abort
+    if (host->rank() == 0) std::cerr << "error: " << e.what() << "\n";
+    code = e.code();
   } catch (const gpt::Error& e) {
     std::cerr << (host->world() > 1 ? "[rank " + std::to_string(host->rank()) + "] " : std::string()) << "error: "
               << e.what() << "\n";

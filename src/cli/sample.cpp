@@ -2,6 +2,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <sstream>
 
@@ -30,13 +31,16 @@ std::vector<int> parse_ids(const std::string& text, int vocab_size) {
   std::vector<int> ids;
   std::stringstream ss(text);
   for (std::string tok; std::getline(ss, tok, ',');) {
-    int id = -1;
+    long long id = -1;
+    size_t used = 0;
     try {
-      id = std::stoi(tok);
+      id = std::stoll(tok, &used);
     } catch (const std::exception&) {
     }
-    if (id < 0 || id >= vocab_size) throw input_error("--prompt-ids: " + tok + " is not a token id");
-    ids.push_back(id);
+    if (used == 0 || tok.find_first_not_of(" \t", used) != std::string::npos || id < 0 || id >= vocab_size)
+      throw input_error("--prompt-ids: '" + tok + "' is not a token id of this model (0 to " +
+                        std::to_string(vocab_size - 1) + ")");
+    ids.push_back(int(id));
   }
   if (ids.empty()) throw input_error("--prompt-ids: give at least one token id");
   return ids;
@@ -59,17 +63,19 @@ void write_logits(const std::string& path, const std::vector<float>& logits, siz
 
 int run_sample(int argc, char** argv, HostComm& host) {
   po::options_description opts("train sample");
-  std::string ckpt, prompt = "50256", device = "cpu", logits_path;
+  std::string ckpt, prompt, device = "cpu", logits_path;
   int tokens = 64;
   double temperature = 1.0;
   uint64_t seed = 1;
   opts.add_options()("help,h", "this help")(
       "ckpt", po::value(&ckpt)->required(),
       "a run directory, its checkpoints/ folder or checkpoints/latest (the newest checkpoint), or a step folder")(
-      "prompt-ids", po::value(&prompt), "comma-separated token ids (default: <|endoftext|>)")(
+      "prompt-ids", po::value(&prompt),
+      "comma-separated token ids (default: the vocabulary's last id, GPT-2's <|endoftext|> 50256)")(
       "tokens", po::value(&tokens), "tokens to generate")("temperature", po::value(&temperature), "0 = greedy")(
       "seed", po::value(&seed), "sampling seed")("device", po::value(&device), "cpu | cuda | auto")(
-      "logits", po::value(&logits_path), "also write the prompt positions' logits to this HDF5 file (/logits)");
+      "logits", po::value(&logits_path), "also write the prompt positions' logits to this HDF5 file (/logits)")(
+      "print-config", "print the config the checkpoint was trained with (YAML) and exit");
   po::variables_map vm = parse_options(argc - 1, argv + 1, opts);
   if (vm.count("help")) {
     std::cout << opts << "Prints the prompt and generated token ids, space-separated; scripts/sample.py turns text "
@@ -78,16 +84,25 @@ int run_sample(int argc, char** argv, HostComm& host) {
   }
   po::notify(vm);
   if (host.world() != 1) throw input_error("sample runs on one process");
+  if (tokens < 0) throw input_error("--tokens: " + std::to_string(tokens) + " is negative (tokens to generate: 0 or more)");
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    throw input_error("--temperature: must be a finite number >= 0 (0 = greedy)");
   ckpt = resolve_checkpoint(ckpt);
+  if (vm.count("print-config")) {
+    std::cout << read_checkpoint_config(ckpt);
+    return 0;
+  }
   Config cfg = checkpoint_config(ckpt);
-  cfg.training.device = device;
+  apply_override(cfg, {"training.device", device});  // named as the config names it
   const Plan plan = make_plan(cfg, 1);
-  std::vector<int> ids = parse_ids(prompt, plan.dims.vocab_size);
+  // no prompt: the last id, which in GPT-2's vocabulary is <|endoftext|>, the start of a document
+  std::vector<int> ids = vm.count("prompt-ids") ? parse_ids(prompt, plan.dims.vocab_size)
+                                                : std::vector<int>{plan.dims.vocab_size - 1};
   Stack stack = build_stack(plan, host);
   const ParamLayout& layout = *stack.layout;
   const std::vector<float> params = read_checkpoint_params(ckpt, layout);
   for (int b = 0; b < layout.n_buckets(); ++b) stack.engine->set_bucket_params(b, params.data() + layout.logical_offset(b));
-  const int T = std::min<int>(plan.dims.max_seq_len, int(ids.size()) + tokens);
+  const int T = int(std::min<int64_t>(plan.dims.max_seq_len, int64_t(ids.size()) + tokens));
   GPT model(plan.dims, layout, *stack.backend, 1, T, 0);
   std::vector<int> window(T, 0);
   if (!logits_path.empty()) {

@@ -6,7 +6,31 @@
 #include <string>
 #include <vector>
 
+#include "base/fp8_math.hpp"
+
 namespace gpt {
+
+// The keys whose values are one of a few names are enums; enum_names<E>() lists the names in the order
+// of E's values (what YAML holds, and what messages and docs/CONFIG.md show).
+enum class Device : uint8_t { automatic, cpu, cuda };       // training.device: auto / cpu / cuda
+enum class Precision : uint8_t { bf16, fp32, fp8 };          // training.precision
+enum class Schedule : uint8_t { cosine, linear, constant };  // training.schedule
+enum class ResumeMode : uint8_t { never, automatic };        // checkpoint.resume: never / auto
+enum class OnError : uint8_t { stop, go_on };                // checkpoint.on_error: stop / continue
+using Fp8Format = fp8::Format;                               // training.fp8_grad_format: e4m3 / e5m2
+
+template <class E>
+struct EnumNames;
+template <> struct EnumNames<Device> { static constexpr const char* names[] = {"auto", "cpu", "cuda"}; };
+template <> struct EnumNames<Precision> { static constexpr const char* names[] = {"bf16", "fp32", "fp8"}; };
+template <> struct EnumNames<Schedule> { static constexpr const char* names[] = {"cosine", "linear", "constant"}; };
+template <> struct EnumNames<ResumeMode> { static constexpr const char* names[] = {"never", "auto"}; };
+template <> struct EnumNames<OnError> { static constexpr const char* names[] = {"stop", "continue"}; };
+template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
+template <class E>
+const char* name_of(E e) {
+  return EnumNames<E>::names[static_cast<int>(e)];
+}
 
 // training.micro_batch: a number of sequences, or `max` (the largest that fits, searched at start).
 struct MicroBatch {
@@ -48,13 +72,16 @@ struct DataConfig {
   int synthetic_vocab = 256;
   int synthetic_branching = 4;
   bool shuffle = true;
+  bool allow_changed_files = false;
 };
 
 struct TrainingConfig {
-  std::string device = "auto";
-  std::string precision = "bf16";
-  std::string fp8_grad_format = "e5m2";
+  Device device = Device::automatic;
+  Precision precision = Precision::bf16;
+  Fp8Format fp8_grad_format = Fp8Format::E5M2;
   int fp8_amax_history = 16;
+  int fp8_margin = 0;
+  bool fp8_classifier = false;
   bool master_weights = true;
   bool stochastic_rounding = true;
   MicroBatch micro_batch;
@@ -64,7 +91,8 @@ struct TrainingConfig {
   int steps = 100;
   float lr = 6e-4f;
   int warmup_steps = 0;
-  std::string schedule = "cosine";
+  Schedule schedule = Schedule::cosine;
+  std::string optimizer = "adamw";
   float min_lr_frac = 0.0f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;
@@ -92,15 +120,17 @@ struct LogConfig {
   int every = 1;
   bool progress = true;
   bool op_profile = false;
+  bool csv = false;
 };
 
 struct CheckpointConfig {
   int every = 0;
   int keep_last = 2;
-  std::string resume = "never";
+  ResumeMode resume = ResumeMode::never;
   bool async = true;
-  std::string on_error = "stop";
+  OnError on_error = OnError::stop;
   int threads = 4;
+  float stall_s = 300;
 };
 
 struct Config {
@@ -111,6 +141,9 @@ struct Config {
   EvalConfig eval;
   LogConfig log;
   CheckpointConfig checkpoint;
+  // What reading the config decided for the user that the keys alone do not show (a preset from the
+  // command line replacing the file's dims), printed with the plan; not a key, never stored.
+  std::vector<std::string> notes;
 };
 
 }  // namespace gpt

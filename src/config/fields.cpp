@@ -4,8 +4,23 @@
 
 #include "base/common.hpp"
 #include "base/format.hpp"
+#include "optim/optimizer.hpp"
 
 namespace gpt::config {
+
+namespace {
+// training.optimizer's documentation: the optimizers there are (optim/rules.hpp), each with its own
+std::string optimizer_doc_text() {
+  std::string s = "the parameter update:";
+  for (const OptimizerInfo& o : optimizers()) s += " `" + o.name + "` (" + o.doc + ");";
+  s.back() = '.';
+  return s;
+}
+const char* optimizer_doc() {
+  static const std::string doc = optimizer_doc_text();  // built once from a constant table
+  return doc.c_str();
+}
+}  // namespace
 
 std::vector<Field> fields_of(Config& c) {
   RunConfig& r = c.run;
@@ -19,7 +34,9 @@ std::vector<Field> fields_of(Config& c) {
       {"run.overwrite", &r.overwrite,
        "a run without --resume into a directory that already holds a run (log.h5 or checkpoints) is an error; "
        "`true` deletes that run first"},
-      {"model.preset", &m.preset, "d12 / d24 / d36 / d48 (GPT-2 124M/350M/774M/1558M) / tiny; or the dims below"},
+      {"model.preset", &m.preset,
+       "d12 / d24 / d36 / d48 (GPT-2 124M/350M/774M/1558M) / tiny; or the dims below, not both. A preset given on "
+       "the command line (or varied by a sweep) replaces the dims of the file, which the printed plan notes"},
       {"model.n_layer", &m.n_layer, "transformer blocks (without a preset)"},
       {"model.n_head", &m.n_head, "attention heads (without a preset); must divide n_embd"},
       {"model.n_embd", &m.n_embd, "model width (without a preset)"},
@@ -38,6 +55,11 @@ std::vector<Field> fields_of(Config& c) {
        "train shards: each epoch a new order of the shards and of the sequences inside each shard, drawn from "
        "run.seed and the epoch (the same on every rank); false: file order. Validation is never shuffled; the "
        "synthetic corpus has no order to shuffle"},
+      {"data.allow_changed_files", &d.allow_changed_files,
+       "resume even though the files behind data.train are not those the checkpoint was trained on (each "
+       "run records their names, sizes and a hash of their first and last MiB): `false` refuses, naming "
+       "the files added, removed or changed; `true` warns and goes on (the data position then points into "
+       "other data)"},
       {"training.device", &t.device, "auto / cpu / cuda"},
       {"training.precision", &t.precision,
        "bf16 / fp32 / fp8 (on CPU activations are always fp32; fp8 there emulates the GPU's quantization). "
@@ -49,6 +71,14 @@ std::vector<Field> fields_of(Config& c) {
       {"training.fp8_amax_history", &t.fp8_amax_history,
        "precision fp8: steps of amax history each tensor's scale is derived from (the largest amax over them); "
        "1-1024"},
+      {"training.fp8_margin", &t.fp8_margin,
+       "precision fp8: each scale is divided by 2^margin below the largest that fits the amax history "
+       "(headroom for values that grow between steps); 0-8"},
+      {"training.fp8_classifier", &t.fp8_classifier,
+       "precision fp8: the classifier (the output projection tied to wte) and its two gradient products on FP8 "
+       "operands too: the final LayerNorm's output and wte E4M3, the logits' gradient in the gradients' format, "
+       "written by the softmax + cross-entropy kernel; the logits themselves stay bf16. false: the classifier "
+       "in bf16"},
       {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
       {"training.stochastic_rounding", &t.stochastic_rounding, "round bf16 parameter writes stochastically"},
       {"training.micro_batch", &t.micro_batch,
@@ -64,10 +94,11 @@ std::vector<Field> fields_of(Config& c) {
       {"training.warmup_steps", &t.warmup_steps, "linear warm-up steps"},
       {"training.schedule", &t.schedule, "cosine / linear / constant (after warmup)"},
       {"training.min_lr_frac", &t.min_lr_frac, "final lr = lr * min_lr_frac"},
-      {"training.beta1", &t.beta1, "AdamW first-moment decay"},
-      {"training.beta2", &t.beta2, "AdamW second-moment decay"},
-      {"training.eps", &t.eps, "AdamW epsilon"},
-      {"training.weight_decay", &t.weight_decay, "on 2-D weights only"},
+      {"training.optimizer", &t.optimizer, optimizer_doc()},
+      {"training.beta1", &t.beta1, "the optimizer's first decay rate (AdamW: first moment; Lion: the update's interpolation)"},
+      {"training.beta2", &t.beta2, "the optimizer's second decay rate (AdamW: second moment; Lion: the moment)"},
+      {"training.eps", &t.eps, "AdamW epsilon (unused by Lion)"},
+      {"training.weight_decay", &t.weight_decay, "decoupled, on 2-D weights only"},
       {"training.grad_clip", &t.grad_clip, "global L2 norm; 0 = off"},
       {"training.zero_stage", &t.zero_stage,
        "0..3: what is sharded across ranks (1: optimizer state, 2: and gradients, 3: and parameters)"},
@@ -85,7 +116,9 @@ std::vector<Field> fields_of(Config& c) {
        "GPU: `true` makes steps bit-reproducible across runs and resumes (cuDNN's deterministic attention "
        "backward, cuBLASLt's first-choice algorithms); `false` takes the fastest (non-deterministic attention "
        "backward, matmul algorithms timed on first use). The CPU path is always deterministic"},
-      {"eval.every", &c.eval.every, "steps between validations; 0 = only after the last step"},
+      {"eval.every", &c.eval.every,
+       "steps between validations; 0 = only after the last step. > 0 needs something to evaluate: data.val (or "
+       "the synthetic corpus), eval.hellaswag or eval.sample_tokens"},
       {"eval.batches", &c.eval.batches,
        "micro-batches per validation (the first ones of data.val, the same each time), or `all`: every whole "
        "global micro-batch of the validation shards"},
@@ -102,12 +135,15 @@ std::vector<Field> fields_of(Config& c) {
       {"eval.sample_temperature", &c.eval.sample_temperature,
        "sampling temperature; 0 = greedy. The draws are seeded by run.seed and the step"},
       {"eval.vocab", &c.eval.vocab,
-       "folder with GPT-2's vocab.json and merges.txt: samples are decoded to text and a text sample_prompt "
-       "encoded; empty = samples are token ids"},
+       "folder with GPT-2's vocab.json and merges.txt (scripts/prepare_data.py leaves them beside the shards): "
+       "samples are decoded to text and a text sample_prompt encoded; empty = samples are token ids"},
       {"log.every", &c.log.every, "steps between log rows"},
       {"log.progress", &c.log.progress,
        "progress bar with ETA when rank 0's output is an interactive terminal (never under an MPI launcher, "
        "whose output is forwarded: piped logs get no \\r lines)"},
+      {"log.csv", &c.log.csv,
+       "also write the metrics as train.csv and eval.csv beside log.h5 (a column per metric, a row per logged "
+       "step and per evaluation, flushed as written; a resume keeps the rows up to its step)"},
       {"log.op_profile", &c.log.op_profile,
        "time every op of every training step (GPU: CUDA events; CPU: wall clock) and print, at the end, each "
        "op's milliseconds and share of the step and the idle time between ops; the warm-up step and evaluation "
@@ -127,6 +163,11 @@ std::vector<Field> fields_of(Config& c) {
       {"checkpoint.threads", &c.checkpoint.threads,
        "threads per rank writing checkpoint files, and reading them on resume (1-64), each hashing the "
        "bytes it moves; `export` and `sample` read with 4"},
+      {"checkpoint.stall_s", &c.checkpoint.stall_s,
+       "a run that fails (divergence, a bad shard, a failed log write, ...) first waits for the checkpoint "
+       "being written in the background and publishes it; it waits as long as the write makes progress, "
+       "and gives it up after this many seconds without a byte written (a hung filesystem; the file's final "
+       "fsync shows no progress, so a filesystem that takes longer to flush a checkpoint needs more)"},
   };
 }
 
@@ -145,20 +186,19 @@ std::string where(const std::string& key, int line) {
 }
 
 template <class T>
-T scalar_as(const YAML::Node& n, const std::string& key, int line, const char* type_name) {
+T scalar_as(const YAML::Node& n, const std::string& key, int line, const std::string& what) {  // what: "an integer"
   if (!n.IsScalar())
-    throw input_error("config error: " + where(key, line) + ": expected a " + type_name + ", got a " +
-                      (n.IsSequence() ? "list" : n.IsMap() ? "mapping" : "null"));
+    throw input_error("config error: " + where(key, line) + ": expected " + what + ", got " +
+                      (n.IsSequence() ? "a list" : n.IsMap() ? "a mapping" : "no value"));
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
-    throw input_error("config error: " + where(key, line) + ": expected a " + type_name + ", got '" + n.Scalar() +
-                      "'");
+    throw input_error("config error: " + where(key, line) + ": expected " + what + ", got '" + n.Scalar() + "'");
   }
 }
 
 int int_from(const YAML::Node& n, const std::string& key, int line) {
-  const long long v = scalar_as<long long>(n, key, line, "integer");
+  const long long v = scalar_as<long long>(n, key, line, "an integer");
   if (v < INT32_MIN || v > INT32_MAX)
     throw input_error("config error: " + where(key, line) + ": " + n.Scalar() + " is out of range");
   return int(v);
@@ -166,17 +206,34 @@ int int_from(const YAML::Node& n, const std::string& key, int line) {
 
 }  // namespace
 
+std::string EnumRef::choices() const {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += std::string(i ? ", " : "") + names[i];
+  return s;
+}
+
 void set_field(const Field& f, const YAML::Node& n, int line) {
   const std::string key = f.key;
+  if (const EnumRef* e = std::get_if<EnumRef>(&f.ref)) {
+    const std::string v = scalar_as<std::string>(n, key, line, "one of " + e->choices());
+    for (int i = 0; i < e->n; ++i)
+      if (v == e->names[i]) {
+        *e->value = uint8_t(i);
+        return;
+      }
+    throw input_error("config error: " + where(key, line) + ": '" + v + "' is not one of " + e->choices());
+  }
   std::visit(
-      [&](auto* p) {
+      [&](auto p) {
+        if constexpr (std::is_same_v<decltype(p), EnumRef>) return;  // set above
+        else {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::string>) {
-          *p = scalar_as<std::string>(n, key, line, "string");
+          *p = scalar_as<std::string>(n, key, line, "a string");
         } else if constexpr (std::is_same_v<T, bool>) {
-          *p = scalar_as<bool>(n, key, line, "boolean (true/false)");
+          *p = scalar_as<bool>(n, key, line, "a boolean (true/false)");
         } else if constexpr (std::is_same_v<T, float>) {
-          *p = static_cast<float>(scalar_as<double>(n, key, line, "number"));
+          *p = static_cast<float>(scalar_as<double>(n, key, line, "a number"));
         } else if constexpr (std::is_same_v<T, int>) {
           *p = int_from(n, key, line);
         } else if constexpr (std::is_same_v<T, MicroBatch>) {
@@ -184,17 +241,25 @@ void set_field(const Field& f, const YAML::Node& n, int line) {
         } else if constexpr (std::is_same_v<T, EvalBatches>) {
           *p = n.IsScalar() && n.Scalar() == "all" ? EvalBatches{p->count, true} : EvalBatches::fixed(int_from(n, key, line));
         } else if constexpr (std::is_same_v<T, uint64_t>) {
-          *p = scalar_as<uint64_t>(n, key, line, "non-negative integer");
+          *p = scalar_as<uint64_t>(n, key, line, "a non-negative integer");
         } else {
-          *p = scalar_as<T>(n, key, line, "integer");
+          *p = scalar_as<T>(n, key, line, "an integer");
+        }
         }
       },
       f.ref);
 }
 
 std::string field_text(const Field& f) {
+  if (const EnumRef* e = std::get_if<EnumRef>(&f.ref)) {
+    YAML::Emitter out;
+    out << YAML::DoubleQuoted << e->names[*e->value];  // as the string it was before it was an enum
+    return out.c_str();
+  }
   return std::visit(
-      [&](auto* p) -> std::string {
+      [&](auto p) -> std::string {
+        if constexpr (std::is_same_v<decltype(p), EnumRef>) return "";  // printed above
+        else {
         using T = std::remove_pointer_t<decltype(p)>;
         std::ostringstream os;
         if constexpr (std::is_same_v<T, std::string>) {
@@ -215,13 +280,21 @@ std::string field_text(const Field& f) {
           os << *p;
         }
         return os.str();
+        }
       },
       f.ref);
 }
 
-const char* type_name(const Field& f) {
+std::string type_name(const Field& f) {
+  if (const EnumRef* e = std::get_if<EnumRef>(&f.ref)) {
+    std::string s;
+    for (int i = 0; i < e->n; ++i) s += std::string(i ? " / " : "") + "`" + e->names[i] + "`";
+    return s;
+  }
   return std::visit(
-      [](auto* p) -> const char* {
+      [](auto p) -> std::string {
+        if constexpr (std::is_same_v<decltype(p), EnumRef>) return "";  // named above
+        else {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::string>) return "string";
         else if constexpr (std::is_same_v<T, bool>) return "bool";
@@ -229,6 +302,7 @@ const char* type_name(const Field& f) {
         else if constexpr (std::is_same_v<T, MicroBatch>) return "int or `max`";
         else if constexpr (std::is_same_v<T, EvalBatches>) return "int or `all`";
         else return "int";
+        }
       },
       f.ref);
 }

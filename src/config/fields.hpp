@@ -11,8 +11,18 @@
 
 namespace gpt::config {
 
+// An enum-valued key: its value as an index into its names (config.hpp's EnumNames).
+struct EnumRef {
+  uint8_t* value;  // the enum member, seen as its underlying uint8_t
+  const char* const* names;
+  int n;
+  template <class E>
+  EnumRef(E* e) : value(reinterpret_cast<uint8_t*>(e)), names(EnumNames<E>::names),
+                  n(int(sizeof(EnumNames<E>::names) / sizeof(const char*))) {}
+  std::string choices() const;  // "bf16, fp32, fp8"
+};
 using FieldRef = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*, MicroBatch*,
-                              EvalBatches*>;
+                              EvalBatches*, EnumRef>;
 struct Field {
   const char* key;  // dotted: section.name
   FieldRef ref;
@@ -27,7 +37,7 @@ std::string section_of(const std::string& key);
 void set_field(const Field& f, const YAML::Node& n, int line);
 // The field's value as a YAML scalar.
 std::string field_text(const Field& f);
-// "int", "float", "bool", "string", "int or `max`", "int or `all`"
-const char* type_name(const Field& f);
+// "int", "float", "bool", "string", "int or `max`", "int or `all`", "`bf16` / `fp32` / `fp8`"
+std::string type_name(const Field& f);
 
 }  // namespace gpt::config

@@ -19,7 +19,8 @@ ModelDims resolve_dims(const ModelConfig& m) {
     if (it == presets.end())
       throw input_error("model.preset: '" + m.preset + "' is not one of d12, d24, d36, d48, tiny");
     if (m.n_layer || m.n_head || m.n_embd)
-      throw input_error("model.preset: give either a preset or n_layer/n_head/n_embd, not both");
+      throw input_error("model.preset: give either a preset or n_layer/n_head/n_embd, not both (model.preset=P on "
+                        "the command line replaces the file's dims)");
     d.n_layer = it->second[0];
     d.n_head = it->second[1];
     d.n_embd = it->second[2];

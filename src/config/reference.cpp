@@ -14,7 +14,9 @@ const char* kIntro =
     "Every key of the experiment YAML, with its type, default and meaning. This file is generated from the\n"
     "field table in `src/config/fields.cpp` by `./train --config-reference` (a test checks that it matches).\n"
     "Override any key on the command line with `--set section.key=value`; `./train --yaml F --dry-run` prints\n"
-    "the resolved config. Unknown keys, wrong types and impossible combinations are errors naming the key.\n";
+    "the resolved config. Unknown keys (with the closest known one), keys or sections given twice, wrong types\n"
+    "and impossible combinations are errors naming the key and the line. A string holding `: ` is quoted\n"
+    "(`sample_prompt: \"ROMEO: hi\"`, `--set 'eval.sample_prompt=\"ROMEO: hi\"'`).\n";
 
 const char* kSweep =
     "\n## `sweep`\n"
@@ -27,7 +29,9 @@ const char* kSweep =
     "\n"
     "Each point runs in `<out_dir>/<name>/pNNN/`; a whole sweep writes `summary.h5` and `summary.csv` beside "
     "them\n"
-    "(`--summarize` rewrites them, e.g. after the points ran as separate array tasks).\n";
+    "(`--summarize` rewrites them, e.g. after the points ran as separate array tasks). So a sweep cannot vary\n"
+    "`run.name` or `run.out_dir` (one that lists them is refused); a sweep over `model.preset` replaces the\n"
+    "file's dims, as a preset on the command line does.\n";
 }  // namespace
 
 std::string config_reference() {

@@ -5,6 +5,7 @@
 #include "config/config_io.hpp"
 #include "config/fields.hpp"
 #include "config/presets.hpp"
+#include "optim/optimizer.hpp"
 
 namespace gpt {
 
@@ -52,8 +53,6 @@ void validate(const Config& cfg, int world) {
   if (t.steps < 1) bad("training.steps", "must be >= 1");
   if (!(t.lr >= 0) || !std::isfinite(t.lr)) bad("training.lr", "must be a finite number >= 0");
   if (t.warmup_steps < 0) bad("training.warmup_steps", "must be >= 0");
-  if (t.schedule != "cosine" && t.schedule != "linear" && t.schedule != "constant")
-    bad("training.schedule", "'" + t.schedule + "' is not one of cosine, linear, constant");
   if (t.min_lr_frac < 0 || t.min_lr_frac > 1) bad("training.min_lr_frac", "must be in [0, 1]");
   if (t.beta1 < 0 || t.beta1 >= 1) bad("training.beta1", "must be in [0, 1)");
   if (t.beta2 < 0 || t.beta2 >= 1) bad("training.beta2", "must be in [0, 1)");
@@ -67,14 +66,16 @@ void validate(const Config& cfg, int world) {
   if (t.memory_limit_gb < 0) bad("training.memory_limit_gb", "must be >= 0 (0 = the device's memory)");
   if (t.micro_batch.max && t.total_batch_tokens > 0)
     bad("training.micro_batch", "'max' cannot be combined with training.total_batch_tokens (use grad_accum)");
-  if (t.device != "auto" && t.device != "cpu" && t.device != "cuda")
-    bad("training.device", "'" + t.device + "' is not one of auto, cpu, cuda");
-  if (t.precision != "bf16" && t.precision != "fp32" && t.precision != "fp8")
-    bad("training.precision", "'" + t.precision + "' is not one of bf16, fp32, fp8");
-  if (t.fp8_grad_format != "e5m2" && t.fp8_grad_format != "e4m3")
-    bad("training.fp8_grad_format", "'" + t.fp8_grad_format + "' is not one of e5m2, e4m3");
   if (t.fp8_amax_history < 1 || t.fp8_amax_history > 1024) bad("training.fp8_amax_history", "must be 1-1024");
-  if (t.precision == "fp8" && (d.n_embd % 16 != 0 || t.seq_len % 16 != 0))
+  if (t.fp8_margin < 0 || t.fp8_margin > 8) bad("training.fp8_margin", "must be 0-8");
+  if (t.fp8_classifier && t.precision != Precision::fp8)
+    bad("training.fp8_classifier", std::string("needs training.precision: fp8 (it is ") + name_of(t.precision) + ")");
+  if (!find_optimizer(t.optimizer)) {
+    std::string known;
+    for (const OptimizerInfo& o : optimizers()) known += (known.empty() ? "" : ", ") + o.name;
+    bad("training.optimizer", "'" + t.optimizer + "' is not one of " + known);
+  }
+  if (t.precision == Precision::fp8 && (d.n_embd % 16 != 0 || t.seq_len % 16 != 0))
     bad("training.precision", "fp8 needs model.n_embd and training.seq_len to be multiples of 16 (FP8 tensor "
                               "cores); they are " + std::to_string(d.n_embd) + " and " + std::to_string(t.seq_len));
   const auto& dc = cfg.data;
@@ -89,6 +90,10 @@ void validate(const Config& cfg, int world) {
   }
   if (cfg.eval.every < 0) bad("eval.every", "must be >= 0");
   const auto& ev = cfg.eval;
+  if (ev.every > 0 && !dc.synthetic && dc.val.empty() && ev.hellaswag.empty() && ev.sample_tokens == 0)
+    bad("eval.every", std::to_string(ev.every) + " asks for an evaluation every " + std::to_string(ev.every) +
+                          " steps, but there is nothing to evaluate: data.val is empty and neither eval.hellaswag "
+                          "nor eval.sample_tokens is set; give validation shards in data.val, or set eval.every: 0");
   if (!ev.batches.all && ev.batches.count < 0) bad("eval.batches", "must be >= 0 or 'all'");
   if (ev.batches.all && (dc.synthetic || dc.val.empty()))
     bad("eval.batches", "'all' needs validation shards in data.val (the synthetic corpus has no end)");
@@ -98,11 +103,8 @@ void validate(const Config& cfg, int world) {
   if (cfg.log.every < 1) bad("log.every", "must be >= 1");
   if (cfg.checkpoint.every < 0) bad("checkpoint.every", "must be >= 0");
   if (cfg.checkpoint.keep_last < 1) bad("checkpoint.keep_last", "must be >= 1");
-  if (cfg.checkpoint.resume != "never" && cfg.checkpoint.resume != "auto")
-    bad("checkpoint.resume", "'" + cfg.checkpoint.resume + "' is not one of never, auto");
-  if (cfg.checkpoint.on_error != "stop" && cfg.checkpoint.on_error != "continue")
-    bad("checkpoint.on_error", "'" + cfg.checkpoint.on_error + "' is not one of stop, continue");
   if (cfg.checkpoint.threads < 1 || cfg.checkpoint.threads > 64) bad("checkpoint.threads", "must be 1-64");
+  if (!(cfg.checkpoint.stall_s > 0)) bad("checkpoint.stall_s", "must be > 0 seconds");
   if (!(m.init_std > 0)) bad("model.init_std", "must be > 0");
 }
 

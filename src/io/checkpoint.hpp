@@ -22,13 +22,15 @@
 #include <string>
 #include <vector>
 
-#include "dist/agree.hpp"
-#include "dist/comm.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/comm.hpp"
 #include "io/data.hpp"
+#include "model/fp8_scaling.hpp"
 #include "io/manifest.hpp"
 #include "io/raw_io.hpp"
 #include "io/snapshot.hpp"
-#include "dist/zero.hpp"
+#include "parallel/sharded_state.hpp"
+#include "parallel/zero_policy.hpp"
 
 namespace gpt {
 
@@ -37,12 +39,13 @@ struct TrainState {
   DataPosition data;         // train data position after those steps
   uint64_t seed = 0;         // run seed (data order and stochastic rounding derive from seed + step)
   std::string config_yaml;
+  std::string data_files;    // what data.train matched (run/resume.hpp's data_files_text); "" when not recorded
   int64_t world = 0;         // on load: the world size that wrote it
-  std::vector<float> fp8;    // precision fp8: the scales and amax histories (Fp8Recipe::state); empty otherwise
+  Fp8Scaling::State fp8;     // precision fp8: the scales and amax histories by name; empty otherwise
 };
 
-// A checkpoint that loads but does not fit this run (see check_resumable): an error, never a reason to
-// fall back to an older checkpoint.
+// A checkpoint that loads but does not fit this run (another model, or see check_resumable): an error,
+// never a reason to fall back to an older checkpoint.
 class ResumeMismatch : public AgreedError {
  public:
   using AgreedError::AgreedError;
@@ -52,11 +55,10 @@ inline constexpr const char* kCheckpointFormat = "gpt2-train checkpoint";
 // 3: the datasets' hashes in the MANIFEST (version 2), by ranges of at most 64 MiB. 2 (still read, with
 // a MANIFEST of version 1): each dataset's XXH3-64 in its `checksum` attribute. 1 (FNV-1a): not read.
 inline constexpr int64_t kCheckpointVersion = 3;
-inline constexpr const char* kStateNames[] = {"param", "master", "m", "v"};
 
 // Creates the rank file at path with HDF5, its datasets placed but unwritten; returns where their bytes
 // go (write them with write_regions, from any thread: HDF5 is done with the file).
-std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState& st, const Snapshot& s,
+std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState& st, const Snapshot::Copies& c,
                                       const ParamLayout& layout, int zero_stage, int rank, int world);
 std::string rank_file(const std::string& dir, int rank);  // dir/rank_RRRRR.h5
 
@@ -90,12 +92,12 @@ using AcceptCheckpoint = std::function<void(const TrainState&)>;
 
 // Collective: loads one checkpoint folder into the engine (any world size / stage), reading with `threads`
 // threads. Throws a named input error (agreed) on a corrupt or mismatched checkpoint.
-TrainState load_checkpoint(const std::string& ckpt_dir, ZeroEngine& engine, const ParamLayout& layout, HostComm& host,
+TrainState load_checkpoint(const std::string& ckpt_dir, ShardedState& engine, const ParamLayout& layout, HostComm& host,
                            const AcceptCheckpoint& accept = {}, int threads = 4);
 
 // Collective: the newest loadable checkpoint of the run (falling back past broken ones, saying so);
 // returns false when the run has none.
-bool load_latest_checkpoint(const std::string& run_dir, ZeroEngine& engine, const ParamLayout& layout,
+bool load_latest_checkpoint(const std::string& run_dir, ShardedState& engine, const ParamLayout& layout,
                             HostComm& host, TrainState& out, const AcceptCheckpoint& accept = {}, int threads = 4);
 
 // Reads the whole model's parameters (logical layout, fp32: the master weights where the checkpoint has

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "io/checkpoint.hpp"
+#include "io/checkpoint_fp8.hpp"
 #include "io/h5util.hpp"
 
 namespace fs = std::filesystem;
@@ -18,8 +19,6 @@ namespace fs = std::filesystem;
 namespace gpt {
 namespace {
 
-const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
-                                     ZeroEngine::State::v};
 // The batches read ahead of the engine: a quarter of what is read, at most this much (two batches in
 // memory at once), so that reading overlaps with filling the engine for any size of checkpoint.
 constexpr size_t kMaxBatchBytes = size_t(1) << 30;
@@ -37,6 +36,7 @@ struct OldCheckpoint {
   std::string dir;
   Manifest manifest;
   std::vector<OldFile> files;
+  std::string other_model;  // "\n  model.KEY was A and is B now" for each dimension that differs
 };
 
 // MANIFEST 1: the whole files, shared by the processes (every `stride`-th from `first`), before any is opened.
@@ -79,18 +79,26 @@ void open_checkpoint(OldCheckpoint& c, const ParamLayout& L, TrainState& st, int
   h5::silence_errors();  // a damaged file gets one named error from here, not HDF5's stack on stderr
   c.files.push_back(open_one(c, rank_file(c.dir, 0), threads));
   const hid_t f0 = c.files[0].f;
+  // Another model is told apart from damage (the MANIFEST has checked these bytes): the keys that differ
+  // are named for the caller, which refuses to resume (ResumeMismatch) rather than fall back.
   const ModelDims& d = L.dims();
   const std::pair<const char*, int64_t> dims[] = {{"n_layer", d.n_layer},           {"n_head", d.n_head},
                                                   {"n_embd", d.n_embd},             {"vocab_size", d.vocab_size},
                                                   {"padded_vocab", d.padded_vocab}, {"max_seq_len", d.max_seq_len}};
+  c.other_model.clear();
+  bool vocab_differs = false;
   for (auto& [k, v] : dims) {
     const int64_t got = h5::get_attr_i64(f0, k);
-    if (got != v)
-      throw input_error("checkpoint '" + c.dir + "' holds a different model: " + k + " is " + std::to_string(got) +
-                        " there and " + std::to_string(v) + " in this config");
+    if (got == v) continue;
+    const std::string key = std::string(k) == "padded_vocab" ? "the padded vocabulary (model.vocab_size rounded up)"
+                                                             : "model." + std::string(k);
+    if (std::string(k) == "vocab_size") vocab_differs = true;
+    if (std::string(k) == "padded_vocab" && vocab_differs) continue;
+    c.other_model += "\n  " + key + " was " + std::to_string(got) + " and is " + std::to_string(v) + " now";
   }
-  for (int r = 1; r < c.files[0].world; ++r) c.files.push_back(open_one(c, rank_file(c.dir, r), threads));
   st.step = h5::get_attr_i64(f0, "step");
+  if (!c.other_model.empty()) return;
+  for (int r = 1; r < c.files[0].world; ++r) c.files.push_back(open_one(c, rank_file(c.dir, r), threads));
   st.data.shard = h5::get_attr_i64(f0, "data_shard");
   st.data.offset = h5::get_attr_i64(f0, "data_offset");
   st.data.epoch = h5::get_attr_i64(f0, "data_epoch");
@@ -98,18 +106,19 @@ void open_checkpoint(OldCheckpoint& c, const ParamLayout& L, TrainState& st, int
   st.data.shuffled = H5Aexists(f0, "data_shuffle") > 0 && h5::get_attr_i64(f0, "data_shuffle") != 0;
   st.seed = uint64_t(h5::get_attr_i64(f0, "seed"));
   st.config_yaml = h5::get_attr_str(f0, "config_yaml");
-  st.fp8.clear();
-  if (h5::exists(f0, "fp8_state")) {  // precision fp8 only
-    st.fp8.resize(h5::array_length(f0, "fp8_state"));
-    h5::read_array(f0, "fp8_state", H5T_NATIVE_FLOAT, st.fp8.data(), st.fp8.size());
-    h5::Id ds(H5_CHECK(H5Dopen2(f0, "fp8_state", H5P_DEFAULT)));
-    if (uint64_t(h5::get_attr_i64(ds, "checksum")) != xxh3(st.fp8.data(), st.fp8.size() * sizeof(float)))
-      throw input_error("checkpoint '" + c.dir + "': its FP8 state fails its checksum (the file is corrupt)");
-  }
+  // absent from checkpoints written before the data files were recorded
+  st.data_files = H5Aexists(f0, "data_files") > 0 ? h5::get_attr_str(f0, "data_files") : std::string();
+  st.fp8 = read_fp8_state(f0, int(h5::get_attr_i64(f0, "n_layer")), "checkpoint '" + c.dir + "'");  // fp8 only
   st.world = c.files[0].world;
   for (auto& o : c.files)
     if (h5::get_attr_i64(o.f, "step") != st.step)
       throw input_error("checkpoint '" + c.dir + "' mixes steps: '" + o.path + "' is from another step");
+}
+
+// "cannot resume ...: it holds another model" with the keys that differ
+std::string other_model_text(const OldCheckpoint& c, int64_t step) {
+  return "cannot resume from the checkpoint of step " + std::to_string(step) + " ('" + c.dir +
+         "'): it holds another model; settings that may not change on resume differ (docs/FORMATS.md)" + c.other_model;
 }
 
 // Where a contiguous fp32 dataset of n elements lies in its file; input_error naming it otherwise.
@@ -153,7 +162,7 @@ struct Cover {
 
 // The reads that fill out[0, hi-lo) with logical elements [lo, hi) of bucket b's state `kind`, from every
 // old piece that covers some of them (each element from the first that does).
-std::vector<ReadJob> plan_range(const OldCheckpoint& c, int b, size_t bucket_size, const char* kind, size_t lo,
+std::vector<ReadJob> plan_range(const OldCheckpoint& c, int b, size_t bucket_size, const std::string& kind, size_t lo,
                                 size_t hi, float* out) {
   char g[16];
   std::snprintf(g, sizeof g, "b%04d", b);
@@ -222,7 +231,7 @@ auto as_input(Fn fn) {
 
 }  // namespace
 
-TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLayout& L, HostComm& host,
+TrainState load_checkpoint(const std::string& dir, ShardedState& e, const ParamLayout& L, HostComm& host,
                            const AcceptCheckpoint& accept, int threads) {
   TrainState st;
   OldCheckpoint c;
@@ -230,6 +239,8 @@ TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLay
   agreed(host, "checkpoint '" + dir + "'",
          as_input([&] { c.manifest = read_and_share_checks(dir, host.rank(), host.world(), threads); }));
   agreed(host, "checkpoint '" + dir + "'", as_input([&] { open_checkpoint(c, L, st, threads); }));
+  // every rank read the same rank 0 file: the same verdict
+  if (!c.other_model.empty()) throw ResumeMismatch(kExitBadInput, other_model_text(c, st.step));
   if (accept) accept(st);  // the same config and files on every rank: the same verdict
   // What goes into the engine, in its order: (bucket, state) slots, grouped into batches read one ahead.
   struct Slot {
@@ -239,8 +250,8 @@ TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLay
   std::vector<Slot> slots;
   size_t total = 0;
   for (int b = 0; b < L.n_buckets(); ++b)
-    for (int k = 0; k < 4; ++k) {
-      if (kStates[k] == ZeroEngine::State::master && !e.has_master()) continue;
+    for (int k = 0; k < int(e.state_names().size()); ++k) {
+      if (!e.holds(k)) continue;
       slots.push_back({b, k, e.piece_begin(b), e.piece_end(b), 0});
       total += e.piece_end(b) - e.piece_begin(b);
     }
@@ -277,7 +288,8 @@ TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLay
         const Slot& s = slots[i];
         // Without master weights of its own, the engine takes its parameters from the checkpoint's master
         // weights when it has them (fp32, where "param" may be rounded to bf16); plan_range falls back to param.
-        const char* kind = kStates[s.k] == ZeroEngine::State::param && !e.has_master() ? "master" : kStateNames[s.k];
+        const std::string& kind = s.k == ShardedState::kParam && !e.has_master() ? e.state_names()[ShardedState::kMaster]
+                                                                               : e.state_names()[size_t(s.k)];
         if (s.hi == s.lo) continue;
         std::vector<ReadJob> j2 = plan_range(c, s.b, L.bucket(s.b).size, kind, s.lo, s.hi, x.buf.get() + s.at);
         x.jobs.insert(x.jobs.end(), std::make_move_iterator(j2.begin()), std::make_move_iterator(j2.end()));
@@ -302,13 +314,13 @@ TrainState load_checkpoint(const std::string& dir, ZeroEngine& e, const ParamLay
       // every rank learns what the one that failed found (each reads its own files)
       const std::string err = shared_message(host, i == batch_start[j] ? x.err : std::string());
       if (!err.empty()) throw AgreedError(kExitBadInput, err);
-      e.set_piece(slots[i].b, kStates[slots[i].k], x.buf.get() + slots[i].at);
+      e.set_piece(slots[i].b, slots[i].k, x.buf.get() + slots[i].at);
     }
   }
   return st;
 }
 
-bool load_latest_checkpoint(const std::string& run_dir, ZeroEngine& e, const ParamLayout& L, HostComm& host,
+bool load_latest_checkpoint(const std::string& run_dir, ShardedState& e, const ParamLayout& L, HostComm& host,
                             TrainState& out, const AcceptCheckpoint& accept, int threads) {
   // Newest first. Every step_NNNNNNNN folder is complete (it is renamed from .tmp only after all ranks
   // wrote and synced their files), so one newer than `latest` (a kill between the rename and the update
@@ -342,6 +354,7 @@ std::vector<float> read_checkpoint_params(const std::string& dir, const ParamLay
   c.manifest = read_and_share_checks(dir, 0, 1, threads);
   TrainState st;
   open_checkpoint(c, L, st, threads);
+  if (!c.other_model.empty()) throw input_error(other_model_text(c, st.step));
   std::vector<float> out(L.total(), 0.0f);
   std::vector<ReadJob> jobs;
   for (int b = 0; b < L.n_buckets(); ++b) {

@@ -6,11 +6,15 @@
 // at the same point on every rank, agrees on every rank's outcome and publishes (io/checkpoint.hpp's
 // protocol: MANIFEST last, rename, `latest`, keep_last), or removes the .tmp folder of a failed write.
 // At most one checkpoint is in flight, and its snapshot buffers are reused by the next.
+// A run that fails calls finish() too (with a bound on how long the write may go without progress), so
+// that a write that completes is published rather than left a .tmp folder.
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -34,37 +38,54 @@ class CheckpointWriter {
 
   // The snapshot's host memory allocated and page-locked now (at the start of a run that checkpoints)
   // rather than by the first checkpoint; false when it could not be page-locked.
-  bool reserve(ZeroEngine& e, const ParamLayout& layout);
+  bool reserve(ShardedState& e, const ParamLayout& layout);
   // Collective: snapshot, layout, and the background write started (nothing may be in flight: finish()
-  // first). before_write runs on the writer thread first (a testing hook). A failure here is agreed.
-  void start(const TrainState& st, ZeroEngine& engine, const ParamLayout& layout,
-             std::function<void()> before_write = {});
+  // first). before_write runs on the writer thread first (a testing hook); with `late` (another) the
+  // writer thread writes nothing until this rank waits for it (wait_here or finish). A failure here is
+  // agreed.
+  void start(const TrainState& st, ShardedState& engine, const ParamLayout& layout,
+             std::function<void()> before_write = {}, bool late = false);
   bool in_flight() const { return flight_ != nullptr; }
   // This rank's background write still runs (the trainer's step boundary agrees on it across ranks).
   bool busy_here() const { return flight_ && !flight_->done.load(std::memory_order_acquire); }
+  // Waits for this rank's write alone: nothing agreed, nothing published (that is finish()'s).
+  void wait_here();
   // Collective: waits for this rank's write, then publishes, or throws the AgreedError of a failed one.
-  CheckpointOutcome finish();
-  size_t snapshot_bytes() const { return snap_.bytes(); }
+  // With stall_s > 0 the wait lasts as long as the write makes progress: a write that has written no
+  // byte for stall_s seconds is given up (a failure like any other; its thread, stuck in the system,
+  // is left to the process's end with the memory it writes from, and no checkpoint may start after it:
+  // for a run on its way out). The final fsync shows no progress.
+  CheckpointOutcome finish(double stall_s = 0);
+  size_t snapshot_bytes() const { return snap_ ? snap_->bytes() : 0; }
 
  private:
   struct Flight {
     int64_t step = 0;
     std::string tmp;
-    std::vector<Region> regions;
+    Snapshot::Copies copies;         // landed by the writer thread before it writes the regions
+    std::vector<Region> regions;     // where in the file each dataset's bytes go, from where they will land
     std::function<void()> before_write;
+    bool late = false;
     std::thread thread;
+    std::mutex m;                   // with cv: `wanted` for the writer thread, `done` for the waiter
+    std::condition_variable cv;
+    bool wanted = false;            // this rank waits for the write (a late one starts only then)
     std::atomic<bool> done{false};
+    std::atomic<uint64_t> written{0};  // bytes written so far: the progress a waiter watches
     std::string error;  // set by the writer thread before done
     FileDigest digest;
     std::chrono::steady_clock::time_point t0;
     double stall_s = 0, written_s = 0;  // written_s: set by the writer thread before done
   };
   void write(Flight& f);  // the writer thread
+  // Waits for f's write while it makes progress (stall_s <= 0: however long it takes); false when it
+  // wrote nothing for stall_s seconds.
+  static bool wait(Flight& f, double stall_s);
 
   const std::string run_dir_;
   HostComm& host_;
   const int keep_last_, threads_;
-  Snapshot snap_;
+  std::unique_ptr<Snapshot> snap_;  // given up with a stuck write (its thread may still read it)
   std::unique_ptr<Flight> flight_;
 };
 

@@ -207,6 +207,22 @@ ShardInfo read_shard_header(const std::string& path) {
   return {path, h[2]};
 }
 
+void check_shard_tokens(const ShardInfo& s, int vocab) {
+  File f(s.path);
+  if (!f.f || std::fseek(f.f, long(kHeaderBytes), SEEK_SET) != 0) throw input_error("cannot open data shard '" + s.path + "'");
+  std::vector<uint16_t> buf(size_t(1) << 20);
+  for (int64_t at = 0; at < s.n_tokens;) {
+    const size_t n = size_t(std::min<int64_t>(int64_t(buf.size()), s.n_tokens - at));
+    if (std::fread(buf.data(), 2, n, f.f) != n)
+      throw input_error("data shard '" + s.path + "': read failed at token " + std::to_string(at) + " (truncated?)");
+    for (size_t i = 0; i < n; ++i)
+      if (buf[i] >= vocab)
+        throw input_error("data shard '" + s.path + "': token " + std::to_string(at + int64_t(i)) + " is id " +
+                          std::to_string(buf[i]) + ", outside the vocabulary (" + std::to_string(vocab) + ")");
+    at += int64_t(n);
+  }
+}
+
 std::vector<std::string> expand_glob(const std::string& pattern) {
   glob_t g;
   std::memset(&g, 0, sizeof(g));

@@ -49,6 +49,10 @@ struct ShardInfo {
 };
 ShardInfo read_shard_header(const std::string& path);
 std::vector<std::string> expand_glob(const std::string& pattern);  // sorted; error when nothing matches
+// Every token id of the shard below vocab_size, read in 2 MiB pieces; an input error names the shard,
+// the token's place and its id. Set-up scans the validation shards with it, so a bad id is named before
+// any training rather than at the first evaluation (train shards are checked as they are read).
+void check_shard_tokens(const ShardInfo& shard, int vocab_size);
 
 // Shards matching `glob`; micro-batch rows B, sequence length T; this rank's place among world ranks.
 std::unique_ptr<TokenSource> make_shard_source(const std::string& glob, int B, int T, int rank, int world,

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -17,6 +18,10 @@ constexpr uint16_t kExampleStart = 65535;
 }  // namespace
 
 std::vector<ChoiceExample> read_choice_file(const std::string& path, int vocab_size) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))  // an ifstream opens a folder, then fails inside its first read
+    throw input_error("eval.hellaswag: '" + path + "' is a folder; give the token file scripts/prepare_hellaswag.py "
+                      "writes");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw input_error("eval.hellaswag: cannot open '" + path + "'");
   const std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -28,6 +33,7 @@ std::vector<ChoiceExample> read_choice_file(const std::string& path, int vocab_s
     throw bad("has magic number " + std::to_string(h[0]) + ", expected " + std::to_string(kEvalMagic) +
               " (make it with scripts/prepare_hellaswag.py)");
   if (h[1] != kEvalVersion) throw bad("has version " + std::to_string(h[1]) + ", expected 1");
+  if (h[2] < 1) throw bad("holds " + std::to_string(h[2]) + " examples (its header says so): nothing to evaluate");
   if ((raw.size() - kHeaderBytes) % 2 != 0) throw bad("has an odd number of bytes after its header (truncated?)");
   std::vector<uint16_t> w((raw.size() - kHeaderBytes) / 2);
   std::memcpy(w.data(), raw.data() + kHeaderBytes, w.size() * 2);

@@ -16,7 +16,7 @@ struct ChoiceExample {
 };
 
 // Reads and checks the whole file; an input error names the file, the example and what is wrong
-// (also a token id outside [0, vocab_size)).
+// (also a token id outside [0, vocab_size), a folder, a file of no examples).
 std::vector<ChoiceExample> read_choice_file(const std::string& path, int vocab_size);
 
 }  // namespace gpt

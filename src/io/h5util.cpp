@@ -165,3 +165,24 @@ void write_strings(hid_t loc, const std::string& name, const std::vector<std::st
 }
 
 }  // namespace gpt::h5
+
+namespace gpt::h5 {
+
+std::vector<std::string> read_strings(hid_t loc, const std::string& name) {
+  Id ds(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
+  Id type(H5_CHECK(H5Tcopy(H5T_C_S1)));
+  H5_CHECK(H5Tset_size(type, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8));
+  Id space(H5_CHECK(H5Dget_space(ds)));
+  if (H5Sget_simple_extent_ndims(space) != 1) throw input_error("'" + name + "' is not a list of strings");
+  hsize_t n = 0;
+  H5_CHECK(H5Sget_simple_extent_dims(space, &n, nullptr));
+  std::vector<char*> ptrs(n, nullptr);
+  if (n) H5_CHECK(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
+  std::vector<std::string> out;
+  for (char* p : ptrs) out.emplace_back(p ? p : "");
+  if (n) H5Dvlen_reclaim(type, space, H5P_DEFAULT, ptrs.data());
+  return out;
+}
+
+}  // namespace gpt::h5

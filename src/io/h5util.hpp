@@ -76,5 +76,6 @@ size_t array_length(hid_t loc, const std::string& name);
 void read_array(hid_t loc, const std::string& name, hid_t mem_type, void* data, size_t n);
 // Strings as one variable-length dataset (summary tables).
 void write_strings(hid_t loc, const std::string& name, const std::vector<std::string>& v);
+std::vector<std::string> read_strings(hid_t loc, const std::string& name);
 
 }  // namespace gpt::h5

@@ -2,10 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "base/common.hpp"
+#include "io/bpe.hpp"
 #include "io/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -14,54 +16,37 @@ namespace gpt {
 
 namespace {
 
-// One HF tensor: its name, the trainer's tensor and layer (-1: not per layer), and whether HF stores it
-// transposed (Conv1D (in, out) against the trainer's (out, in)).
+// One Hugging Face tensor: its name, where it lives in the logical vector, and its shape there.
 struct HfTensor {
   std::string name;
-  P id;
-  int layer;
-  bool transposed;
-};
-
-std::vector<HfTensor> hf_tensors(int n_layer) {
-  std::vector<HfTensor> t = {{"transformer.wte.weight", P::wte, -1, false},
-                             {"transformer.wpe.weight", P::wpe, -1, false}};
-  const std::pair<const char*, P> plain[] = {{"ln_1.weight", P::ln1w},        {"ln_1.bias", P::ln1b},
-                                             {"attn.c_attn.bias", P::qkvb},   {"attn.c_proj.bias", P::attprojb},
-                                             {"ln_2.weight", P::ln2w},        {"ln_2.bias", P::ln2b},
-                                             {"mlp.c_fc.bias", P::fcb},       {"mlp.c_proj.bias", P::fcprojb}};
-  const std::pair<const char*, P> conv[] = {{"attn.c_attn.weight", P::qkvw}, {"attn.c_proj.weight", P::attprojw},
-                                            {"mlp.c_fc.weight", P::fcw},     {"mlp.c_proj.weight", P::fcprojw}};
-  for (int l = 0; l < n_layer; ++l) {
-    const std::string h = "transformer.h." + std::to_string(l) + ".";
-    for (auto& [n, id] : plain) t.push_back({h + n, id, l, false});
-    for (auto& [n, id] : conv) t.push_back({h + n, id, l, true});
-  }
-  t.push_back({"transformer.ln_f.weight", P::lnfw, -1, false});
-  t.push_back({"transformer.ln_f.bias", P::lnfb, -1, false});
-  return t;
-}
-
-// Where the tensor lives in the logical vector, and its HF shape (wte: the real vocab_size rows only).
-struct Place {
   size_t offset;
-  std::vector<int64_t> shape;  // HF's
+  std::vector<int64_t> shape;  // Hugging Face's (wte: the real vocab_size rows only)
   int rows, cols;              // the trainer's matrix (rows x cols); 1-D tensors are 1 x n
+  bool transposed;             // Conv1D: Hugging Face stores (cols, rows)
 };
 
-Place place_of(const ParamLayout& L, const HfTensor& h) {
-  const int b = h.id == P::wte || h.id == P::wpe ? 0 : h.layer < 0 ? L.final_bucket() : L.layer_bucket(h.layer);
-  const TensorInfo& t = L.bucket(b).tensor(h.id);
-  Place p{L.logical_offset(b) + t.offset, {}, 1, int(t.numel)};
-  if (t.shape.size() == 2) {
-    p.rows = h.id == P::wte ? L.dims().vocab_size : t.shape[0];
-    p.cols = t.shape[1];
+// Every tensor of the model, named and shaped from the parameter table's Hugging Face columns.
+std::vector<HfTensor> hf_tensors(const ParamLayout& L) {
+  std::vector<HfTensor> out;
+  for (const ParamLayout::Placed& p : L.placed()) {
+    const TensorInfo& t = *p.t;
+    HfTensor h{hf_name(*t.spec, p.layer), p.logical, {}, 1, int(t.numel), t.spec->hf_transposed};
+    if (t.shape.size() == 2) {
+      h.rows = t.real_rows();
+      h.cols = t.shape[1];
+      h.shape = h.transposed ? std::vector<int64_t>{h.cols, h.rows} : std::vector<int64_t>{h.rows, h.cols};
+    } else {
+      h.shape = {h.cols};
+    }
+    out.push_back(h);
   }
-  if (t.shape.size() == 1) p.shape = {p.cols};
-  else if (h.transposed) p.shape = {p.cols, p.rows};
-  else p.shape = {p.rows, p.cols};
-  return p;
+  return out;
 }
+
+// GPT-2's BPE: 50257 tokens, the last <|endoftext|>, which begins and ends every document
+constexpr int kGpt2Vocab = 50257;
+constexpr int kEndOfText = 50256;
+const char* const kEndOfTextText = "<|endoftext|>";
 
 nlohmann::json hf_config(const ModelDims& d) {
   // GPT-2's <|endoftext|> (50256) begins and ends documents; a smaller vocabulary has no such token
@@ -99,10 +84,9 @@ void write_hf_model(const std::string& dir, const ParamLayout& L, const std::vec
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir)) throw input_error("cannot create folder '" + dir + "'");
   std::vector<TensorOut> out;
-  for (const HfTensor& h : hf_tensors(L.dims().n_layer)) {
-    const Place p = place_of(L, h);
+  for (const HfTensor& p : hf_tensors(L)) {
     const float* src = logical.data() + p.offset;
-    out.push_back({h.name, p.shape, [p, src, transposed = h.transposed](float* dst) {
+    out.push_back({p.name, p.shape, [p, src, transposed = p.transposed](float* dst) {
                      for (int r = 0; r < p.rows; ++r)
                        for (int c = 0; c < p.cols; ++c) {
                          const size_t to = transposed ? size_t(c) * p.rows + r : size_t(r) * p.cols + c;
@@ -114,49 +98,142 @@ void write_hf_model(const std::string& dir, const ParamLayout& L, const std::vec
   nlohmann::json cfg = hf_config(L.dims());
   if (bf16) cfg["torch_dtype"] = "bfloat16";
   write_file_whole(dir + "/config.json", cfg.dump(2) + "\n");
+  if (L.dims().vocab_size > kEndOfText) {
+    // what generate() stops on; as config.json says, and without it transformers derives the same
+    const nlohmann::json gen = {{"bos_token_id", kEndOfText}, {"eos_token_id", kEndOfText}};
+    write_file_whole(dir + "/generation_config.json", gen.dump(2) + "\n");
+  }
 }
 
-std::vector<float> read_hf_model(const std::string& dir, const ParamLayout& L) {
-  const std::string cfg_path = dir + "/config.json", st_path = dir + "/model.safetensors";
+HfTokenizerSource hf_tokenizer_source(const ModelDims& d, const std::string& given, const std::string& from_run) {
+  const std::string vocab_text = std::to_string(d.vocab_size) + "-token vocabulary";
+  if (d.vocab_size != kGpt2Vocab) {
+    if (!given.empty())
+      throw input_error("--vocab: the model's " + vocab_text + " is not GPT-2's BPE (" + std::to_string(kGpt2Vocab) +
+                        " tokens): there is no tokenizer of it to write");
+    return {"", "no tokenizer files: the model's " + vocab_text + " is not GPT-2's BPE (" +
+                    std::to_string(kGpt2Vocab) + " tokens); give AutoTokenizer the tokenizer it was trained with"};
+  }
+  const std::string dir = given.empty() ? from_run : given;
+  const std::string what = given.empty() ? "the run's eval.vocab '" + from_run + "'" : "--vocab '" + given + "'";
+  if (dir.empty())
+    return {"", "no tokenizer files: pass --vocab DIR (a folder with GPT-2's vocab.json and merges.txt) to add "
+                "them (the run has no eval.vocab)"};
+  std::string problem;
+  try {
+    const Gpt2Vocab v(dir);
+    if (v.size() != kGpt2Vocab)
+      problem = "its vocab.json holds " + std::to_string(v.size()) + " tokens, not GPT-2's " + std::to_string(kGpt2Vocab);
+    else if (v.encode(kEndOfTextText) != std::vector<int>{kEndOfText})
+      problem = std::string("its vocab.json does not have ") + kEndOfTextText + " as token " + std::to_string(kEndOfText);
+  } catch (const Error& e) {
+    // Gpt2Vocab names the config key it is read for at run time; here the folder is named instead
+    const std::string key = "eval.vocab: ";
+    problem = e.what();
+    if (problem.rfind(key, 0) == 0) problem.erase(0, key.size());
+  }
+  if (problem.empty()) return {dir, ""};
+  if (!given.empty()) throw input_error("--vocab: '" + given + "' cannot be the tokenizer: " + problem);
+  return {"", "no tokenizer files: " + what + " cannot be used (" + problem + "); pass --vocab DIR"};
+}
+
+void write_hf_tokenizer(const std::string& dir, const ModelDims& d, const HfTokenizerSource& src) {
+  for (const char* name : {"vocab.json", "merges.txt"}) {
+    std::ifstream in(fs::path(src.dir) / name, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) throw input_error("cannot read '" + (fs::path(src.dir) / name).string() + "'");
+    write_file_whole(dir + "/" + name, bytes);
+  }
+  // GPT2Tokenizer's settings for GPT-2 itself: no prefix space, <|endoftext|> for every special role
+  const nlohmann::json eot = {{"content", kEndOfTextText}, {"lstrip", false}, {"normalized", true},
+                              {"rstrip", false},           {"single_word", false}, {"special", true}};
+  const nlohmann::json cfg = {{"tokenizer_class", "GPT2Tokenizer"},
+                              {"model_max_length", d.max_seq_len},
+                              {"add_prefix_space", false},
+                              {"add_bos_token", false},
+                              {"errors", "replace"},
+                              {"clean_up_tokenization_spaces", false},
+                              {"bos_token", kEndOfTextText},
+                              {"eos_token", kEndOfTextText},
+                              {"unk_token", kEndOfTextText},
+                              {"added_tokens_decoder", {{std::to_string(kEndOfText), eot}}}};
+  write_file_whole(dir + "/tokenizer_config.json", cfg.dump(2) + "\n");
+  const nlohmann::json special = {{"bos_token", kEndOfTextText}, {"eos_token", kEndOfTextText},
+                                  {"unk_token", kEndOfTextText}};
+  write_file_whole(dir + "/special_tokens_map.json", special.dump(2) + "\n");
+}
+
+void check_hf_config(const std::string& dir, const ModelDims& d) {
+  const std::string cfg_path = dir + "/config.json";
+  const auto bad = [&](const std::string& why) { return input_error("model.init_from: '" + cfg_path + "' " + why); };
+  std::ifstream in(cfg_path);
+  if (!in) throw bad("cannot be read");
   nlohmann::json cfg;
   try {
-    std::ifstream in(cfg_path);
     cfg = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw input_error("model.init_from: '" + cfg_path + "' is not valid JSON: " + e.what());
+    throw bad(std::string("is not valid JSON: ") + e.what());
   }
-  if (cfg.value("model_type", std::string()) != "gpt2")
-    throw input_error("model.init_from: '" + cfg_path + "' has model_type '" + cfg.value("model_type", std::string()) +
-                      "', expected gpt2");
-  const ModelDims& d = L.dims();
+  if (!cfg.is_object()) throw bad(std::string("must hold a JSON object (GPT-2's config), not ") + cfg.type_name());
+  const auto it = cfg.find("model_type");
+  if (it == cfg.end() || !it->is_string() || it->get<std::string>() != "gpt2")
+    throw bad("has model_type " + (it == cfg.end() ? std::string("missing") : it->dump()) + ", expected \"gpt2\"");
   const std::pair<const char*, int> want[] = {{"n_layer", d.n_layer},       {"n_head", d.n_head},
                                               {"n_embd", d.n_embd},         {"vocab_size", d.vocab_size},
                                               {"n_positions", d.max_seq_len}};
   for (auto& [k, v] : want) {
-    const int got = cfg.value(k, -1);
-    if (got != v)
-      throw input_error("model.init_from: '" + cfg_path + "': " + k + " is " + std::to_string(got) +
-                        " but the config says " + std::to_string(v));
+    const auto f = cfg.find(k);
+    if (f == cfg.end()) throw bad(std::string("has no ") + k + " (the config says " + std::to_string(v) + ")");
+    if (!f->is_number_integer()) throw bad(std::string(k) + " must be an integer, got " + f->dump());
+    if (f->get<int64_t>() != v)
+      throw bad(std::string(k) + " is " + f->dump() + " but the config says " + std::to_string(v));
   }
+}
+
+namespace {
+
+// Calls fn(tensor, place, values) for every tensor of the folder's model.safetensors, each checked: there
+// (with or without the `transformer.` prefix), of the model's shape, every value finite.
+template <class Fn>
+void read_hf_tensors(const std::string& dir, const ParamLayout& L, Fn fn) {
+  const std::string st_path = dir + "/model.safetensors";
+  check_hf_config(dir, L.dims());
   if (!fs::exists(st_path))
     throw input_error("model.init_from: '" + dir +
                       "' has no model.safetensors (a sharded or .bin checkpoint is not read)");
   const SafetensorsReader st(st_path);
-  std::vector<float> out(L.total(), 0.0f);  // padded vocabulary rows and alignment gaps stay zero
-  for (const HfTensor& h : hf_tensors(d.n_layer)) {
+  for (const HfTensor& h : hf_tensors(L)) {
     std::string name = h.name;
     if (!st.has(name) && st.has(name.substr(12))) name = name.substr(12);  // without "transformer."
-    const Place p = place_of(L, h);
     if (!st.has(name)) throw input_error("model.init_from: '" + st_path + "' lacks tensor '" + h.name + "'");
-    if (st.shape(name) != p.shape)
+    if (st.shape(name) != h.shape)
       throw input_error("model.init_from: '" + st_path + "' tensor '" + name + "' has another shape than this model's");
     const std::vector<float> v = st.read(name);
+    // a NaN or an infinity would only show as a diverged first step
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
+        throw input_error("model.init_from: '" + st_path + "' tensor '" + name + "' holds " +
+                          (std::isnan(v[i]) ? "NaN" : "an infinity") + " at element " + std::to_string(i) + " of " +
+                          std::to_string(v.size()));
+    fn(h, v);
+  }
+}
+
+}  // namespace
+
+std::vector<float> read_hf_model(const std::string& dir, const ParamLayout& L) {
+  std::vector<float> out(L.total(), 0.0f);  // padded vocabulary rows and alignment gaps stay zero
+  read_hf_tensors(dir, L, [&](const HfTensor& p, const std::vector<float>& v) {
     float* dst = out.data() + p.offset;
     for (int r = 0; r < p.rows; ++r)
       for (int c = 0; c < p.cols; ++c)
-        dst[size_t(r) * p.cols + c] = v[h.transposed ? size_t(c) * p.rows + r : size_t(r) * p.cols + c];
-  }
+        dst[size_t(r) * p.cols + c] = v[p.transposed ? size_t(c) * p.rows + r : size_t(r) * p.cols + c];
+  });
   return out;
+}
+
+void check_hf_model(const std::string& dir, const ModelDims& dims) {
+  read_hf_tensors(dir, ParamLayout(dims), [](const HfTensor&, const std::vector<float>&) {});
 }
 
 }  // namespace gpt

@@ -1,21 +1,44 @@
 // Hugging Face GPT-2 model folders: config.json and model.safetensors, as transformers'
-// GPT2LMHeadModel.from_pretrained reads them. Converted to and from the layer-major logical layout:
+// GPT2LMHeadModel.from_pretrained reads them, with generation_config.json and, for a model on GPT-2's BPE
+// vocabulary, the tokenizer files AutoTokenizer reads. Converted to and from the layer-major logical layout:
 // HF's Conv1D weights are stored (in, out), the transpose of this trainer's (out, in); the vocabulary
 // is unpadded (vocab_size rows); the lm head is tied to wte and not stored.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "model/layout.hpp"
+#include "model/params.hpp"
 
 namespace gpt {
 
 // True when `path` is a folder with a config.json (what model.init_from takes as a Hugging Face model).
 bool is_hf_model_dir(const std::string& path);
-// Writes dir/config.json and dir/model.safetensors (fp32, or bf16 rounded to nearest even).
+// Writes dir/config.json and dir/model.safetensors (fp32, or bf16 rounded to nearest even), and
+// dir/generation_config.json when the vocabulary has GPT-2's <|endoftext|> (id 50256) to end on.
 void write_hf_model(const std::string& dir, const ParamLayout& layout, const std::vector<float>& logical, bool bf16);
+
+// Where a folder's tokenizer comes from: `dir` holds GPT-2's vocab.json and merges.txt (checked: they
+// load, hold 50257 tokens and <|endoftext|> is 50256), or is empty and `note` says why there is none.
+struct HfTokenizerSource {
+  std::string dir;
+  std::string note;
+};
+// Only a model of GPT-2's vocabulary size (50257) gets a tokenizer, and only from GPT-2's files: `given`
+// (--vocab; an input error when it cannot serve) or else the run's eval.vocab (`from_run`: a note when
+// it is missing or unusable, since the export stands without it).
+HfTokenizerSource hf_tokenizer_source(const ModelDims& dims, const std::string& given, const std::string& from_run);
+// Copies vocab.json and merges.txt from src.dir into dir and writes tokenizer_config.json and
+// special_tokens_map.json (GPT2Tokenizer, <|endoftext|> as bos, eos and unk).
+void write_hf_tokenizer(const std::string& dir, const ModelDims& dims, const HfTokenizerSource& src);
 // The whole logical parameter vector from a folder; the dimensions in its config.json must equal the
-// layout's. Tensor names with or without the `transformer.` prefix (both are in use).
+// layout's (check_hf_config), and every weight must be finite. Tensor names with or without the
+// `transformer.` prefix (both are in use).
 std::vector<float> read_hf_model(const std::string& dir, const ParamLayout& layout);
+// The folder's config.json against the model's dimensions, without reading the weights: a JSON object,
+// model_type "gpt2", n_layer, n_head, n_embd, vocab_size and n_positions integers equal to the model's;
+// input errors name the file and the field.
+void check_hf_config(const std::string& dir, const ModelDims& dims);
+// The whole folder checked as read_hf_model reads it, without keeping the weights.
+void check_hf_model(const std::string& dir, const ModelDims& dims);
 
 }  // namespace gpt

@@ -76,7 +76,7 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) 
 uint64_t xxh3(const void* data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
 std::vector<Extent> write_regions(const std::string& path, const std::vector<Region>& regions, int threads,
-                                  uint64_t& size) {
+                                  uint64_t& size, std::atomic<uint64_t>* written) {
   std::vector<Region> sorted = regions;
   std::sort(sorted.begin(), sorted.end(), [](const Region& a, const Region& b) { return a.offset < b.offset; });
   for (size_t i = 1; i < sorted.size(); ++i)
@@ -100,6 +100,7 @@ std::vector<Extent> write_regions(const std::string& path, const std::vector<Reg
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) throw Error(kExitFailure, sys_error("write", path));
       done += size_t(n);
+      if (written) written->fetch_add(uint64_t(n), std::memory_order_relaxed);
     }
     p.xxh3 = XXH3_64bits(from[i], p.bytes);
   });

@@ -2,6 +2,7 @@
 // pwrite/pread, each range's XXH3 computed by the thread that moves it, so every byte crosses memory once. No HDF5 here (the library is not thread-safe): the
 // caller lays a file out with HDF5 on the main thread, and only the bytes of its datasets travel this way.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -34,9 +35,10 @@ struct Extent {
 // pieces of at most 64 MiB shared by `threads` threads, then fsyncs it. Returns its size and its extents,
 // which tile the whole file in order: each piece hashed from memory as it is written, the bytes between
 // them (HDF5's few metadata blocks) read back. Throws Error(kExitFailure) naming the file and the
-// system's reason.
+// system's reason. `written` (when given) counts the bytes as they go out, for a caller that waits on
+// another thread and wants to see the write make progress.
 std::vector<Extent> write_regions(const std::string& path, const std::vector<Region>& regions, int threads,
-                                  uint64_t& size);
+                                  uint64_t& size, std::atomic<uint64_t>* written = nullptr);
 
 // One extent of a file to read and check: its bytes must hash to `want`. Bytes [skip, skip + take) of it
 // land at `out` (nullptr: checked only); an extent wanted whole is read straight into `out`.

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "base/common.hpp"
+#include "io/runlog.hpp"
 
 namespace fs = std::filesystem;
 
@@ -33,6 +34,31 @@ void check_run_dir(const std::string& dir, bool resume, bool overwrite) {
   if (!resume && !overwrite && holds_run(dir))
     throw input_error("run directory '" + dir + "' already holds a run (log.h5 or checkpoints/): continue it with "
                       "--resume, choose another run.name, or set run.overwrite: true to replace it");
+  const fs::path ck = fs::path(dir) / "checkpoints";
+  if (fs::exists(ck, ec) && !fs::is_directory(ck, ec))
+    throw input_error("run directory '" + dir + "': '" + ck.string() + "' is not a directory (checkpoints go there): "
+                      "move it away");
+  // the run log's disk reserve and room for the log itself (io/runlog.hpp), or the run cannot promise a
+  // readable log with its outcome
+  const fs::space_info sp = fs::space(existing, ec);
+  if (!ec && sp.available < 2 * kLogReserveBytes)
+    throw input_error("run directory '" + dir + "': the filesystem of '" + existing.string() + "' has " +
+                      std::to_string(sp.available) + " bytes free, less than the " +
+                      std::to_string(2 * kLogReserveBytes >> 10) + " KiB a run needs to keep its log readable "
+                      "(log.h5 and its 256 KiB reserve); free some space there");
+}
+
+std::string keep_earlier_log(const std::string& dir) {
+  const std::string from = dir + "/log.h5";
+  std::error_code ec;
+  for (int i = 1;; ++i) {
+    const std::string to = dir + "/log." + std::to_string(i) + ".h5";
+    if (fs::exists(to, ec)) continue;
+    fs::rename(from, to, ec);
+    if (ec) throw input_error("cannot keep the earlier run's log: renaming '" + from + "' to '" + to + "' failed: " +
+                              ec.message());
+    return to;
+  }
 }
 
 RunDirLock::RunDirLock(const std::string& dir) {

@@ -9,8 +9,9 @@ namespace gpt {
 bool holds_run(const std::string& dir);
 
 // Checks, touching nothing, that a run may be written to dir: the path (or its nearest existing parent)
-// is a writable directory, and without resume or overwrite, dir holds no earlier run. Throws input_error
-// naming the directory and what to do.
+// is a writable directory with room for the run log and its reserve, dir/checkpoints (when there) is a
+// directory, and without resume or overwrite, dir holds no earlier run. Throws input_error naming the
+// directory and what to do.
 void check_run_dir(const std::string& dir, bool resume, bool overwrite);
 
 // Creates dir (and parents) and holds an exclusive flock on dir/.lock until destroyed (the kernel drops
@@ -29,6 +30,10 @@ class RunDirLock {
 // " (the filesystem of PATH is full: N bytes free)" when it has less than 64 MiB free, else "": for the
 // messages of failed writes, whose library errors rarely say why.
 std::string full_disk_note(const std::string& path);
+
+// A resumed run that starts over (no checkpoint): the earlier run's dir/log.h5 is renamed to the first
+// free dir/log.N.h5 (N = 1, 2, ...), never overwritten; returns that path.
+std::string keep_earlier_log(const std::string& dir);
 
 // run.overwrite: removes an earlier run's log.h5 and checkpoints/ (under the lock).
 void remove_earlier_run(const std::string& dir);

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "io/h5util.hpp"
@@ -11,34 +14,30 @@
 namespace gpt {
 
 namespace {
-// /train's columns and their units (every dataset carries a `units` attribute; docs/FORMATS.md)
-struct Column {
-  const char* name;
-  const char* units;
-  bool integer;
-};
-constexpr Column kTrainCols[] = {{"step", "steps", true},          {"loss", "nats/token", false},
-                                 {"lr", "1", false},               {"grad_norm", "1", false},
-                                 {"step_ms", "ms", false},         {"tokens_per_s", "tokens/s", false},
-                                 {"mfu", "fraction", false},       {"elapsed_s", "s", false},
-                                 {"tokens", "tokens", true},       {"fp8_saturated", "tensors", true}};
-constexpr int kNumTrain = sizeof(kTrainCols) / sizeof(kTrainCols[0]);
+// /train holds a series per train metric, /eval one per eval metric and sample_end (io/metrics.hpp);
+// every dataset carries a `units` attribute (docs/FORMATS.md). The samples' text goes, one after
+// another, into the byte series /samples (variable-length strings are not safe for SWMR readers);
+// sample_end says where each row's text ends.
+constexpr int kNumTrain = kTrainMetricCount;
+constexpr int kEvalN = kEvalMetricCount + 1;  // and sample_end, last
+const MetricInfo kSampleEnd{"sample_end", "bytes", true, "where the row's sample ends in /samples"};
+const MetricInfo& eval_column(int i) { return i < kEvalMetricCount ? kEvalMetrics[i] : kSampleEnd; }
+hid_t file_type(const MetricInfo& m) { return m.integer ? H5T_STD_I64LE : H5T_IEEE_F64LE; }
 
-h5::Id series_with_units(hid_t loc, const char* name, hid_t type, const char* units) {
-  h5::Id ds = h5::create_series(loc, name, type);
-  h5::set_attr(ds, "units", std::string(units));
+h5::Id series_with_units(hid_t loc, const MetricInfo& m) {
+  h5::Id ds = h5::create_series(loc, m.name, file_type(m));
+  h5::set_attr(ds, "units", std::string(m.units));
   return ds;
 }
-// /eval: one row per evaluation in every series. The samples' text goes, one after another, into the
-// byte series /samples (variable-length strings are not safe for SWMR readers); sample_end says where
-// each row's text ends.
-constexpr Column kEvalCols[] = {{"step", "steps", true},
-                                {"val_loss", "nats/token", false},
-                                {"hellaswag_acc", "fraction", false},
-                                {"hellaswag_acc_norm", "fraction", false},
-                                {"sample_end", "bytes", true}};
-constexpr int kEvalN = sizeof(kEvalCols) / sizeof(kEvalCols[0]);
-hid_t eval_file_type(int i) { return kEvalCols[i].integer ? H5T_STD_I64LE : H5T_IEEE_F64LE; }
+// A metric's value as its dataset holds it (integers: int64, a NaN as 0)
+void append_value(hid_t ds, const MetricInfo& m, double v) {
+  if (m.integer) {
+    const int64_t i = std::isnan(v) ? 0 : int64_t(v);
+    h5::append(ds, &i, H5T_NATIVE_INT64);
+  } else {
+    h5::append(ds, &v, H5T_NATIVE_DOUBLE);
+  }
+}
 
 // Appends n elements to a 1-D series.
 void append_n(hid_t ds, const void* values, hsize_t n, hid_t type) {
@@ -53,9 +52,8 @@ void append_n(hid_t ds, const void* values, hsize_t n, hid_t type) {
 }  // namespace
 
 // A full disk must not leave the log unreadable: closing an HDF5 file writes its metadata, so the log
-// keeps a reserve of disk space beside it, a file it gives up the moment a write fails, so that the
-// close and the outcome still fit.
-constexpr off_t kReserveBytes = off_t(256) << 10;
+// keeps a reserve of disk space beside it (kLogReserveBytes), a file it gives up the moment a write
+// fails, so that the close and the outcome still fit.
 
 struct RunLog::Impl {
   std::string path, reserve;
@@ -67,27 +65,30 @@ struct RunLog::Impl {
 
   void open_series() {
     for (int i = 0; i < kNumTrain; ++i) {
-      const std::string path = std::string("/train/") + kTrainCols[i].name;
+      const std::string path = std::string("/train/") + kTrainMetrics[i].name;
       if (h5::exists(file, path)) {
         train[i] = h5::Id(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
         continue;
       }
-      // a log from before the series existed: zeros for its rows (nothing of it was measured)
+      // a log from before the series existed: its rows measured none of it (0 or NaN)
       h5::Id g = h5::open_group(file, "/train");
-      train[i] = series_with_units(g, kTrainCols[i].name, H5T_STD_I64LE, kTrainCols[i].units);
-      const std::vector<int64_t> zeros(h5::length(train[0]), 0);
-      append_n(train[i], zeros.data(), zeros.size(), H5T_NATIVE_INT64);
+      train[i] = series_with_units(g, kTrainMetrics[i]);
+      const size_t rows = h5::length(train[0]);
+      const std::vector<int64_t> zeros(rows, 0);
+      const std::vector<double> nan(rows, NAN);
+      if (kTrainMetrics[i].integer) append_n(train[i], zeros.data(), rows, H5T_NATIVE_INT64);
+      else append_n(train[i], nan.data(), rows, H5T_NATIVE_DOUBLE);
     }
     const hsize_t rows = h5::length(h5::Id(H5_CHECK(H5Dopen2(file, "/eval/step", H5P_DEFAULT))));
     for (int i = 0; i < kEvalN; ++i) {
-      const std::string path = std::string("/eval/") + kEvalCols[i].name;
+      const std::string path = std::string("/eval/") + eval_column(i).name;
       if (h5::exists(file, path)) {
         eval[i] = h5::Id(H5_CHECK(H5Dopen2(file, path.c_str(), H5P_DEFAULT)));
         continue;
       }
       // a log from before the series existed: its rows measured none of it
       h5::Id g = h5::open_group(file, "/eval");
-      eval[i] = series_with_units(g, kEvalCols[i].name, eval_file_type(i), kEvalCols[i].units);
+      eval[i] = series_with_units(g, eval_column(i));
       const std::vector<double> nan(rows, NAN);
       const std::vector<int64_t> zero(rows, 0);
       append_n(eval[i], i == kEvalN - 1 ? (const void*)zero.data() : nan.data(), rows,
@@ -101,12 +102,24 @@ struct RunLog::Impl {
     for (auto& d : eval) d.reset();
     samples.reset();
   }
+  // Without its reserve a full disk would leave the log flagged open and without its status: the run
+  // does not start (before the log is created or touched).
   void take_reserve() {
-    reserve = path + ".reserve";
-    const int fd = ::open(reserve.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return;  // best effort: without it a full disk may still leave the log flagged open
-    if (::posix_fallocate(fd, 0, kReserveBytes) != 0) std::remove(reserve.c_str());
-    ::close(fd);
+    const std::string r = path + ".reserve";
+    const int fd = ::open(r.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int err = fd < 0 ? errno : ::posix_fallocate(fd, 0, off_t(kLogReserveBytes));
+    if (fd >= 0) ::close(fd);
+    if (err == 0) {
+      reserve = r;
+      return;
+    }
+    std::remove(r.c_str());
+    std::error_code ec;
+    const auto sp = std::filesystem::space(std::filesystem::path(path).parent_path(), ec);
+    throw input_error("cannot keep the run log's " + std::to_string(kLogReserveBytes >> 10) + " KiB disk reserve '" +
+                      r + "' (" + std::strerror(err) + (ec ? std::string() : ", " + std::to_string(sp.available) +
+                      " bytes free") + "): the log could not be closed with its outcome on a full disk; free some "
+                      "space there");
   }
   void release_reserve() {
     if (!reserve.empty()) std::remove(reserve.c_str());
@@ -159,6 +172,7 @@ void write_run_attrs(hid_t f, const RunInfo& info) {
   h5::set_attr(f, "point_index", info.point_index);
   h5::set_attr(f, "point_values", info.point_values);
   h5::set_attr(f, "precision", info.precision);
+  h5::set_attr(f, "data_files", info.data_files);
   if (h5::exists(f, "ranks")) H5_CHECK(H5Ldelete(f, "ranks", H5P_DEFAULT));
   h5::Id g = h5::create_group(f, "ranks");
   std::vector<std::string> node, from;
@@ -182,38 +196,64 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     : p_(new Impl) {
   h5::silence_errors();
   p_->path = path;
+  p_->take_reserve();
+  try {
+    open(info, predicted, resume_step);
+  } catch (...) {
+    p_->close_series();
+    p_->file.reset();
+    p_->release_reserve();
+    throw;
+  }
+}
+
+// Reopens the log of the run being resumed and drops its rows after resume_step.
+void RunLog::reopen(const RunInfo& info, int64_t resume_step) {
+  const std::string& path = p_->path;
+  h5::Id fapl = Impl::fapl();
+  p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+  if (!p_->file.valid()) {
+    // A writer killed mid-run leaves the file marked open for SWMR writing: clear that mark and
+    // the end-of-file it recorded (what `h5clear -s --increment` does), then reopen.
+    hbool_t clear = 1;
+    H5_CHECK(H5Pset(fapl, "clear_status_flags", &clear));
+    p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+    if (p_->file.valid()) H5_CHECK(H5Fincrement_filesize(p_->file, 0));
+  }
+  if (!p_->file.valid())
+    throw input_error("run log '" + path + "' is damaged (HDF5 cannot open it): move it away to resume with a new log");
+  p_->open_series();
+  // drop rows after the checkpoint's step: the continued run writes them again
+  auto steps = h5::read_all<int64_t>(p_->train[0], H5T_NATIVE_INT64);
+  hsize_t keep = 0;
+  while (keep < steps.size() && steps[keep] <= resume_step) ++keep;
+  for (auto& d : p_->train) h5::truncate(d, keep);
+  auto elapsed = h5::read_all<double>(p_->train[int(TrainMetric::elapsed_s)], H5T_NATIVE_DOUBLE);
+  if (!elapsed.empty()) p_->elapsed_before = elapsed.back();
+  auto esteps = h5::read_all<int64_t>(p_->eval[0], H5T_NATIVE_INT64);
+  hsize_t ekeep = 0;
+  while (ekeep < esteps.size() && esteps[ekeep] <= resume_step) ++ekeep;
+  const auto ends = h5::read_all<int64_t>(p_->eval[kEvalN - 1], H5T_NATIVE_INT64);
+  for (auto& d : p_->eval) h5::truncate(d, ekeep);
+  h5::truncate(p_->samples, ekeep ? hsize_t(ends[ekeep - 1]) : 0);
+  h5::set_attr(p_->file, "status", std::string("running"));
+  h5::set_attr(p_->file, "message", std::string(""));
+  h5::set_attr(p_->file, "resumed_from_step", resume_step);
+  write_run_attrs(p_->file, info);
+}
+
+void RunLog::open(const RunInfo& info, const MemoryBreakdown& predicted, int64_t resume_step) {
+  const std::string& path = p_->path;
   h5::Id fapl = Impl::fapl();
   FILE* probe = resume_step >= 0 ? std::fopen(path.c_str(), "rb") : nullptr;
   if (probe) {
     std::fclose(probe);
-    p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
-    if (!p_->file.valid()) {
-      // A writer killed mid-run leaves the file marked open for SWMR writing: clear that mark and
-      // the end-of-file it recorded (what `h5clear -s --increment` does), then reopen.
-      hbool_t clear = 1;
-      H5_CHECK(H5Pset(fapl, "clear_status_flags", &clear));
-      p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
-      if (p_->file.valid()) H5_CHECK(H5Fincrement_filesize(p_->file, 0));
+    try {
+      reopen(info, resume_step);
+    } catch (const Error& e) {
+      if (e.code() == kExitBadInput) throw;
+      throw input_error("run log '" + path + "' is damaged (" + e.what() + "): move it away to resume with a new log");
     }
-    if (!p_->file.valid()) throw input_error("cannot reopen run log '" + path + "' to continue it (corrupt?)");
-    p_->open_series();
-    // drop rows after the checkpoint's step: the continued run writes them again
-    auto steps = h5::read_all<int64_t>(p_->train[0], H5T_NATIVE_INT64);
-    hsize_t keep = 0;
-    while (keep < steps.size() && steps[keep] <= resume_step) ++keep;
-    for (auto& d : p_->train) h5::truncate(d, keep);
-    auto elapsed = h5::read_all<double>(p_->train[7], H5T_NATIVE_DOUBLE);
-    if (!elapsed.empty()) p_->elapsed_before = elapsed.back();
-    auto esteps = h5::read_all<int64_t>(p_->eval[0], H5T_NATIVE_INT64);
-    hsize_t ekeep = 0;
-    while (ekeep < esteps.size() && esteps[ekeep] <= resume_step) ++ekeep;
-    const auto ends = h5::read_all<int64_t>(p_->eval[kEvalN - 1], H5T_NATIVE_INT64);
-    for (auto& d : p_->eval) h5::truncate(d, ekeep);
-    h5::truncate(p_->samples, ekeep ? hsize_t(ends[ekeep - 1]) : 0);
-    h5::set_attr(p_->file, "status", std::string("running"));
-    h5::set_attr(p_->file, "message", std::string(""));
-    h5::set_attr(p_->file, "resumed_from_step", resume_step);
-    write_run_attrs(p_->file, info);
   } else {
     const std::string tmp = path + ".tmp";
     h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
@@ -223,11 +263,11 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     h5::set_attr(f, "message", std::string(""));
     {
       h5::Id tg = h5::create_group(f, "train");
-      for (const Column& c : kTrainCols)
-        series_with_units(tg, c.name, c.integer ? H5T_STD_I64LE : H5T_IEEE_F64LE, c.units);
+      for (const MetricInfo& m : kTrainMetrics) series_with_units(tg, m);
       h5::Id eg = h5::create_group(f, "eval");
-      for (int i = 0; i < kEvalN; ++i) series_with_units(eg, kEvalCols[i].name, eval_file_type(i), kEvalCols[i].units);
-      series_with_units(f, "samples", H5T_STD_U8LE, "UTF-8 bytes");
+      for (int i = 0; i < kEvalN; ++i) series_with_units(eg, eval_column(i));
+      h5::Id samples = h5::create_series(f, "samples", H5T_STD_U8LE);
+      h5::set_attr(samples, "units", std::string("UTF-8 bytes"));
       h5::Id mg = h5::create_group(f, "memory");
       h5::Id pg = h5::create_group(mg, "predicted");
       write_memory_attrs(pg, predicted);
@@ -240,7 +280,6 @@ RunLog::RunLog(const std::string& path, const RunInfo& info, const MemoryBreakdo
     p_->open_series();
   }
   H5_CHECK(H5Fstart_swmr_write(p_->file));
-  p_->take_reserve();
 }
 
 RunLog::~RunLog() {
@@ -254,11 +293,7 @@ RunLog::~RunLog() {
 
 void RunLog::train_row(const TrainRow& r) {
   p_->write([&] {
-    h5::append(p_->train[0], &r.step, H5T_NATIVE_INT64);
-    const double v[7] = {r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.mfu, r.elapsed_s};
-    for (int i = 0; i < 7; ++i) h5::append(p_->train[i + 1], &v[i], H5T_NATIVE_DOUBLE);
-    h5::append(p_->train[8], &r.tokens, H5T_NATIVE_INT64);
-    h5::append(p_->train[9], &r.fp8_saturated, H5T_NATIVE_INT64);
+    for (int i = 0; i < kNumTrain; ++i) append_value(p_->train[i], kTrainMetrics[i], r.v[i]);
     for (auto& d : p_->train) H5_CHECK(H5Dflush(d));
   });
 }
@@ -267,9 +302,7 @@ double RunLog::elapsed_before() const { return p_->elapsed_before; }
 
 void RunLog::eval_row(const EvalRow& r) {
   p_->write([&] {
-    h5::append(p_->eval[0], &r.step, H5T_NATIVE_INT64);
-    const double v[3] = {r.val_loss, r.hellaswag_acc, r.hellaswag_acc_norm};
-    for (int i = 0; i < 3; ++i) h5::append(p_->eval[i + 1], &v[i], H5T_NATIVE_DOUBLE);
+    for (int i = 0; i < kEvalMetricCount; ++i) append_value(p_->eval[i], kEvalMetrics[i], r.v[i]);
     append_n(p_->samples, r.sample.data(), r.sample.size(), H5T_NATIVE_UCHAR);
     const int64_t end = int64_t(h5::length(p_->samples));
     h5::append(p_->eval[kEvalN - 1], &end, H5T_NATIVE_INT64);
@@ -279,7 +312,7 @@ void RunLog::eval_row(const EvalRow& r) {
 }
 
 void RunLog::finish(const std::string& status, const std::string& message, const MemoryBreakdown& measured,
-                    size_t peak) {
+                    size_t peak, size_t baseline) {
   p_->release_reserve();
   p_->close_series();
   p_->file.reset();
@@ -291,7 +324,38 @@ void RunLog::finish(const std::string& status, const std::string& message, const
   h5::Id mg = h5::open_group(f, "/memory/measured");
   write_memory_attrs(mg, measured);
   h5::set_attr(mg, "peak", int64_t(peak));
+  h5::set_attr(mg, "baseline", int64_t(baseline));
   p_->finished = true;
+}
+
+}  // namespace gpt
+
+namespace gpt {
+
+LoggedRun read_logged_run(const std::string& path) {
+  LoggedRun out;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return out;
+  out.exists = true;
+  h5::silence_errors();
+  // read-only; SWMR reading also opens the log of a writer that was killed (still flagged as written)
+  h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!f.valid()) f = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT));
+  const std::string damaged = "run log '" + path + "' is damaged";
+  const std::string what = ": move it away (or delete it) to resume; with a checkpoint the run then goes on "
+                           "with a new log";
+  if (!f.valid()) throw input_error(damaged + " (HDF5 cannot open it)" + what);
+  try {
+    out.status = h5::get_attr_str(f, "status");
+    if (h5::exists(f, "/train/step")) {
+      h5::Id ds(H5_CHECK(H5Dopen2(f, "/train/step", H5P_DEFAULT)));
+      const auto steps = h5::read_all<int64_t>(ds, H5T_NATIVE_INT64);
+      if (!steps.empty()) out.last_step = steps.back();
+    }
+  } catch (const Error& e) {
+    throw input_error(damaged + " (" + e.what() + ")" + what);
+  }
+  return out;
 }
 
 }  // namespace gpt

@@ -12,8 +12,6 @@
 namespace gpt {
 
 namespace {
-const ZeroEngine::State kStates[] = {ZeroEngine::State::param, ZeroEngine::State::master, ZeroEngine::State::m,
-                                     ZeroEngine::State::v};
 constexpr size_t kSlotAlign = 16;  // elements: every slot starts 64-byte aligned
 // Transparent huge pages where the kernel offers them on request: page-locking 2 MiB pages is faster than
 // 4 KiB ones (bench/host_pinning: 5.3 against 7.0 s for 16 GiB on an H200's host)
@@ -22,9 +20,9 @@ size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 // The logical elements [lo, hi) of bucket b that this rank writes: its piece, or without sharding (every
 // rank holds the whole state) an equal slice of it, so that the files tile every bucket exactly once.
-std::pair<size_t, size_t> share(const ZeroEngine& e, int b, int rank, int world) {
+std::pair<size_t, size_t> share(const ShardedState& e, int b, int rank, int world) {
   const size_t plo = e.piece_begin(b), phi = e.piece_end(b);
-  if (e.policy().shard_optimizer) return {plo, phi};
+  if (e.shards()) return {plo, phi};
   const size_t len = phi - plo, per = (len + world - 1) / world;
   return {plo + std::min(len, size_t(rank) * per), plo + std::min(len, size_t(rank + 1) * per)};
 }
@@ -46,9 +44,10 @@ void Snapshot::free_block() {
   pinned_ = false;
 }
 
-bool Snapshot::reserve(ZeroEngine& e, const ParamLayout& L, int rank, int world) {
+bool Snapshot::reserve(ShardedState& e, const ParamLayout& L, int rank, int world) {
   if (block_) return pinned_;
-  const size_t n = size_t(L.n_buckets()) * 4;
+  names_ = e.state_names();
+  const size_t K = names_.size(), n = size_t(L.n_buckets()) * K;
   off_.assign(n, 0);
   slot_.assign(n, 0);
   has_.assign(n, 0);
@@ -58,11 +57,11 @@ bool Snapshot::reserve(ZeroEngine& e, const ParamLayout& L, int rank, int world)
   size_t at = 0;
   for (int b = 0; b < L.n_buckets(); ++b) {
     std::tie(begin_[b], end_[b]) = share(e, b, rank, world);
-    for (int k = 0; k < 4; ++k) {
-      if (kStates[k] == ZeroEngine::State::master && !e.has_master()) continue;
-      const size_t i = size_t(b) * 4 + size_t(k);
+    for (size_t k = 0; k < K; ++k) {
+      if (!e.holds(int(k))) continue;
+      const size_t i = size_t(b) * K + k;
       has_[i] = 1;
-      narrow_[i] = e.state_dtype(kStates[k]) == DType::BF16;
+      narrow_[i] = e.state_dtype(int(k)) == DType::BF16;
       off_[i] = at;
       slot_[i] = round_up(end_[b] - begin_[b], kSlotAlign);
       at += slot_[i];
@@ -79,22 +78,27 @@ bool Snapshot::reserve(ZeroEngine& e, const ParamLayout& L, int rank, int world)
   return pinned_;
 }
 
-void Snapshot::take(ZeroEngine& e, const ParamLayout& L, int rank, int world) {
+Snapshot::Copies Snapshot::take(ShardedState& e, const ParamLayout& L, int rank, int world) {
   reserve(e, L, rank, world);
+  const int K = n_kinds();
   for (int b = 0; b < L.n_buckets(); ++b)
-    for (int k = 0; k < 4; ++k) {
-      const size_t i = size_t(b) * 4 + size_t(k);
+    for (int k = 0; k < K; ++k) {
+      const size_t i = size_t(b) * K + size_t(k);
       if (!has_[i]) continue;
       char* dst = reinterpret_cast<char*>(block_ + off_[i]) + (narrow_[i] ? 2 * slot_[i] : 0);
-      e.copy_piece_async(b, kStates[k], begin_[b], end_[b], dst);
+      e.copy_piece_async(b, k, begin_[b], end_[b], dst);
     }
+  return Copies(this);
 }
 
-void Snapshot::complete(int threads) {
-  be_->wait_copies();
-  parallel_for(off_.size(), threads, [&](size_t i) {
-    if (has_[i] && narrow_[i]) widen_bf16_in_place(block_ + off_[i], elems(int(i / 4)), slot_[i]);
+const Snapshot& Snapshot::Copies::land(int threads) && {
+  Snapshot& s = *s_;
+  s_ = nullptr;
+  s.be_->wait_copies();
+  parallel_for(s.off_.size(), threads, [&](size_t i) {
+    if (s.has_[i] && s.narrow_[i]) widen_bf16_in_place(s.block_ + s.off_[i], s.elems(int(i / s.names_.size())), s.slot_[i]);
   });
+  return s;
 }
 
 // Front to back a block at a time: block [i, i+K) ends at byte 4(i+K) <= 2*slot + 2(i+K), where the
@@ -113,11 +117,11 @@ void widen_bf16_in_place(float* slot_start, size_t n, size_t slot) {
   }
 }
 
-size_t snapshot_bytes(const ParamLayout& L, int world, const ZeroPolicy& policy, bool has_master) {
+size_t snapshot_bytes(const ParamLayout& L, int world, const ZeroPolicy& policy, bool has_master, int n_slots) {
   size_t elems = 0;
   for (const BucketShape& sh : bucket_shapes(L, world, policy))
     elems += round_up(policy.shard_optimizer ? std::min(sh.shard, sh.size) : (sh.size + world - 1) / world, kSlotAlign);
-  return elems * sizeof(float) * (has_master ? 4 : 3);
+  return elems * sizeof(float) * size_t((has_master ? 2 : 1) + n_slots);
 }
 
 }  // namespace gpt

@@ -2,14 +2,17 @@
 // boundary, which a thread writes while training goes on. One block of host memory, allocated once
 // (at the start of a run that checkpoints) and page-locked through the backend, so that the step that
 // checkpoints only queues device-to-host copies on the backend's copy stream; the engine's next update
-// waits for them on the device. The writer thread waits for them on the host (complete) before it
-// touches the bytes. Parameters held in bf16 are copied as they are (half the bytes over the bus) into
-// the upper half of their fp32 slot and widened in place there by complete().
+// waits for them on the device. The copies are a value of their own (Snapshot::Copies): the bytes are
+// reachable only through it once they have landed (land), so no code can write a file from a copy still
+// in flight. Parameters held in bf16 are copied as they are (half the bytes over the bus) into the upper
+// half of their fp32 slot and widened in place there by land().
 #pragma once
 #include <cstddef>
+#include <string>
 #include <vector>
 
-#include "dist/zero.hpp"
+#include "parallel/sharded_state.hpp"
+#include "parallel/zero_policy.hpp"
 
 namespace gpt {
 
@@ -22,15 +25,39 @@ class Snapshot {
 
   // Allocates and page-locks the block for this engine's state on this rank, the first time (later
   // calls keep it). Returns false when the memory could not be page-locked (copies run, slower).
-  bool reserve(ZeroEngine& e, const ParamLayout& layout, int rank, int world);
-  // Main thread, at a step boundary: queues the copies of the engine's state into the block.
-  void take(ZeroEngine& e, const ParamLayout& layout, int rank, int world);
-  // Any thread, after take(): waits for the copies, then widens bf16 parameters on `threads` threads.
-  void complete(int threads);
+  bool reserve(ShardedState& e, const ParamLayout& layout, int rank, int world);
+  // The copies of one step's state into the block, queued and not yet landed. Move-only; one at a time.
+  class Copies {
+   public:
+    Copies(Copies&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+    Copies& operator=(Copies&& o) noexcept {
+      s_ = o.s_;
+      o.s_ = nullptr;
+      return *this;
+    }
+    Copies(const Copies&) = delete;
+    Copies& operator=(const Copies&) = delete;
+    Copies() = default;
+    const Snapshot& snapshot() const { return *s_; }  // its layout (what goes where), not its bytes
+    // Where dataset i's bytes will be once landed (for laying out a file: addresses, not contents).
+    const float* destination(size_t i) const { return s_->block_ + s_->off_[i]; }
+    // Any thread: waits for the copies, widens bf16 parameters on `threads` threads; the snapshot's
+    // bytes, dataset i at data(i), are the step's state from now on.
+    const Snapshot& land(int threads) &&;
 
-  // Index b*4+k: bucket b, state kStateNames[k] (io/checkpoint.hpp).
+   private:
+    friend class Snapshot;
+    explicit Copies(Snapshot* s) : s_(s) {}
+    Snapshot* s_ = nullptr;
+  };
+  // Main thread, at a step boundary: queues the copies of the state into the block.
+  [[nodiscard]] Copies take(ShardedState& e, const ParamLayout& layout, int rank, int world);
+
+  // Index b*n_kinds()+k: bucket b, the state kind k (ShardedState::state_names).
+  int n_kinds() const { return int(names_.size()); }
+  const std::string& kind_name(int k) const { return names_[size_t(k)]; }
   bool has(size_t i) const { return has_[i] != 0; }         // master only with master weights
-  const float* data(size_t i) const { return block_ + off_[i]; }
+  const float* data(size_t i) const { return block_ + off_[i]; }  // after land()
   size_t elems(int b) const { return end_[b] - begin_[b]; }
   size_t begin(int b) const { return begin_[b]; }           // the logical elements [begin, end) of
   size_t end(int b) const { return end_[b]; }               // bucket b this rank writes
@@ -46,12 +73,14 @@ class Snapshot {
   std::vector<size_t> off_, slot_;  // per dataset: its start in block_ and its slot length (elements)
   std::vector<char> has_, narrow_;  // narrow: copied in bf16, widened by complete()
   std::vector<size_t> begin_, end_;
+  std::vector<std::string> names_;
 };
 
 // n bf16 values stored at byte 2*slot of a slot of `slot` >= n floats, widened to fp32 at its start.
 void widen_bf16_in_place(float* slot_start, size_t n, size_t slot);
 
-// Bytes of a snapshot per rank (the memory prediction: the largest rank's share), as reserve() takes.
-size_t snapshot_bytes(const ParamLayout& layout, int world, const ZeroPolicy& policy, bool has_master);
+// Bytes of a snapshot per rank (the memory prediction: the largest rank's share), as reserve() takes,
+// for an optimizer with n_slots state slots.
+size_t snapshot_bytes(const ParamLayout& layout, int world, const ZeroPolicy& policy, bool has_master, int n_slots);
 
 }  // namespace gpt

@@ -9,20 +9,16 @@ namespace gpt {
 
 void init_bucket(const ParamLayout& layout, int b, uint64_t seed, float std, std::vector<float>& out) {
   const Bucket& bk = layout.bucket(b);
-  const ModelDims& d = layout.dims();
   out.assign(bk.size, 0.0f);
   const size_t base = layout.logical_offset(b);
   for (const TensorInfo& t : bk.tensors) {
     float* p = out.data() + t.offset;
-    if (t.id == P::ln1w || t.id == P::ln2w || t.id == P::lnfw) {
-      std::fill(p, p + t.numel, 1.0f);
-      continue;
-    }
-    if (t.shape.size() != 2) continue;  // biases stay zero
-    float s = std;
-    if (t.id == P::attprojw || t.id == P::fcprojw) s = std / std::sqrt(2.0f * d.n_layer);
-    size_t n = t.numel;
-    if (t.id == P::wte) n = size_t(d.vocab_size) * d.n_embd;  // padded rows stay zero
+    const Init init = t.spec->init;
+    if (init == Init::ones) std::fill(p, p + t.numel, 1.0f);
+    if (init != Init::normal && init != Init::residual) continue;
+    const float s = init == Init::residual ? std / std::sqrt(2.0f * layout.dims().n_layer) : std;
+    const size_t n = t.real_numel;  // padded vocabulary rows stay zero
+    // each value a pure function of (seed, logical index): Box-Muller over two SplitMix64 draws
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) {
       const uint64_t h1 = splitmix64(seed ^ splitmix64(base + t.offset + i)), h2 = splitmix64(h1);

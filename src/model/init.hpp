@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/layout.hpp"
+#include "model/params.hpp"
 
 namespace gpt {
 // out = bucket b's initial values: normal(0, std) weights (residual projections std / sqrt(2 n_layer)),

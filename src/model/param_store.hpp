@@ -1,5 +1,5 @@
 // The model's view of where parameters and gradients live: it asks per bucket (ZeRO decides, see
-// dist/zero.hpp).
+// parallel/zero.hpp).
 #pragma once
 #include <cstdint>
 

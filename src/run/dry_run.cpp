@@ -3,9 +3,12 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "io/data.hpp"
+#include "io/modelfile.hpp"
+#include "run/eval.hpp"
 #include "run/max_batch.hpp"
 #include "run/plan.hpp"
 
@@ -17,7 +20,7 @@ namespace {
 // machine has the GPU the plan is for; 0 = unknown.
 double budget_bytes(const Config& c, const Plan& p) {
   if (c.training.memory_limit_gb > 0) return double(c.training.memory_limit_gb) * double(1ull << 30);
-  return p.device == "cuda" ? double(cuda_device_memory()) : 0.0;
+  return p.device == "cuda" ? double(cuda_device_caps(0).memory) : 0.0;
 }
 
 // Every shard of the point's data globs opened and its header checked, as the run will; one line per
@@ -38,6 +41,7 @@ void check_data(const Config& c, const Plan& p, std::map<std::string, std::strin
   }
 }
 
+
 // micro_batch: max in a dry run: the largest size whose predicted memory is within the budget (on a GPU
 // the run also tries it, so it may find less); 0 when there is no budget to search against.
 int predicted_max(Plan p, double budget, HostComm& host) {
@@ -56,7 +60,7 @@ int predicted_max(Plan p, double budget, HostComm& host) {
 }  // namespace
 
 void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indices, HostComm& host) {
-  std::map<std::string, std::string> data_lines;
+  InputsChecked checked;
   std::map<std::string, int> notes;
   std::ostringstream table;
   char buf[512];
@@ -70,7 +74,7 @@ void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indice
     const SweepPoint& pt = sw.points[i];
     const Config c = point_config(base, sw, pt);
     Plan plan = make_plan(c, host.world(), true);
-    check_data(c, plan, data_lines);
+    check_inputs(c, plan, checked);
     const double budget = budget_bytes(c, plan);
     std::string mb = std::to_string(plan.micro_batch);
     if (plan.micro_batch_max) {
@@ -104,8 +108,20 @@ void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indice
               << table.str();
   if (as_table)
     for (auto& n : notes) std::cout << "(" << n.first << ")\n";
-  for (auto& [glob, line] : data_lines) std::cout << line << "\n";
+  for (auto& [glob, line] : checked.data_lines) std::cout << line << "\n";
   std::cout << std::flush;
+}
+
+void check_inputs(const Config& c, const Plan& p, InputsChecked& seen) {
+  check_data(c, p, seen.data_lines);
+  check_eval_inputs(c, p, seen.files);  // validation shards' tokens, HellaSwag file, vocabulary, prompt
+  // a resumed run takes its parameters from the checkpoint, not from init_from
+  const ModelDims& d = p.dims;
+  const std::string dims = std::to_string(d.n_layer) + " " + std::to_string(d.n_head) + " " + std::to_string(d.n_embd) +
+                           " " + std::to_string(d.vocab_size) + " " + std::to_string(d.max_seq_len);
+  if (!c.model.init_from.empty() && c.checkpoint.resume != ResumeMode::automatic &&
+      seen.files.insert("init_from\n" + c.model.init_from + "\n" + dims).second)
+    check_model_file(c.model.init_from, d);
 }
 
 }  // namespace gpt

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "dist/agree.hpp"
+#include "parallel/agree.hpp"
 #include "run/generate.hpp"
 #include "run/hellaswag.hpp"
 
@@ -38,6 +38,38 @@ std::vector<int> sample_prompt_ids(const std::string& prompt, const Gpt2Vocab* v
   return ids;
 }
 
+namespace {
+// eval.vocab, no larger than the model's vocabulary
+std::unique_ptr<Gpt2Vocab> load_vocab(const EvalConfig& ec, int V) {
+  if (ec.vocab.empty()) return nullptr;
+  auto vocab = std::make_unique<Gpt2Vocab>(ec.vocab);
+  if (vocab->size() > V)
+    throw input_error("config error: eval.vocab: '" + ec.vocab + "' has " + std::to_string(vocab->size()) +
+                      " tokens, more than model.vocab_size " + std::to_string(V));
+  return vocab;
+}
+}  // namespace
+
+void check_eval_inputs(const Config& cfg, const Plan& plan, std::set<std::string>& checked) {
+  const int V = plan.dims.vocab_size;
+  const auto once = [&](const std::string& what) { return checked.insert(what + "\n" + std::to_string(V)).second; };
+  if (!cfg.data.synthetic && !cfg.data.val.empty() && once("val\n" + cfg.data.val)) {
+    try {
+      if (plan.micro_batch > 0)  // each shard holds a global micro-batch (unknown yet under micro_batch: max)
+        make_shard_source(cfg.data.val, plan.micro_batch, plan.seq_len, 0, plan.world, V);
+      for (const std::string& path : expand_glob(cfg.data.val)) check_shard_tokens(read_shard_header(path), V);
+    } catch (const Error& e) {
+      throw Error(e.code(), std::string("data.val: ") + e.what());
+    }
+  }
+  if (!cfg.eval.hellaswag.empty() && once("hellaswag\n" + cfg.eval.hellaswag)) read_choice_file(cfg.eval.hellaswag, V);
+  const bool prompt = cfg.eval.sample_tokens > 0;
+  if ((prompt || !cfg.eval.vocab.empty()) && once("vocab\n" + cfg.eval.vocab + "\n" + (prompt ? cfg.eval.sample_prompt : ""))) {
+    const std::unique_ptr<Gpt2Vocab> vocab = load_vocab(cfg.eval, V);
+    if (prompt) sample_prompt_ids(cfg.eval.sample_prompt, vocab.get(), V);
+  }
+}
+
 Evaluator::Evaluator(const Config& cfg, const Plan& plan, HostComm& host)
     : ec_(cfg.eval), seed_(cfg.run.seed), host_(host) {
   const int B = plan.micro_batch, T = plan.seq_len, V = plan.dims.vocab_size;
@@ -48,12 +80,7 @@ Evaluator::Evaluator(const Config& cfg, const Plan& plan, HostComm& host)
   else if (!cfg.data.val.empty())
     val_ = make_shard_source(cfg.data.val, B, T, host.rank(), host.world(), V);  // never shuffled
   if (!ec_.hellaswag.empty()) hellaswag_ = read_choice_file(ec_.hellaswag, V);
-  if (!ec_.vocab.empty()) {
-    vocab_ = std::make_unique<Gpt2Vocab>(ec_.vocab);
-    if (vocab_->size() > V)
-      throw input_error("config error: eval.vocab: '" + ec_.vocab + "' has " + std::to_string(vocab_->size()) +
-                        " tokens, more than model.vocab_size " + std::to_string(V));
-  }
+  vocab_ = load_vocab(ec_, V);
   if (ec_.sample_tokens > 0) prompt_ = sample_prompt_ids(ec_.sample_prompt, vocab_.get(), V);
 }
 
@@ -88,27 +115,16 @@ std::string Evaluator::sample(GPT& model, ParamStore& ps, int64_t step) {
 
 EvalRow Evaluator::run(GPT& model, ParamStore& ps, int64_t step) {
   EvalRow r;
-  r.step = step;
-  if (val_) r.val_loss = val_loss(model, ps);
+  r[EvalMetric::step] = double(step);
+  if (val_) r[EvalMetric::val_loss] = val_loss(model, ps);
   if (!hellaswag_.empty()) {
     const ChoiceAccuracy a = score_choices(hellaswag_, model, ps, host_);
-    r.hellaswag_acc = a.acc;
-    r.hellaswag_acc_norm = a.acc_norm;
+    r[EvalMetric::hellaswag_acc] = a.acc;
+    r[EvalMetric::hellaswag_acc_norm] = a.acc_norm;
   }
   if (ec_.sample_tokens > 0) r.sample = sample(model, ps, step);
   return r;
 }
 
-std::string eval_text(const EvalRow& r) {
-  std::string s = "step " + std::to_string(r.step);
-  char buf[96];
-  if (!std::isnan(r.val_loss)) s += " | val loss " + std::to_string(r.val_loss);
-  if (!std::isnan(r.hellaswag_acc)) {
-    std::snprintf(buf, sizeof buf, " | hellaswag acc_norm %.4f, acc %.4f", r.hellaswag_acc_norm, r.hellaswag_acc);
-    s += buf;
-  }
-  if (!r.sample.empty()) s += "\nsample: " + r.sample;
-  return s;
-}
 
 }  // namespace gpt

@@ -2,11 +2,12 @@
 // config's eval section asks for it, on all ranks together.
 #pragma once
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "config/config.hpp"
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 #include "io/bpe.hpp"
 #include "io/data.hpp"
 #include "io/evalfile.hpp"
@@ -43,7 +44,12 @@ class Evaluator {
 // input error naming eval.sample_prompt without one); empty = {vocab_size - 1}.
 std::vector<int> sample_prompt_ids(const std::string& prompt, const Gpt2Vocab* vocab, int vocab_size);
 
-// The terminal's lines for one evaluation.
-std::string eval_text(const EvalRow& r);
+// What evaluation will read, checked before any work (the run directory included) and in a dry run, so a
+// bad input is named at once rather than at the first evaluation, possibly after all of the training:
+// every validation shard whole (header, size, each token id within the vocabulary), the HellaSwag file
+// (token ids, at least one example), the vocabulary and the sample prompt. Input errors name the key and
+// the file. `checked` remembers what was checked (sweep points share their inputs): each is read once.
+void check_eval_inputs(const Config& cfg, const Plan& plan, std::set<std::string>& checked);
+
 
 }  // namespace gpt

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 #include "model/gpt.hpp"
 
 namespace gpt {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 #include "io/evalfile.hpp"
 #include "model/gpt.hpp"
 

@@ -1,6 +1,6 @@
 #include "run/max_batch.hpp"
 
-#include "dist/agree.hpp"
+#include "parallel/agree.hpp"
 
 namespace gpt {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <functional>
 
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 #include "run/plan.hpp"
 
 namespace gpt {

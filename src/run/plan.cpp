@@ -6,8 +6,9 @@
 #include <sstream>
 
 #include "config/config_io.hpp"
-#include "dist/agree.hpp"
-#include "dist/zero.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/zero.hpp"
+#include "optim/optimizer.hpp"
 #include "io/checkpoint.hpp"
 #include "model/gpt.hpp"
 
@@ -16,10 +17,10 @@ namespace gpt {
 namespace {
 // The device a run of this config uses. A dry run plans for the configured device without needing it
 // (device: cuda plans as cuda on a login node), and says what device: auto was taken to mean.
-std::string resolve_device(const std::string& d, bool dry_run, std::string& note) {
-  if (d == "cpu") return "cpu";
+std::string resolve_device(Device d, bool dry_run, std::string& note) {
+  if (d == Device::cpu) return "cpu";
   const bool gpu_here = cuda_device_count() > 0;
-  if (d == "cuda") {
+  if (d == Device::cuda) {
     if (!gpu_here && !dry_run)
       throw input_error("training.device: cuda was asked for but no CUDA device is usable here");
     if (!gpu_here) note = "planned for cuda; no CUDA device here, so nothing was checked against one";
@@ -32,27 +33,51 @@ std::string resolve_device(const std::string& d, bool dry_run, std::string& note
 }
 }  // namespace
 
+// The config against what the device can do, before anything is built (a dry run on the node does it too).
+void check_capabilities(const Config& cfg, Plan& p) {
+  const DeviceCaps& c = p.caps;
+  if (cfg.training.precision == Precision::fp8 && !c.fp8) {
+    if (c.name.empty()) {  // planned for a GPU that is not here
+      p.device_note += std::string(p.device_note.empty() ? "" : "; ") +
+                       "training.precision fp8 needs FP8 tensor cores (compute capability 8.9 or later), not checked";
+      return;
+    }
+    char cc[16];
+    std::snprintf(cc, sizeof cc, "%d.%d", c.compute_capability / 10, c.compute_capability % 10);
+    throw input_error("config error: training.precision: fp8 needs FP8 tensor cores (a GPU of compute capability "
+                      "8.9 or later: Ada, Hopper) or the CPU's emulation (training.device: cpu); this node's " +
+                      c.name + " is " + cc);
+  }
+}
+
 Plan make_plan(const Config& cfg, int world, bool dry_run) {
   validate(cfg, world);
   const TrainingConfig& t = cfg.training;
   Plan p;
   p.dims = resolve_dims(cfg.model);
   p.device = resolve_device(t.device, dry_run, p.device_note);
-  p.act = (p.device == "cuda" && t.precision != "fp32") ? DType::BF16 : DType::F32;
-  p.fp8 = t.precision == "fp8";
-  p.fp8_opts.grad = t.fp8_grad_format == "e4m3" ? Fp8Format::E4M3 : Fp8Format::E5M2;
-  p.fp8_opts.history = t.fp8_amax_history;
+  p.caps = p.device == "cpu" ? cpu_device_caps() : cuda_device_caps(0);
+  check_capabilities(cfg, p);
+  p.act = (p.device == "cuda" && t.precision != Precision::fp32) ? DType::BF16 : DType::F32;
+  p.precision.fp8_linear = t.precision == Precision::fp8;
+  p.precision.fp8_classifier = t.precision == Precision::fp8 && t.fp8_classifier;
+  p.fp8_recipe.grad = t.fp8_grad_format;
+  p.fp8_recipe.history = t.fp8_amax_history;
+  p.fp8_recipe.margin = t.fp8_margin;
+  p.optimizer = t.optimizer;
+  p.optimizer_slots = int(find_optimizer(t.optimizer)->slots.size());
+  p.stochastic_rounding = t.stochastic_rounding;
   p.world = world;
   p.micro_batch_max = t.micro_batch.max;
   p.seq_len = t.seq_len;
   p.grad_accum = t.grad_accum;
-  p.n_params = ParamLayout(p.dims).n_params();
-  p.flops_per_token = 6.0 * double(p.n_params) + 6.0 * p.dims.n_layer * p.dims.n_embd * double(p.seq_len);
+  const ParamLayout layout(p.dims);
+  p.n_params = layout.n_params();
+  p.flops_per_token = flops_per_token(layout, p.seq_len);
   p.zero = ZeroPolicy::of_stage(t.zero_stage);
   p.master_weights = t.master_weights;
   p.recompute = t.recompute;
   p.backend.act = p.act;
-  p.backend.stochastic_rounding = t.stochastic_rounding;
   p.backend.deterministic = t.deterministic;
   p.backend.matmul_search_s = t.matmul_search_s;
   p.backend.op_profile = cfg.log.op_profile;
@@ -73,15 +98,16 @@ Plan with_micro_batch(Plan p, int micro_batch) {
 
 size_t host_snapshot_bytes(const Plan& plan) {
   return snapshot_bytes(ParamLayout(plan.dims), plan.world, plan.zero,
-                        EngineSizes::has_master(plan.act, plan.master_weights));
+                        EngineSizes::has_master(plan.act, plan.master_weights), plan.optimizer_slots);
 }
 
 MemoryBreakdown predict_memory(const Plan& plan) {
   ParamLayout layout(plan.dims);
-  MemoryBreakdown m = engine_sizes(layout, plan.world, plan.zero).bytes(plan.act, plan.master_weights);
+  MemoryBreakdown m =
+      engine_sizes(layout, plan.world, plan.zero).bytes(plan.act, plan.master_weights, plan.optimizer_slots);
   if (plan.micro_batch > 0) {
     ActivationBytes a = activation_bytes(plan.dims, plan.micro_batch, plan.seq_len, plan.recompute, plan.act,
-                                         plan.fp8);
+                                         plan.precision);
     m.activations = a.stored;
     m.workspace = a.scratch;
   }
@@ -138,6 +164,14 @@ std::string describe(const Plan& p) {
 }
 
 namespace {
+// "m, v: 2 fp32 values per parameter"
+std::string optimizer_state_text(const std::string& name) {
+  std::string s;
+  for (const std::string& slot : find_optimizer(name)->slots) s += (s.empty() ? "" : ", ") + slot;
+  const size_t n = find_optimizer(name)->slots.size();
+  return s + ": " + std::to_string(n) + " fp32 value" + (n == 1 ? "" : "s") + " per parameter";
+}
+
 // "| training.lr                    0.000600000028" rows from the config's YAML
 void print_config_rows(std::ostringstream& os, const Config& cfg) {
   std::istringstream yaml(config_to_yaml(cfg));
@@ -161,6 +195,7 @@ void print_plan(const Config& cfg, const Plan& plan) {
   std::ostringstream os;
   os << "+-- config " << std::string(58, '-') << "\n";
   print_config_rows(os, cfg);
+  for (const std::string& n : cfg.notes) os << "| (" << n << ")\n";
   char buf[640];
   os << "+-- derived " << std::string(57, '-') << "\n";
   std::snprintf(buf, sizeof buf,
@@ -168,11 +203,13 @@ void print_plan(const Config& cfg, const Plan& plan) {
                 "| parameters         %zu\n"
                 "| device             %s (%s), world size %d, ZeRO stage %d\n"
                 "| batch              micro %d x seq %d x accum %d x ranks %d = %lld tokens/step\n"
-                "| FLOPs per token    %.3g\n",
+                "| FLOPs per token    %.3g\n"
+                "| optimizer          %s (state: %s)\n",
                 plan.dims.n_layer, plan.dims.n_head, plan.dims.n_embd, plan.dims.vocab_size, plan.dims.padded_vocab,
-                plan.n_params, plan.device.c_str(), plan.fp8 ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
+                plan.n_params, plan.device.c_str(), plan.precision.any_fp8() ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
                 plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
-                (long long)plan.tokens_per_step, plan.flops_per_token);
+                (long long)plan.tokens_per_step, plan.flops_per_token, plan.optimizer.c_str(),
+                optimizer_state_text(plan.optimizer).c_str());
   os << buf;
   if (!plan.device_note.empty()) os << "| (" << plan.device_note << ")\n";
   os << "+-- predicted memory per rank " << std::string(39, '-') << "\n";
@@ -186,9 +223,9 @@ void print_plan(const Config& cfg, const Plan& plan) {
   if (plan.micro_batch_max)
     os << (plan.micro_batch > 0 ? "| (micro_batch: max -> the largest size predicted to fit; a GPU run also tries it)\n"
                                 : "| (activations: micro_batch is 'max', found at start)\n");
-  if (plan.device != "cpu")
+  if (plan.device != "cpu" && cfg.checkpoint.every > 0)  // the host memory a run takes only when it checkpoints
     os << "| (checkpoint snapshot: " << format_bytes(double(host_snapshot_bytes(plan)))
-       << " of page-locked host memory per rank, taken at the start when checkpoint.every > 0)\n";
+       << " of page-locked host memory per rank, taken at the start: checkpoint.every > 0)\n";
   os << "+" << std::string(69, '-') << "\n";
   std::cout << os.str() << std::flush;
 }

@@ -6,10 +6,11 @@
 #include "backend/backend.hpp"
 #include "base/memory.hpp"
 #include "config/config.hpp"
-#include "dist/comm.hpp"
-#include "dist/zero_policy.hpp"
-#include "model/fp8_recipe.hpp"
-#include "model/layout.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/zero_policy.hpp"
+#include "model/fp8_scaling.hpp"
+#include "model/gpt.hpp"
+#include "model/params.hpp"
 
 namespace gpt {
 
@@ -17,9 +18,13 @@ struct Plan {
   ModelDims dims;
   std::string device;            // resolved: cpu | cuda
   std::string device_note;       // dry run: what was assumed about the device (empty otherwise)
+  DeviceCaps caps;               // what the device can do (unknown fields empty: a dry run without the GPU)
   DType act = DType::F32;        // activation dtype
-  bool fp8 = false;              // training.precision fp8: the block products on FP8 operands
-  Fp8Options fp8_opts;
+  PrecisionPolicy precision;     // which layers compute in FP8 (training.precision fp8)
+  Fp8Recipe fp8_recipe;          // their scaling
+  std::string optimizer;         // training.optimizer (optim/optimizer.hpp)
+  int optimizer_slots = 0;       // its fp32 state per parameter
+  bool stochastic_rounding = true;
   int micro_batch = 0;           // sequences per rank per micro-step; 0 while `max` is not yet searched
   bool micro_batch_max = false;  // training.micro_batch was `max`
   int seq_len = 0, grad_accum = 1, world = 1;
@@ -35,6 +40,9 @@ struct Plan {
 // Validates the config (every key, every combination) and derives the plan; throws input_error. A
 // dry run plans for the configured device even where there is none (device: cuda on a CPU node).
 Plan make_plan(const Config& cfg, int world, bool dry_run = false);
+// The config against what the plan's device can do (plan.caps): an input error naming the key, or (the
+// device unknown: a dry run on a node without it) a note in plan.device_note. make_plan calls it.
+void check_capabilities(const Config& cfg, Plan& plan);
 // The same plan at a known micro-batch (micro_batch: max, once searched).
 Plan with_micro_batch(Plan plan, int micro_batch);
 // Predicted bytes per rank by component: the engine's buffers plus the model's activations.

@@ -1,6 +1,15 @@
 #include "run/resume.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
 #include "config/config_io.hpp"
+#include "config/presets.hpp"
+#include "io/data.hpp"
 
 namespace gpt {
 
@@ -12,10 +21,52 @@ int64_t tokens_per_step(const TrainingConfig& t, int64_t world) {
   if (t.total_batch_tokens > 0) return t.total_batch_tokens;
   return int64_t(t.micro_batch.size) * t.seq_len * t.grad_accum * world;
 }
+
+struct FileMark {
+  std::string size, hash;
+};
+// data_files_text's lines by path
+std::map<std::string, FileMark> parse_files(const std::string& text) {
+  std::map<std::string, FileMark> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream l(line);
+    FileMark m;
+    std::string path;
+    l >> m.size >> m.hash;
+    std::getline(l >> std::ws, path);
+    if (!path.empty()) out[path] = m;
+  }
+  return out;
+}
+
+// "\n  data.train's file 'x' ..." for every file added, removed or changed since `old`.
+std::string file_changes(const std::string& old, const std::string& now) {
+  const auto a = parse_files(old), b = parse_files(now);
+  std::string out;
+  for (const auto& [path, m] : a) {
+    const auto it = b.find(path);
+    if (it == b.end()) out += "\n  data.train's file " + quoted(path) + " is gone";
+    else if (it->second.size != m.size)
+      out += "\n  data.train's file " + quoted(path) + " was " + m.size + " bytes and is " + it->second.size + " now";
+    else if (it->second.hash != m.hash)
+      out += "\n  data.train's file " + quoted(path) + " holds other bytes now (same size, " + m.size + " bytes)";
+  }
+  for (const auto& [path, m] : b)
+    if (!a.count(path)) out += "\n  data.train's file " + quoted(path) + " is new (" + m.size + " bytes)";
+  return out;
+}
 }  // namespace
 
-void check_resumable(const Config& now, const Plan& plan, const TrainState& ck) {
-  const Config old = config_from_yaml(ck.config_yaml, "the checkpoint's config");
+std::string check_resumable(const Config& now, const Plan& plan, const TrainState& ck, const std::string& files_now,
+                            const std::string& what) {
+  const Config old = config_from_yaml(ck.config_yaml, "the config of " + what);
+  const std::string head = "cannot resume from " + what;
+  if (now.training.steps < ck.step)
+    throw ResumeMismatch(kExitBadInput, head + ": training.steps is " + std::to_string(now.training.steps) +
+                                            ", below the step the run has reached (a resumed run does not go back; "
+                                            "set training.steps to " + std::to_string(ck.step) +
+                                            " or more, or train the shorter run under another run.name)");
   std::string diffs;
   auto same = [&](const char* key, const std::string& was, const std::string& is) {
     if (was != is) diffs += std::string("\n  ") + key + " was " + was + " and is " + is + " now";
@@ -25,16 +76,72 @@ void check_resumable(const Config& now, const Plan& plan, const TrainState& ck) 
   same("tokens per step (micro_batch x seq_len x grad_accum x world size)",
        std::to_string(tokens_per_step(old.training, ck.world)), std::to_string(plan.tokens_per_step));
   same("data.train", quoted(old.data.train), quoted(now.data.train));
+  same("training.optimizer", old.training.optimizer, now.training.optimizer);  // its state means another thing
   same("data.synthetic", old.data.synthetic ? "true" : "false", now.data.synthetic ? "true" : "false");
   if (now.data.synthetic) {
     same("data.synthetic_vocab", std::to_string(old.data.synthetic_vocab), std::to_string(now.data.synthetic_vocab));
     same("data.synthetic_branching", std::to_string(old.data.synthetic_branching),
          std::to_string(now.data.synthetic_branching));
   }
+  // the files behind the same glob (checkpoints from before they were recorded have none to compare)
+  std::string files;
+  if (diffs.empty() && !now.data.synthetic && !ck.data_files.empty()) files = file_changes(ck.data_files, files_now);
+  if (!files.empty() && !now.data.allow_changed_files) diffs += files;
   if (!diffs.empty())
-    throw ResumeMismatch(kExitBadInput, "cannot resume from the checkpoint of step " + std::to_string(ck.step) +
-                                            ": settings that may not change on resume differ (docs/FORMATS.md)" +
-                                            diffs);
+    throw ResumeMismatch(kExitBadInput, head + ": settings that may not change on resume differ (docs/FORMATS.md)" +
+                                            diffs + (files.empty() ? "" : "\n  (data.allow_changed_files: true "
+                                                                         "resumes on the changed files anyway)"));
+  if (files.empty()) return "";
+  return "warning: the files behind data.train changed since " + what +
+         " (data.allow_changed_files: true, so the run resumes on them):" + files;
+}
+
+std::string data_files_text(const DataConfig& data) {
+  if (data.synthetic || data.train.empty()) return "";
+  constexpr size_t kMiB = size_t(1) << 20;
+  std::string out;
+  std::vector<char> buf;
+  for (const std::string& path : expand_glob(data.train)) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw input_error("data.train: cannot open '" + path + "'");
+    const size_t size = size_t(in.tellg());
+    // the first MiB and the last (the whole file when it is smaller than two)
+    const size_t head = std::min(size, kMiB), tail = std::min(size - head, kMiB);
+    buf.resize(head + tail);
+    in.seekg(0);
+    in.read(buf.data(), std::streamsize(head));
+    in.seekg(std::streamoff(size - tail));
+    in.read(buf.data() + head, std::streamsize(tail));
+    if (!in) throw input_error("data.train: cannot read '" + path + "'");
+    char line[48];
+    std::snprintf(line, sizeof line, "%zu %016llx ", size, (unsigned long long)xxh3(buf.data(), buf.size()));
+    out += line + path + "\n";
+  }
+  return out;
+}
+
+EarlierRun check_earlier_run(const std::string& dir, int steps) {
+  EarlierRun e;
+  e.log = read_logged_run(dir + "/log.h5");
+  e.has_checkpoint = !list_checkpoints(dir).empty();
+  if (!e.log.exists || e.log.status != "ok") return e;
+  const int64_t at = e.log.last_step;
+  const std::string was = "the run in '" + dir + "' completed " + std::to_string(at) + " step(s) (log.h5 status ok)";
+  // Nothing to train, whatever else changed (the world size of a resubmitted job, say): nothing is
+  // touched. More steps go on from the final checkpoint, which check_resumable judges then.
+  if (steps == at) {
+    e.complete_at = at;
+  } else if (steps < at) {
+    throw input_error("--resume: training.steps is " + std::to_string(steps) + " but " + was +
+                      ": a resumed run does not go back; leave training.steps at " + std::to_string(at) +
+                      " to keep it as it is, or train the shorter run under another run.name");
+  } else if (!e.has_checkpoint) {
+    throw input_error("--resume: training.steps is " + std::to_string(steps) + " but " + was +
+                      " and left no checkpoint to continue from (checkpoint.every was 0), so it cannot be "
+                      "extended; train the longer run under another run.name, or without --resume and with "
+                      "run.overwrite: true to replace this one");
+  }
+  return e;
 }
 
 }  // namespace gpt

@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "backend/backend.hpp"
-#include "dist/comm.hpp"
-#include "dist/zero.hpp"
-#include "model/layout.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/zero.hpp"
+#include "model/params.hpp"
 #include "run/plan.hpp"
 
 namespace gpt {
@@ -16,6 +16,7 @@ struct Stack {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<ParamLayout> layout;
+  std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<ZeroEngine> engine;  // parameters, gradients and optimizer state, allocated
 };
 

@@ -41,7 +41,8 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
   const std::string path = dir + "/log.h5";
   auto nan = std::nan("");
   for (const char* k : {"world_size", "n_params", "flops_per_token", "median_step_ms", "tokens_per_s",
-                        "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch", "meas_peak"})
+                        "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch", "meas_peak",
+                        "meas_baseline"})
     r.num[k] = nan;
   for (const std::string& c : memory_columns()) {
     r.num["pred_" + c] = nan;
@@ -66,6 +67,7 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
   };
   r.text["status"] = attr_or("status", "unknown");
   r.text["message"] = attr_or("message", "");
+  r.text["device"] = attr_or("device", "");  // what the ranks ran on: cpu or cuda
   if (!h5::exists(f, "/train/step")) return r;
   const double world = double(h5::get_attr_i64(f, "world_size"));
   r.num["world_size"] = world;
@@ -102,6 +104,8 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
         r.num[(which[0] == 'p' ? "pred_" : "meas_") + c] = double(h5::get_attr_i64(g, c.c_str()));
     }
     if (which[0] == 'm' && H5Aexists(g, "peak") > 0) r.num["meas_peak"] = double(h5::get_attr_i64(g, "peak"));
+    if (which[0] == 'm' && H5Aexists(g, "baseline") > 0)
+      r.num["meas_baseline"] = double(h5::get_attr_i64(g, "baseline"));
   }
   return r;
 }
@@ -135,11 +139,13 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
   for (auto& k : sw.keys) text_cols.push_back(k);
   text_cols.push_back("status");
   text_cols.push_back("message");
+  text_cols.push_back("device");
   std::vector<std::string> num_cols = {"world_size", "n_params", "flops_per_token", "median_step_ms", "tokens_per_s",
                                        "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch"};
   for (const std::string& c : memory_columns()) num_cols.push_back("pred_" + c);
   for (const std::string& c : memory_columns()) num_cols.push_back("meas_" + c);
   num_cols.push_back("meas_peak");
+  num_cols.push_back("meas_baseline");
 
   // temp names unique to this process, then rename: readers see the old or the new summary, whole
   const std::string suffix = ".tmp." + std::to_string(::getpid());

@@ -8,14 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <iostream>
 #include <sstream>
 #include <unistd.h>
 
 #include "base/format.hpp"
+#include "config/yaml_map.hpp"
 #include "io/h5util.hpp"
-#include "dist/agree.hpp"
+#include "parallel/agree.hpp"
 #include "io/run_dir.hpp"
+#include "run/eval.hpp"
 #include "run/plan.hpp"
 #include "run/trainer.hpp"
 
@@ -30,8 +33,16 @@ std::string SweepPoint::values_text() const {
 }
 
 namespace {
+// A value as the YAML text apply_override reads back: a scalar as written, unless reading it back would
+// not give the same scalar (a quoted 'a: b' or '[x]'), then emitted (quoted) as YAML.
 std::string scalar_text(const YAML::Node& n) {
-  if (n.IsScalar()) return n.Scalar();
+  if (n.IsScalar()) {
+    try {
+      const YAML::Node back = YAML::Load(n.Scalar());
+      if (back.IsScalar() && back.Scalar() == n.Scalar()) return n.Scalar();
+    } catch (const YAML::Exception&) {
+    }
+  }
   YAML::Emitter e;
   e << YAML::Flow << n;
   return e.c_str();
@@ -40,15 +51,22 @@ std::string scalar_text(const YAML::Node& n) {
 std::vector<std::pair<std::string, std::vector<std::string>>> read_lists(const YAML::Node& m, const std::string& what) {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
   if (!m.IsMap()) throw input_error("sweep." + what + " must be a mapping of dotted keys to lists");
-  for (const auto& kv : m) {
-    const std::string key = kv.first.as<std::string>();
-    const int line = kv.first.Mark().line + 1;
+  for (const YamlEntry& kv : yaml_entries(m, "sweep." + what)) {
+    const std::string& key = kv.key;
+    const int line = kv.line + 1;
     if (!is_config_key(key))
-      throw input_error("sweep." + what + ": unknown key '" + key + "' (line " + std::to_string(line) + ")");
-    if (!kv.second.IsSequence() || kv.second.size() == 0)
+      throw input_error("sweep." + what + ": unknown key '" + key + "' (line " + std::to_string(line) + ")" +
+                        did_you_mean(key, config_keys()));
+    // Every point's run is <out_dir>/<name>/pNNN and the summary is in <out_dir>/<name>: the sweep's own
+    // folder cannot vary with the point.
+    if (key == "run.name" || key == "run.out_dir")
+      throw input_error("sweep." + what + "." + key + " (line " + std::to_string(line) +
+                        "): a sweep cannot vary " + key + ": its points run in <run.out_dir>/<run.name>/p000, p001, "
+                        "... (set " + key + " once, outside the sweep: section)");
+    if (!kv.value.IsSequence() || kv.value.size() == 0)
       throw input_error("sweep." + what + "." + key + " (line " + std::to_string(line) + "): expected a non-empty list");
     std::vector<std::string> vals;
-    for (const auto& v : kv.second) vals.push_back(scalar_text(v));
+    for (const auto& v : kv.value) vals.push_back(scalar_text(v));
     out.push_back({key, vals});
   }
   return out;
@@ -71,13 +89,14 @@ Sweep parse_sweep(const std::string& text, const std::string& source) {
   const YAML::Node s = root["sweep"];
   if (!s.IsMap()) throw input_error("sweep: must be a mapping with grid: and/or zip:");
   std::vector<std::pair<std::string, std::vector<std::string>>> grid, zip;
-  for (const auto& kv : s) {
-    const std::string k = kv.first.as<std::string>();
-    if (k == "grid") grid = read_lists(kv.second, "grid");
-    else if (k == "zip") zip = read_lists(kv.second, "zip");
-    else
-      throw input_error("sweep: unknown key '" + k + "' (line " + std::to_string(kv.first.Mark().line + 1) +
-                        "); expected grid or zip");
+  for (const YamlEntry& kv : yaml_entries(s, "sweep")) {
+    if (kv.key == "grid") grid = read_lists(kv.value, "grid");
+    else if (kv.key == "zip") zip = read_lists(kv.value, "zip");
+    else {
+      const std::string near = closest_name(kv.key, {"grid", "zip"});
+      throw input_error("sweep: unknown key '" + kv.key + "' (line " + std::to_string(kv.line + 1) + "); " +
+                        (near.empty() ? "expected grid or zip" : "did you mean '" + near + "'?"));
+    }
   }
   size_t zip_len = 0;
   for (auto& [k, v] : zip) {
@@ -121,7 +140,7 @@ Sweep parse_sweep(const std::string& text, const std::string& source) {
 
 Config point_config(const Config& base, const Sweep& sw, const SweepPoint& p) {
   Config c = base;
-  for (auto& v : p.values) apply_override(c, v);
+  apply_overrides(c, p.values, "sweep point " + std::to_string(p.index));
   if (sw.is_sweep) c.run.name = base.run.name + "/" + p.dir_name;
   return c;
 }
@@ -159,6 +178,8 @@ std::string point_line(const SweepPoint& p, const RunResult& r) {
       std::snprintf(buf, sizeof buf, ", best val loss %.4f", r.totals.best_val_loss);
       s += buf;
     }
+  } else if (r.status == "ok" && !r.message.empty()) {
+    s += " (" + r.message + ")";  // already complete at step N
   }
   return s + "\n";
 }
@@ -181,7 +202,7 @@ std::vector<PlannedPoint> plan_points(const Config& base, const Sweep& sw, const
   agreed(host, "checking the run directories", [&] {
     if (host.rank() != 0) return;
     for (auto& pp : out)
-      check_run_dir(run_dir(pp.cfg), resume || pp.cfg.checkpoint.resume == "auto", pp.cfg.run.overwrite);
+      check_run_dir(run_dir(pp.cfg), resume || pp.cfg.checkpoint.resume == ResumeMode::automatic, pp.cfg.run.overwrite);
   });
   return out;
 }

@@ -1,10 +1,11 @@
 // Sweeps: a `sweep:` section in the experiment YAML with `grid:` (cartesian product over dotted
 // keys) and `zip:` (lists varied together), combinable. Each point is a run in <out_dir>/<name>/pNNN.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 #include "config/config_io.hpp"
 #include "run/plan.hpp"
 
@@ -35,7 +36,8 @@ struct PlannedPoint {
   Plan plan;
 };
 // Plans every given point before any work (so a bad value in any point is an error before the first
-// runs), and checks that each point's run directory may be written (--resume, run.overwrite).
+// runs; their inputs were checked before: run/dry_run.hpp's check_inputs) and checks that each point's
+// run directory may be written (--resume, run.overwrite).
 std::vector<PlannedPoint> plan_points(const Config& base, const Sweep& sw, const std::vector<int>& indices,
                                       HostComm& host, bool resume);
 // Runs the planned points in turn in this process (all ranks together), recording failures (out of

@@ -44,23 +44,42 @@ void Terminal::count_step(double ms, int64_t tokens, double mfu) {
   totals_.mfu = timed_mfu_ / timed_s_;
 }
 
-void Terminal::count_eval(double v) {
-  if (std::isnan(totals_.best_val_loss) || v < totals_.best_val_loss) totals_.best_val_loss = v;
-}
-
-void Terminal::step_line(const TrainRow& r, int steps_done, double eta_s, size_t mem_bytes) {
+void Terminal::train_row(const TrainRow& r) {
   if (!on_) return;
   clear_bar();
+  using M = TrainMetric;
   char mfu[24] = "";
-  if (!std::isnan(r.mfu)) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * r.mfu);
+  if (r.has(M::mfu)) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * r[M::mfu]);
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "step %6lld/%d | loss %.4f | lr %.3g | norm %.3f | %8.1f ms | %9.0f tok/s%s | %s | mem %s | ETA %s\n",
-                (long long)r.step, steps_, r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, mfu,
-                format_duration(r.elapsed_s).c_str(), format_bytes(double(mem_bytes)).c_str(),
-                format_duration(eta_s).c_str());
+                (long long)r[M::step], steps_, r[M::loss], r[M::lr], r[M::grad_norm], r[M::step_ms],
+                r[M::tokens_per_s], mfu, format_duration(r[M::elapsed_s]).c_str(),
+                format_bytes(r.has(M::peak_memory) ? r[M::peak_memory] : 0.0).c_str(), format_duration(eta_s_).c_str());
   std::cout << buf << std::flush;
-  bar(steps_done, eta_s);
+  bar(int(r[M::step]), eta_s_);
+}
+
+void Terminal::eval_row(const EvalRow& r) {
+  using M = EvalMetric;
+  if (r.has(M::val_loss) && (std::isnan(totals_.best_val_loss) || r[M::val_loss] < totals_.best_val_loss))
+    totals_.best_val_loss = r[M::val_loss];
+  std::string s = "step " + std::to_string(int64_t(r[M::step]));
+  char buf[96];
+  if (r.has(M::val_loss)) s += " | val loss " + std::to_string(r[M::val_loss]);
+  if (r.has(M::hellaswag_acc)) {
+    std::snprintf(buf, sizeof buf, " | hellaswag acc_norm %.4f, acc %.4f", r[M::hellaswag_acc_norm], r[M::hellaswag_acc]);
+    s += buf;
+  }
+  if (!r.sample.empty()) s += "\nsample: " + r.sample;
+  note(s);
+}
+
+void Terminal::progress(int done, double eta_s) {
+  eta_s_ = eta_s;
+  constexpr std::chrono::milliseconds kRedraw{100};
+  if (!tty_ || (done < steps_ && std::chrono::steady_clock::now() - bar_drawn_ < kRedraw)) return;
+  bar(done, eta_s);
 }
 
 void Terminal::note(const std::string& s) {
@@ -69,10 +88,18 @@ void Terminal::note(const std::string& s) {
   std::cout << s << "\n" << std::flush;
 }
 
-void Terminal::summary(const std::string& status, const std::string& log_path, const std::string& last_ckpt) {
+void Terminal::summary(const std::string& status, const std::string& log_path, const std::string& last_ckpt,
+                       int64_t complete_at) {
   if (!on_) return;
   clear_bar();
   const RunTotals& t = totals_;
+  if (complete_at >= 0) {
+    std::string s = "run " + status + ": already complete at step " + std::to_string(complete_at) +
+                    ", nothing to train\n  log: " + log_path;
+    if (!last_ckpt.empty()) s += "\n  last checkpoint: " + last_ckpt;
+    std::cout << s << "\n" << std::flush;
+    return;
+  }
   char buf[256];
   std::snprintf(buf, sizeof buf, "run %s: %lld step(s) in %s, %.0f tokens/s", status.c_str(), (long long)t.steps,
                 format_duration(t.seconds).c_str(), t.tokens_per_s);
@@ -93,6 +120,7 @@ void Terminal::bar(int done, double eta_s) {
   std::cout << "\r[" << std::string(fill, '#') << std::string(w - fill, '.') << "] " << done << "/" << steps_
             << "  ETA " << format_duration(eta_s) << std::flush;
   bar_shown_ = true;
+  bar_drawn_ = std::chrono::steady_clock::now();
 }
 
 void Terminal::clear_bar() {

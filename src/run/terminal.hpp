@@ -1,6 +1,7 @@
 // What rank 0 prints while a run goes: one line per logged step, notes, a progress bar with ETA on an
 // interactive terminal, and the run's summary at the end.
 #pragma once
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -18,18 +19,27 @@ struct RunTotals {
   double best_val_loss = NAN;     // NaN when there was no evaluation
 };
 
-class Terminal {
+// The terminal is a metric sink: a line per logged step, the evaluations' results and samples.
+class Terminal final : public MetricSink {
  public:
   // on: this process prints (rank 0); progress: log.progress.
   Terminal(bool on, bool progress, int steps);
   // Every optimizer step, logged or not: its time, tokens and MFU, for the totals.
   void count_step(double ms, int64_t tokens, double mfu);
-  void count_eval(double val_loss);
-  // A logged step: loss, lr, norm, time, throughput, elapsed time, memory (`mem_bytes`: peak in use).
-  void step_line(const TrainRow& r, int steps_done, double eta_s, size_t mem_bytes);
+  // Every step: the progress bar redrawn, at most 10 times a second (a terminal over ssh shows every
+  // redraw of a fast run's thousands of steps otherwise) and always at the last step; eta_s is what the
+  // next logged line says too.
+  void progress(int steps_done, double eta_s);
+  // MetricSink. A logged step: loss, lr, norm, time, throughput, MFU, elapsed time, peak memory, ETA.
+  std::string name() const override { return "the terminal"; }
+  void train_row(const TrainRow& r) override;
+  void eval_row(const EvalRow& r) override;  // its results (and the best validation loss so far)
   void note(const std::string& s);
   // The closing lines: steps, time, mean tokens/s and MFU, best val loss, the log and the last checkpoint.
-  void summary(const std::string& status, const std::string& log_path, const std::string& last_checkpoint);
+  // complete_at >= 0: the run was already complete at that step (a resume with nothing to train), which
+  // is what the first line says instead.
+  void summary(const std::string& status, const std::string& log_path, const std::string& last_checkpoint,
+               int64_t complete_at = -1);
   const RunTotals& totals() const { return totals_; }
 
  private:
@@ -38,6 +48,8 @@ class Terminal {
   bool on_, tty_;
   int steps_;
   bool bar_shown_ = false;
+  double eta_s_ = NAN;
+  std::chrono::steady_clock::time_point bar_drawn_{};  // the last redraw
   RunTotals totals_;
   double timed_s_ = 0, timed_tokens_ = 0, timed_mfu_ = 0;  // the steps after the first
   int64_t timed_ = 0;

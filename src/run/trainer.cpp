@@ -8,8 +8,9 @@
 #include <optional>
 
 #include "config/config_io.hpp"
-#include "dist/agree.hpp"
+#include "parallel/agree.hpp"
 #include "io/checkpoint.hpp"
+#include "io/csv_log.hpp"
 #include "io/data.hpp"
 #include "io/modelfile.hpp"
 #include "io/run_dir.hpp"
@@ -38,29 +39,49 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Divergence (every rank sees it: the loss and norm are all-reduced, the state check is agreed): exit 2,
+// the message naming the last good checkpoint, which is the newest (a non-finite state is never written)
+// once the one in flight has been published (Checkpointing::salvage): so it is named only then.
+class Diverged : public AgreedError {
+ public:
+  using AgreedError::AgreedError;
+};
+
 // One run: set up, then the loop. Members are destroyed in reverse order (the model before the stack
 // that owns its memory).
 class Trainer {
  public:
   Trainer(const Config& cfg, const Plan& plan, HostComm& host, const PointInfo& point, bool resume)
       : cfg_(cfg), t_(cfg.training), resolved_(cfg), host_(host), point_(point), world_(host.world()),
-        lead_(host.rank() == 0), resume_(resume || cfg.checkpoint.resume == "auto"), dir_(run_dir(cfg)),
+        lead_(host.rank() == 0), resume_(resume || cfg.checkpoint.resume == ResumeMode::automatic), dir_(run_dir(cfg)),
         plan_(plan), term_(lead_, cfg.log.progress, cfg.training.steps), faults_(host.rank()),
-        ckpt_(cfg.checkpoint, dir_, host, term_) {}
+        ckpt_(cfg.checkpoint, dir_, host, term_, plan.device != "cpu") {}
 
   // Failures that every rank agrees on (AgreedError: set-up phases, data, log writes, divergence,
   // checkpoints) end the run on every rank together: recorded and returned. Any other failure (in the
   // step's compute and collectives) may be this rank's alone while the others wait in a collective for
   // it: on several ranks it ends the whole job at once (end_job).
+  //
+  // No failure that every rank agreed on discards finished work: the checkpoint being written in the
+  // background is published before the run ends when its write completes (salvage). A failure of one
+  // rank among several ends the job at once, and that write with it (its .tmp folder stays, ignored).
   RunResult run() {
     try {
       setup();
-      loop();
+      if (earlier_.complete_at < 0) loop();
+    } catch (const Diverged& e) {
+      record(e);
+      salvage();
+      const auto ck = list_checkpoints(dir_);
+      message_ += "; the last good checkpoint is " +
+                  (ck.empty() ? std::string("none (no checkpoint was written)") : ck.front());
     } catch (const AgreedError& e) {
       record(e);
+      salvage();
     } catch (const Error& e) {
       if (world_ > 1) end_job(e);
       record(e);
+      salvage();  // one rank: nobody else to wait for
     } catch (const std::exception& e) {
       if (world_ > 1) end_job(Error(kExitFailure, std::string("internal error: ") + e.what()));
       throw;
@@ -75,7 +96,15 @@ class Trainer {
     const bool logged = log_ != nullptr;
     finish_log();
     if (lead_ && status_ != "ok" && status_ != "checkpointed") std::cerr << "error: " << message_ << "\n";
-    if (logged) term_.summary(status_, dir_ + "/log.h5", lead_ ? latest_checkpoint(dir_) : std::string());
+    const std::string last_ckpt = lead_ ? latest_checkpoint(dir_) : std::string();
+    if (earlier_.complete_at >= 0) {
+      message_ = "already complete at step " + std::to_string(earlier_.complete_at);
+      term_.summary(status_, dir_ + "/log.h5", last_ckpt, earlier_.complete_at);
+    } else if (logged) {
+      // a resumed run whose checkpoint is its last step trains nothing: it was complete too
+      const int64_t complete = resumed_ && resumed_at_ == t_.steps ? resumed_at_ : -1;
+      term_.summary(status_, dir_ + "/log.h5", last_ckpt, status_ == "ok" ? complete : -1);
+    }
     return {status_, message_, exit_code_, term_.totals()};
   }
 
@@ -93,17 +122,26 @@ class Trainer {
     if (!log_) return;
     if (status_ == "ok" && !ckpt_.errors().empty()) message_ = "checkpoints failed: " + ckpt_.errors();
     try {
-      log_->finish(status_, message_, measured_, stack_.backend ? stack_.backend->peak_bytes() : 0);
+      log_->finish(status_, message_, measured_, stack_.backend ? stack_.backend->peak_bytes() : 0,
+                   stack_.backend ? stack_.backend->baseline_bytes() : 0);
     } catch (const Error& e) {
       std::cerr << "error: could not record the outcome in " << dir_ << "/log.h5: " << e.what() << "\n";
       if (exit_code_ == kExitOk) record(e);
     }
+    sinks_.clear();
+    csv_.reset();
     log_.reset();
   }
 
   template <class Fn>
   void agreed(const char* phase, Fn&& fn) {
     gpt::agreed(host_, phase, std::forward<Fn>(fn));
+  }
+
+  // The checkpoint in flight after a failure: published when its write completes (every rank is here).
+  void salvage() {
+    const std::string lost = ckpt_.salvage();
+    if (!lost.empty()) message_ += "; " + lost;
   }
 
   void end_job(const Error& e) {  // does not return: HostComm::abort ends the process
@@ -123,6 +161,10 @@ class Trainer {
       times += buf;
     };
     timed("run directory", [&] { take_run_dir(); });
+    share_data_files();
+    // --resume of a run that completed, asked for no more steps: nothing to do, nothing touched
+    earlier_.complete_at = host_.max(lead_ ? long(earlier_.complete_at) : -1L);
+    if (earlier_.complete_at >= 0) return;
     timed("allocation", [&] {
       // state first (parameters, gradients, optimizer), then activations for the micro-batch
       stack_ = build_stack(plan_, host_);
@@ -131,7 +173,7 @@ class Trainer {
       layout_ = stack_.layout.get();
       be_->op_profile_pause(true);  // set-up is not profiled; train_step turns the profile on
       measured_ = engine_->allocated();
-      if (plan_.fp8) fp8_ = std::make_unique<Fp8Recipe>(*be_, plan_.dims.n_layer, plan_.fp8_opts);
+      if (plan_.precision.any_fp8()) fp8_ = std::make_unique<Fp8Scaling>(*be_, plan_.fp8_recipe);
     });
     if (plan_.micro_batch_max) {
       const double cap = double(t_.memory_limit_gb) * double(1ull << 30);
@@ -147,17 +189,30 @@ class Trainer {
     });
     st_.seed = cfg_.run.seed;
     st_.config_yaml = config_to_yaml(resolved_);
+    st_.data_files = data_files_;
     if (resume_) {
       const auto t0 = std::chrono::steady_clock::now();
-      const auto accept = [&](const TrainState& old) { check_resumable(resolved_, plan_, old); };
+      const auto accept = [&](const TrainState& old) {
+        const std::string warning =
+            check_resumable(resolved_, plan_, old, data_files_, "the checkpoint of step " + std::to_string(old.step));
+        if (lead_ && !warning.empty()) std::cerr << warning << "\n";
+      };
       resumed_ = load_latest_checkpoint(dir_, *engine_, *layout_, host_, st_, accept, cfg_.checkpoint.threads);
-      if (resumed_ && fp8_ && !st_.fp8.empty()) agreed("the checkpoint's FP8 state", [&] { fp8_->set_state(st_.fp8); });
+      if (resumed_ && fp8_ && !st_.fp8.empty())
+        agreed("the checkpoint's FP8 state", [&] {
+          const std::vector<std::string> unused = fp8_->set_state(st_.fp8);
+          if (!unused.empty())
+            term_.note("the checkpoint's FP8 state for " + std::to_string(unused.size()) +
+                       " tensor(s) this model does not scale is ignored (e.g. " + unused.front() + ")");
+        });
       if (resumed_) {
+        resumed_at_ = st_.step;
         train_src_->seek(st_.data);
         term_.note("resumed from step " + std::to_string(st_.step) + " of " + dir_ + ": " +
                    checkpoint_size_text(dir_, st_.step, seconds_since(t0)));
       }
       st_.config_yaml = config_to_yaml(resolved_);
+      st_.data_files = data_files_;
     }
     if (!resumed_) timed("initialisation", [&] { init_params(); });
     if (cfg_.checkpoint.every > 0) timed("checkpoint memory", [&] { ckpt_.prepare(*engine_, *layout_); });
@@ -188,18 +243,31 @@ class Trainer {
   }
 
   // One run per directory: rank 0 locks it for the run's life; a run without --resume never writes
-  // over an earlier one unless run.overwrite says so.
+  // over an earlier one unless run.overwrite says so, and one with --resume finds out first what the
+  // earlier run left (completed: nothing to do, or nothing it can do; a damaged log).
   void take_run_dir() {
     if (!lead_) return;
     check_run_dir(dir_, resume_, cfg_.run.overwrite);
     lock_ = std::make_unique<RunDirLock>(dir_);
     check_run_dir(dir_, resume_, cfg_.run.overwrite);  // again under the lock: another run may have just ended
     if (!resume_ && cfg_.run.overwrite && holds_run(dir_)) remove_earlier_run(dir_);
+    // what the files behind data.train are (the same on every rank: shared after this phase)
+    data_files_ = data_files_text(cfg_.data);
+    if (resume_) earlier_ = check_earlier_run(dir_, t_.steps);
+  }
+
+  // Rank 0's data_files_ (take_run_dir) on every rank: each rank's checkpoint file records them.
+  void share_data_files() {
+    uint64_t n = data_files_.size();
+    host_.broadcast(&n, sizeof n, 0);
+    data_files_.resize(n);
+    if (n) host_.broadcast(data_files_.data(), n, 0);
   }
 
   void build_model(int B) {
     model_.reset();
-    model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute, fp8_.get());
+    model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute, plan_.precision,
+                                   fp8_.get());
     measured_.activations = model_->stored_bytes();
     measured_.workspace = model_->scratch_bytes();
   }
@@ -234,6 +302,13 @@ class Trainer {
   void open_log() {
     if (!lead_) return;
     std::filesystem::create_directories(dir_);
+    if (resume_ && !resumed_ && earlier_.log.exists) {
+      // starting over: the earlier run's log is kept, never overwritten
+      const std::string kept = keep_earlier_log(dir_);
+      term_.note("the earlier run's log (status " + earlier_.log.status + ", last step " +
+                 std::to_string(earlier_.log.last_step) + ") is kept as " + kept + "; this run starts a new " +
+                 dir_ + "/log.h5");
+    }
     RunInfo info;
     info.name = cfg_.run.name;
     info.config_yaml = st_.config_yaml;
@@ -250,8 +325,15 @@ class Trainer {
     info.peak_flops = be_->peak_flops();
     info.ranks = host_.placement();
     info.precision = fp8_ ? "fp8: " + fp8_->describe() : dtype_name(plan_.act);
+    info.data_files = data_files_;
     if (world_ > 1 && !info.ranks.empty()) term_.note(describe_placement(info.ranks));
     log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(plan_), resumed_ ? st_.step : -1);
+    sinks_ = {log_.get()};
+    if (cfg_.log.csv) {
+      csv_ = std::make_unique<CsvLog>(dir_, resumed_ ? st_.step : -1);
+      sinks_.push_back(csv_.get());
+    }
+    sinks_.push_back(&term_);
     const std::string evals = eval_->describe();
     term_.note("train data: " + train_src_->describe() + (evals.empty() ? "" : "; " + evals));
   }
@@ -288,10 +370,12 @@ class Trainer {
     r.loss = host_.sum(r.loss / plan_.grad_accum) / world_;
     r.norm = engine_->grad_norm();
     if (!std::isfinite(r.loss) || !std::isfinite(r.norm))
-      throw diverged(step + 1, "loss " + std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm));
+      throw Diverged(kExitFailure, "training diverged at step " + std::to_string(step + 1) + ": loss " +
+                                       std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm) +
+                                       "; nothing was checkpointed from it");
     engine_->update({float(r.lr), t_.beta1, t_.beta2, t_.eps, t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
                      step + 1, splitmix64(cfg_.run.seed + uint64_t(step))});
-    if (fp8_) fp8_->end_step(stack_.comm.get());  // this step's amaxes -> the next step's scales
+    if (fp8_) fp8_->end_step(amax_reduction());  // this step's amaxes -> the next step's scales
     be_->synchronize();
     be_->op_profile_pause(true);
     return r;
@@ -300,6 +384,7 @@ class Trainer {
   // FP8's first scales: a run without an amax history quantizes at scale 1 in two forward and backward
   // passes over the step's first micro-batch, each recording every scaled tensor's amax (the second with
   // the scales the first gave, so that gradients no longer underflow); their gradients are thrown away.
+  // A run resumed from a checkpoint that had no state for some tensors calibrates those alone.
   void calibrate_fp8(float dloss) {
     fp8_->reset_amax();
     for (int pass = 0; pass < 2; ++pass) {
@@ -308,41 +393,54 @@ class Trainer {
       model_->forward(*engine_, tok_.data(), tgt_.data(), true, dloss);
       model_->backward(*engine_);
       engine_->end_backward();
-      fp8_->end_step(stack_.comm.get());
+      fp8_->end_calibration_step(amax_reduction());
     }
+    fp8_->calibration_done();
     fp8_->take_saturated();  // what saturated at scale 1 is not the first step's
   }
 
-  // Divergence (every rank sees it: the loss and norm are all-reduced, the state check is agreed):
-  // exit 2 naming the last good checkpoint, which is the newest (a non-finite state is never written).
-  AgreedError diverged(int64_t step, const std::string& what) const {
-    const auto ck = list_checkpoints(dir_);
-    return AgreedError(kExitFailure, "training diverged at step " + std::to_string(step) + ": " + what +
-                                   "; nothing was checkpointed from it; the last good checkpoint is " +
-                                   (ck.empty() ? std::string("none (no checkpoint was written)") : ck.front()));
+  // FP8: every rank quantizes with the same scales, so the amaxes are agreed (max over ranks) first.
+  Fp8Scaling::ReduceMax amax_reduction() {
+    Communicator* comm = stack_.comm.get();
+    if (!comm || comm->world() == 1) return {};
+    return [comm](float* amax, size_t n) {
+      comm->all_reduce_max(amax, n);
+      comm->join();
+    };
   }
 
   // `wait`: on disk before training goes on (a stop, the end of the run); otherwise written meanwhile
   void checkpoint(bool wait) {
     if (fp8_) st_.fp8 = fp8_->state();
-    ckpt_.save(st_, *engine_, *layout_, wait, [this, s = st_.step] {
+    const int64_t s = st_.step;
+    SaveHooks hooks;
+    hooks.before_write = [this, s] {
       faults_.at("checkpoint", s);
       faults_.hold("checkpoint_hold", s);
-    });
+    };
+    hooks.late = faults_.armed("checkpoint_late", s);
+    hooks.on_disk_first = faults_.armed("checkpoint_done", s);
+    ckpt_.save(st_, *engine_, *layout_, wait, std::move(hooks));
     if (plan_.device == "cpu") measured_.snapshot = ckpt_.snapshot_bytes();
   }
 
-  // Rank 0's log writes for this step; a failure (a full disk) is this rank's, told at the boundary.
+  // Rank 0 hands this step's rows to every metric sink (log.h5, log.csv's files, the terminal); a
+  // failure (a full disk) is this rank's, told at the boundary, and the other sinks still get the rows.
   std::optional<Error> log_rows(const TrainRow& row, bool train_row, const EvalRow& ev) {
     if (!lead_) return std::nullopt;
-    try {
-      faults_.at("log", st_.step);
-      if (train_row) log_->train_row(row);
-      if (!ev.empty()) log_->eval_row(ev);
-    } catch (const Error& e) {
-      return Error(e.code(), "writing the run log " + dir_ + "/log.h5 failed: " + e.what() + full_disk_note(dir_));
+    std::optional<Error> failed;
+    for (MetricSink* s : sinks_) {
+      try {
+        if (s == log_.get()) faults_.at("log", st_.step);
+        if (train_row) s->train_row(row);
+        if (!ev.empty()) s->eval_row(ev);
+      } catch (const Error& e) {
+        if (!failed)
+          failed = Error(e.code(), "writing the run's metrics to " + dir_ + "/" + s->name() + " failed: " + e.what() +
+                                       full_disk_note(dir_));
+      }
     }
-    return std::nullopt;
+    return failed;
   }
 
   // The end of a step, agreed by every rank in one reduction: a failure on some rank (its log write),
@@ -357,7 +455,10 @@ class Trainer {
       if (failed) throw AgreedError(*failed);
       throw AgreedError(ExitCode(worst / 8), "step " + std::to_string(st_.step) + " failed on another rank");
     }
-    if (worst & 2) throw diverged(st_.step, "the optimizer state (parameters or AdamW moments) is not finite");
+    if (worst & 2)
+      throw Diverged(kExitFailure, "training diverged at step " + std::to_string(st_.step) +
+                                       ": the optimizer state (parameters or AdamW moments) is not finite; nothing "
+                                       "was checkpointed from it");
     if (ckpt_.in_flight() && !(worst & 4)) ckpt_.settle();
     return worst & 1;
   }
@@ -389,22 +490,30 @@ class Trainer {
       const double tps = plan_.tokens_per_step / (ms / 1000.0);
       const double mfu = peak > 0 ? plan_.flops_per_token * tps / peak : NAN;
       term_.count_step(ms, plan_.tokens_per_step, mfu);
-      TrainRow row{st_.step, r.loss, r.lr, r.norm, ms, tps, mfu, elapsed0 + seconds_since(run_t0),
-                   st_.step * plan_.tokens_per_step};
+      TrainRow row;
+      using M = TrainMetric;
+      row[M::step] = double(st_.step);
+      row[M::loss] = r.loss;
+      row[M::lr] = r.lr;
+      row[M::grad_norm] = r.norm;
+      row[M::step_ms] = ms;
+      row[M::tokens_per_s] = tps;
+      row[M::mfu] = mfu;
+      row[M::elapsed_s] = elapsed0 + seconds_since(run_t0);
+      row[M::tokens] = double(st_.step * plan_.tokens_per_step);
       const bool log_row = st_.step % cfg_.log.every == 0 || last || st_.step == 1;
-      if (log_row && fp8_) row.fp8_saturated = fp8_->take_saturated();
+      if (log_row) row[M::fp8_saturated] = fp8_ ? double(fp8_->take_saturated()) : 0.0;
+      if (log_row) row[M::peak_memory] = double(be_->peak_bytes());
       const bool eval = (cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last;
       EvalRow ev;
       if (eval) {
         faults_.at("eval", st_.step);
+        if (faults_.any("eval_data")) agreed("evaluation", [&] { faults_.at("eval_data", st_.step); });
         ev = eval_->run(*model_, *engine_, st_.step);
       }
+      term_.progress(int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
       const std::optional<Error> failed = log_rows(row, log_row, ev);
-      if (log_row) term_.step_line(row, int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0, be_->peak_bytes());
-      if (lead_ && !ev.empty()) {
-        if (!std::isnan(ev.val_loss)) term_.count_eval(ev.val_loss);
-        term_.note(eval_text(ev));
-      }
+      faults_.signal("sigterm", st_.step);
       const bool stop = boundary(failed);  // every rank stops at the same step
       const bool every = cfg_.checkpoint.every > 0;  // and the run's last step with checkpoints on
       if ((every && (st_.step % cfg_.checkpoint.every == 0 || last)) || (stop && !last)) checkpoint(stop || last);
@@ -441,16 +550,21 @@ class Trainer {
   Backend* be_ = nullptr;          // stack_'s, named for the loop
   ZeroEngine* engine_ = nullptr;
   const ParamLayout* layout_ = nullptr;
-  std::unique_ptr<Fp8Recipe> fp8_;  // precision fp8: the scales (before the model that uses them)
+  std::unique_ptr<Fp8Scaling> fp8_;  // FP8 layers' scaling state (before the model that uses it)
   std::unique_ptr<GPT> model_;
   std::unique_ptr<TokenSource> train_src_;
   std::unique_ptr<Evaluator> eval_;
   std::unique_ptr<RunLog> log_;
+  std::unique_ptr<CsvLog> csv_;        // log.csv
+  std::vector<MetricSink*> sinks_;     // rank 0: log_, csv_, the terminal
   std::vector<int> tok_, tgt_;
   Checkpointing ckpt_;  // after term_ and faults_: its writer thread (which calls faults_) is joined before they go
 
   TrainState st_;
+  std::string data_files_;  // what data.train matches now (run/resume.hpp)
+  EarlierRun earlier_;      // --resume: what the earlier run in the directory left (rank 0's view)
   bool resumed_ = false;
+  int64_t resumed_at_ = -1;
   MemoryBreakdown measured_;
   std::string status_ = "ok", message_;
   int exit_code_ = kExitOk;

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "dist/comm.hpp"
+#include "parallel/comm.hpp"
 #include "run/plan.hpp"
 #include "run/terminal.hpp"
 

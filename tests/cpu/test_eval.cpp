@@ -4,7 +4,7 @@
 #include <fstream>
 #include <vector>
 
-#include "check.hpp"
+#include "test_util.hpp"
 #include "io/bpe.hpp"
 #include "io/evalfile.hpp"
 #include "run/eval.hpp"
@@ -13,7 +13,7 @@
 using namespace gpt;
 
 namespace {
-const std::string kVocab = "../shared/data/gpt2";
+const std::string kVocab = gpt::tests::data_dir() + "/gpt2";
 bool have_vocab() { return std::ifstream(kVocab + "/vocab.json").good(); }
 
 void write_u16(std::ofstream& out, const std::vector<uint16_t>& w) {
@@ -38,13 +38,10 @@ void write_eval_file(const std::string& path, const std::vector<ChoiceExample>& 
 }
 }  // namespace
 
-TEST(bpe_encodes_as_gpt2_and_decodes_back) {
-  if (!have_vocab()) {
-    std::printf("  SKIP: %s not found\n", kVocab.c_str());
-    return;
-  }
+TEST(Eval, bpe_encodes_as_gpt2_and_decodes_back) {
+  if (!have_vocab()) GTEST_SKIP() << kVocab << "/vocab.json not found (TEST_DATA_DIR)";
   const Gpt2Vocab v(kVocab);
-  CHECK(v.size() == 50257);
+  EXPECT_TRUE(v.size() == 50257);
   // ids from the reference tokenizer (tokenizers' byte-level BPE over the same files)
   const std::vector<std::pair<std::string, std::vector<int>>> cases = {
       {"First Citizen:", {5962, 22307, 25}},
@@ -64,28 +61,28 @@ TEST(bpe_encodes_as_gpt2_and_decodes_back) {
       {"   ", {220, 220, 220}},
   };
   for (auto& [text, ids] : cases) {
-    CHECK_MSG(v.encode(text) == ids, "encode '" + text + "'");
-    CHECK_MSG(v.decode(ids) == text, "decode '" + text + "'");
+    EXPECT_TRUE(v.encode(text) == ids) << "encode '" + text + "'";
+    EXPECT_TRUE(v.decode(ids) == text) << "decode '" + text + "'";
   }
   // two of the snowman's three bytes (after a space) and an unknown id become U+FFFD
-  CHECK(v.decode({34719, 15496}) == " \xEF\xBF\xBDHello");
-  CHECK(v.decode({15496, 60000}) == "Hello\xEF\xBF\xBD");
+  EXPECT_TRUE(v.decode({34719, 15496}) == " \xEF\xBF\xBDHello");
+  EXPECT_TRUE(v.decode({15496, 60000}) == "Hello\xEF\xBF\xBD");
 }
 
-TEST(bpe_names_missing_and_malformed_files) {
+TEST(Eval, bpe_names_missing_and_malformed_files) {
   const std::string dir = "/tmp/gpt_bpe_test";
   std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
-  CHECK_THROWS_WITH(Gpt2Vocab{dir}, "vocab.json");
+  EXPECT_THROW_WITH(Gpt2Vocab{dir}, "vocab.json");
   std::ofstream(dir + "/vocab.json") << "{\"a\": 0, \"b\": ";
-  CHECK_THROWS_WITH(Gpt2Vocab{dir}, "not JSON");
+  EXPECT_THROW_WITH(Gpt2Vocab{dir}, "not JSON");
   std::ofstream(dir + "/vocab.json") << "{\"a\": 0, \"b\": 1}";
-  CHECK_THROWS_WITH(Gpt2Vocab{dir}, "merges.txt");
+  EXPECT_THROW_WITH(Gpt2Vocab{dir}, "merges.txt");
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\na b\nnonsense\n";
-  CHECK_THROWS_WITH(Gpt2Vocab{dir}, "line 3");
+  EXPECT_THROW_WITH(Gpt2Vocab{dir}, "line 3");
   std::system(("rm -rf " + dir).c_str());
 }
 
-TEST(choice_file_reads_back_and_rejects_damage) {
+TEST(Eval, choice_file_reads_back_and_rejects_damage) {
   const std::string path = "/tmp/gpt_choice_test.bin";
   std::vector<ChoiceExample> ex(3);
   ex[0] = {2, {5, 6, 7}, {{1}, {2, 3}, {4, 4, 4}}};
@@ -93,36 +90,35 @@ TEST(choice_file_reads_back_and_rejects_damage) {
   ex[2] = {1, {1, 2}, {{3}, {4}, {5}, {6}}};
   write_eval_file(path, ex);
   const auto got = read_choice_file(path, 64);
-  CHECK(got.size() == 3);
+  EXPECT_TRUE(got.size() == 3);
   for (size_t i = 0; i < got.size(); ++i)
-    CHECK(got[i].label == ex[i].label && got[i].context == ex[i].context && got[i].endings == ex[i].endings);
-  CHECK_THROWS_WITH(read_choice_file(path, 8), "outside the model's vocabulary");
+    EXPECT_TRUE(got[i].label == ex[i].label && got[i].context == ex[i].context && got[i].endings == ex[i].endings);
+  EXPECT_THROW_WITH(read_choice_file(path, 8), "outside the model's vocabulary");
   write_eval_file(path, ex, 20240520);
-  CHECK_THROWS_WITH(read_choice_file(path, 64), "magic");
+  EXPECT_THROW_WITH(read_choice_file(path, 64), "magic");
   ex[1].label = 5;
   write_eval_file(path, ex);
-  CHECK_THROWS_WITH(read_choice_file(path, 64), "example 1 has label 5");
-  CHECK_THROWS_WITH(read_choice_file("/tmp/gpt_choice_none.bin", 64), "gpt_choice_none.bin");
+  EXPECT_THROW_WITH(read_choice_file(path, 64), "example 1 has label 5");
+  EXPECT_THROW_WITH(read_choice_file("/tmp/gpt_choice_none.bin", 64), "gpt_choice_none.bin");
   std::remove(path.c_str());
 }
 
-TEST(pick_ending_by_sum_and_by_mean) {
+TEST(Eval, pick_ending_by_sum_and_by_mean) {
   // ending 0: 2 tokens, sum 3 (mean 1.5); ending 1: 6 tokens, sum 4.8 (mean 0.8); ending 2: 1 token, 3.2
   const ChoicePick p = pick_ending({3.0, 4.8, 3.2}, {2, 6, 1});
-  CHECK(p.by_sum == 0 && p.by_mean == 1);
+  EXPECT_TRUE(p.by_sum == 0 && p.by_mean == 1);
   const ChoicePick tie = pick_ending({1.0, 1.0}, {1, 1});
-  CHECK(tie.by_sum == 0 && tie.by_mean == 0);  // the first of equal ones
+  EXPECT_TRUE(tie.by_sum == 0 && tie.by_mean == 0);  // the first of equal ones
 }
 
-TEST(sample_prompt_is_ids_or_text) {
-  CHECK(sample_prompt_ids("", nullptr, 64) == std::vector<int>{63});
-  CHECK((sample_prompt_ids("1, 2,3 4", nullptr, 64) == std::vector<int>{1, 2, 3, 4}));
-  CHECK_THROWS_WITH(sample_prompt_ids("64", nullptr, 64), "outside the vocabulary");
-  CHECK_THROWS_WITH(sample_prompt_ids("ROMEO:", nullptr, 64), "eval.vocab");
+TEST(Eval, sample_prompt_is_ids_or_text) {
+  EXPECT_TRUE(sample_prompt_ids("", nullptr, 64) == std::vector<int>{63});
+  EXPECT_TRUE((sample_prompt_ids("1, 2,3 4", nullptr, 64) == std::vector<int>{1, 2, 3, 4}));
+  EXPECT_THROW_WITH(sample_prompt_ids("64", nullptr, 64), "outside the vocabulary");
+  EXPECT_THROW_WITH(sample_prompt_ids("ROMEO:", nullptr, 64), "eval.vocab");
   if (!have_vocab()) return;
   const Gpt2Vocab v(kVocab);
-  CHECK((sample_prompt_ids("First Citizen:", &v, 50257) == std::vector<int>{5962, 22307, 25}));
-  CHECK_THROWS_WITH(sample_prompt_ids("First Citizen:", &v, 1000), "outside the model's vocabulary");
+  EXPECT_TRUE((sample_prompt_ids("First Citizen:", &v, 50257) == std::vector<int>{5962, 22307, 25}));
+  EXPECT_THROW_WITH(sample_prompt_ids("First Citizen:", &v, 1000), "outside the model's vocabulary");
 }
 
-int main(int argc, char** argv) { return check::run_all(argc > 1 ? argv[1] : nullptr); }

@@ -10,10 +10,10 @@
 
 #include "base/common.hpp"
 #include "base/format.hpp"
-#include "check.hpp"
+#include "test_util.hpp"
 #include "io/hf.hpp"
 #include "io/safetensors.hpp"
-#include "model/layout.hpp"
+#include "model/params.hpp"
 
 using namespace gpt;
 namespace fs = std::filesystem;
@@ -44,29 +44,28 @@ std::vector<float> random_params(const ParamLayout& L) {
   std::normal_distribution<float> nd(0.0f, 0.5f);
   for (int b = 0; b < L.n_buckets(); ++b)
     for (const TensorInfo& t : L.bucket(b).tensors) {
-      size_t n = t.numel;
-      if (t.id == P::wte) n = size_t(L.dims().vocab_size) * L.dims().n_embd;
+      const size_t n = t.real_numel;
       for (size_t i = 0; i < n; ++i) v[L.logical_offset(b) + t.offset + i] = nd(rng);
     }
   return v;
 }
 }  // namespace
 
-TEST(numbers_print_shortest_round_trip) {
-  CHECK_MSG(shortest(3e-4f) == std::string("0.0003"), shortest(3e-4f));
-  CHECK_MSG(shortest(0.9f) == std::string("0.9"), shortest(0.9f));
-  CHECK_MSG(shortest(0.1 + 0.2) == std::string("0.30000000000000004"), shortest(0.1 + 0.2));
-  CHECK_MSG(yaml_float(3e-4f) == std::string("0.0003"), yaml_float(3e-4f));
-  CHECK_MSG(yaml_float(1e-8f) == std::string("1.0e-08"), yaml_float(1e-8f));  // a '.' so that YAML 1.1 readers see a float
-  CHECK_MSG(yaml_float(1.0f) == std::string("1.0"), yaml_float(1.0f));
-  CHECK_MSG(shortest(1e-5) == std::string("1e-05"), shortest(1e-5));
-  CHECK_MSG(shortest(1234.5) == std::string("1234.5"), shortest(1234.5));
-  CHECK_MSG(shortest(52147.0) == std::string("52147"), shortest(52147.0));
-  CHECK_MSG(yaml_float(0.95f) == std::string("0.95"), yaml_float(0.95f));
-  for (float f : {6e-4f, 0.02f, 1e-5f, 123456.7f, 3.0e-3f}) CHECK(std::stof(yaml_float(f)) == f);
+TEST(Formats, numbers_print_shortest_round_trip) {
+  EXPECT_TRUE(shortest(3e-4f) == std::string("0.0003")) << shortest(3e-4f);
+  EXPECT_TRUE(shortest(0.9f) == std::string("0.9")) << shortest(0.9f);
+  EXPECT_TRUE(shortest(0.1 + 0.2) == std::string("0.30000000000000004")) << shortest(0.1 + 0.2);
+  EXPECT_TRUE(yaml_float(3e-4f) == std::string("0.0003")) << yaml_float(3e-4f);
+  EXPECT_TRUE(yaml_float(1e-8f) == std::string("1.0e-08")) << yaml_float(1e-8f);  // a '.' so that YAML 1.1 readers see a float
+  EXPECT_TRUE(yaml_float(1.0f) == std::string("1.0")) << yaml_float(1.0f);
+  EXPECT_TRUE(shortest(1e-5) == std::string("1e-05")) << shortest(1e-5);
+  EXPECT_TRUE(shortest(1234.5) == std::string("1234.5")) << shortest(1234.5);
+  EXPECT_TRUE(shortest(52147.0) == std::string("52147")) << shortest(52147.0);
+  EXPECT_TRUE(yaml_float(0.95f) == std::string("0.95")) << yaml_float(0.95f);
+  for (float f : {6e-4f, 0.02f, 1e-5f, 123456.7f, 3.0e-3f}) EXPECT_TRUE(std::stof(yaml_float(f)) == f);
 }
 
-TEST(safetensors_layout_and_round_trip) {
+TEST(Formats, safetensors_layout_and_round_trip) {
   const std::string dir = temp_dir("st");
   const std::string path = dir + "/t.safetensors";
   std::vector<TensorOut> ts = {{"a", {2, 3}, [](float* o) { for (int i = 0; i < 6; ++i) o[i] = float(i) + 0.5f; }},
@@ -75,48 +74,47 @@ TEST(safetensors_layout_and_round_trip) {
   std::ifstream in(path, std::ios::binary);
   uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), 8);
-  CHECK(n % 8 == 0);  // data 8-byte aligned
-  CHECK(fs::file_size(path) == 8 + n + 9 * 4);
+  EXPECT_TRUE(n % 8 == 0);  // data 8-byte aligned
+  EXPECT_TRUE(fs::file_size(path) == 8 + n + 9 * 4);
   const SafetensorsReader r(path);
-  CHECK(r.names() == std::vector<std::string>({"a", "b"}));
-  CHECK(r.shape("a") == std::vector<int64_t>({2, 3}));
-  CHECK(r.read("a")[5] == 5.5f && r.read("b")[1] == 1e-3f);
+  EXPECT_TRUE(r.names() == std::vector<std::string>({"a", "b"}));
+  EXPECT_TRUE(r.shape("a") == std::vector<int64_t>({2, 3}));
+  EXPECT_TRUE(r.read("a")[5] == 5.5f && r.read("b")[1] == 1e-3f);
   write_safetensors(path, ts, true, {});
-  CHECK(SafetensorsReader(path).read("b")[1] == bf16_to_f32(f32_to_bf16(1e-3f)));
+  EXPECT_TRUE(SafetensorsReader(path).read("b")[1] == bf16_to_f32(f32_to_bf16(1e-3f)));
   std::ofstream(path, std::ios::binary | std::ios::trunc) << "garbage";
-  CHECK_THROWS_WITH(SafetensorsReader bad(path), "not a safetensors file");
+  EXPECT_THROW_WITH(SafetensorsReader bad(path), "not a safetensors file");
   fs::remove_all(dir);
 }
 
-TEST(hf_folder_round_trips_bit_exactly_with_conv1d_transposes) {
+TEST(Formats, hf_folder_round_trips_bit_exactly_with_conv1d_transposes) {
   const ParamLayout L(tiny_dims());
   const std::vector<float> params = random_params(L);
   const std::string dir = temp_dir("hf");
   write_hf_model(dir, L, params, false);
-  CHECK(is_hf_model_dir(dir));
+  EXPECT_TRUE(is_hf_model_dir(dir));
   const SafetensorsReader st(dir + "/model.safetensors");
-  CHECK(st.shape("transformer.wte.weight") == std::vector<int64_t>({50, 8}));  // unpadded vocabulary
-  CHECK(st.shape("transformer.h.1.attn.c_attn.weight") == std::vector<int64_t>({8, 24}));  // (in, out)
-  CHECK(st.shape("transformer.h.0.mlp.c_proj.weight") == std::vector<int64_t>({32, 8}));
-  CHECK(!st.has("lm_head.weight"));  // tied to wte
+  EXPECT_TRUE(st.shape("transformer.wte.weight") == std::vector<int64_t>({50, 8}));  // unpadded vocabulary
+  EXPECT_TRUE(st.shape("transformer.h.1.attn.c_attn.weight") == std::vector<int64_t>({8, 24}));  // (in, out)
+  EXPECT_TRUE(st.shape("transformer.h.0.mlp.c_proj.weight") == std::vector<int64_t>({32, 8}));
+  EXPECT_TRUE(!st.has("lm_head.weight"));  // tied to wte
   // c_attn.weight[i][o] is the trainer's qkvw[o][i]
-  const TensorInfo& q = L.bucket(L.layer_bucket(1)).tensor(P::qkvw);
+  const TensorInfo& q = L.bucket(L.layer_bucket(1)).tensor("qkvw");
   const float* qkvw = params.data() + L.logical_offset(L.layer_bucket(1)) + q.offset;
   const std::vector<float> c_attn = st.read("transformer.h.1.attn.c_attn.weight");
-  CHECK(c_attn[3 * 24 + 17] == qkvw[17 * 8 + 3]);
+  EXPECT_TRUE(c_attn[3 * 24 + 17] == qkvw[17 * 8 + 3]);
   const std::vector<float> back = read_hf_model(dir, L);
-  CHECK(back.size() == params.size() && std::memcmp(back.data(), params.data(), 4 * params.size()) == 0);
+  EXPECT_TRUE(back.size() == params.size() && std::memcmp(back.data(), params.data(), 4 * params.size()) == 0);
   fs::remove_all(dir);
 }
 
-TEST(hf_folder_of_another_model_is_a_named_error) {
+TEST(Formats, hf_folder_of_another_model_is_a_named_error) {
   const ParamLayout L(tiny_dims());
   const std::string dir = temp_dir("hf_other");
   write_hf_model(dir, L, random_params(L), false);
   ModelDims d = tiny_dims();
   d.n_layer = 3;
-  CHECK_THROWS_WITH(read_hf_model(dir, ParamLayout(d)), "n_layer is 2 but the config says 3");
+  EXPECT_THROW_WITH(read_hf_model(dir, ParamLayout(d)), "n_layer is 2 but the config says 3");
   fs::remove_all(dir);
 }
 
-int main(int argc, char** argv) { return check::run_all(argc > 1 ? argv[1] : nullptr); }

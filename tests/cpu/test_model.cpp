@@ -1,5 +1,6 @@
 // CPU reference tests: whole-model gradients against finite differences, gradient accumulation,
-// clipping, the LR schedule, AdamW, the config parser and llm.c model files.
+// clipping, the LR schedule, the config parser and llm.c model files (optimizers: test_optim.cpp).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -7,11 +8,12 @@
 #include <unistd.h>
 
 #include "backend/backend.hpp"
-#include "check.hpp"
+#include "test_util.hpp"
 #include "config/config.hpp"
 #include "config/config_io.hpp"
 #include "model/gpt.hpp"
 #include "io/modelfile.hpp"
+#include "run/plan.hpp"
 #include "run/schedule.hpp"
 
 using namespace gpt;
@@ -40,12 +42,12 @@ struct FullStore : ParamStore {
       for (auto& t : L.bucket(b).tensors)
         for (size_t i = 0; i < t.numel; ++i) {
           float v = n(rng);
-          if (t.id == P::ln1w || t.id == P::ln2w || t.id == P::lnfw) v += 1.0f;
+          if (t.spec->init == Init::ones) v += 1.0f;
           p[b][t.offset + i] = v;
         }
     // padded vocabulary rows are zero, as in training
     const ModelDims& d = L.dims();
-    auto& wte = L.bucket(0).tensor(P::wte);
+    auto& wte = L.bucket(0).tensor("wte");
     std::fill(p[0].begin() + wte.offset + size_t(d.vocab_size) * d.n_embd, p[0].begin() + wte.offset + wte.numel, 0.0f);
   }
 };
@@ -69,7 +71,7 @@ std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
 
 }  // namespace
 
-TEST(gradients_match_finite_differences) {
+TEST(Model, gradients_match_finite_differences) {
   auto be = make_cpu_backend(BackendOptions{});
   const ModelDims d = small_dims();
   ParamLayout L(d);
@@ -100,7 +102,7 @@ TEST(gradients_match_finite_differences) {
       idx.push_back((t.numel * 3) / 13);
       for (size_t i : idx) {
         float& w = ps.p[b][t.offset + i];
-        if (t.id == P::wte && i >= size_t(d.vocab_size) * d.n_embd) continue;
+        if (i >= t.real_numel) continue;
         const float w0 = w;
         w = w0 + h;
         const double lp = loss_at();
@@ -111,16 +113,15 @@ TEST(gradients_match_finite_differences) {
         err2 += (fd - g) * (fd - g);
         ref2 += g * g;
         ++checked;
-        CHECK_MSG(std::fabs(fd - g) <= 2e-4 + 0.02 * std::fabs(g),
-                  std::string(t.name) + "[" + std::to_string(i) + "] (bucket " + std::to_string(b) +
-                      "): analytic " + std::to_string(g) + ", finite difference " + std::to_string(fd));
+        EXPECT_TRUE(std::fabs(fd - g) <= 2e-4 + 0.02 * std::fabs(g)) << std::string(t.name) + "[" + std::to_string(i) + "] (bucket " + std::to_string(b) +
+                      "): analytic " + std::to_string(g) + ", finite difference " + std::to_string(fd);
       }
     }
-  CHECK(checked > 40);
-  CHECK_MSG(std::sqrt(err2 / ref2) < 1e-2, "relative gradient error " + std::to_string(std::sqrt(err2 / ref2)));
+  EXPECT_TRUE(checked > 40);
+  EXPECT_TRUE(std::sqrt(err2 / ref2) < 1e-2) << "relative gradient error " + std::to_string(std::sqrt(err2 / ref2));
 }
 
-TEST(accumulated_micro_batches_equal_one_large_batch) {
+TEST(Model, accumulated_micro_batches_equal_one_large_batch) {
   auto be = make_cpu_backend(BackendOptions{});
   const ModelDims d = small_dims();
   ParamLayout L(d);
@@ -149,15 +150,15 @@ TEST(accumulated_micro_batches_equal_one_large_batch) {
       const double a = big.g[bk][i], c = acc.g[bk][i];
       max_rel = std::max(max_rel, std::fabs(a - c) / (1e-6 + std::fabs(a)));
       if (std::fabs(a - c) > 1e-6 + 1e-4 * std::fabs(a)) {
-        CHECK_MSG(false, "bucket " + std::to_string(bk) + " element " + std::to_string(i) + ": " + std::to_string(a) +
-                             " vs " + std::to_string(c));
+        EXPECT_TRUE(false) << "bucket " + std::to_string(bk) + " element " + std::to_string(i) + ": " + std::to_string(a) +
+                             " vs " + std::to_string(c);
         return;
       }
     }
   std::printf("  max relative difference %.3g\n", max_rel);
 }
 
-TEST(recompute_levels_give_identical_gradients) {
+TEST(Model, recompute_levels_give_identical_gradients) {
   auto be = make_cpu_backend(BackendOptions{});
   const ModelDims d = small_dims();
   ParamLayout L(d);
@@ -172,88 +173,64 @@ TEST(recompute_levels_give_identical_gradients) {
     m.backward(s);
     grads.push_back(s.g);
   }
-  CHECK(grads[0] == grads[1]);
-  CHECK(grads[0] == grads[2]);
+  EXPECT_TRUE(grads[0] == grads[1]);
+  EXPECT_TRUE(grads[0] == grads[2]);
 }
 
-TEST(clip_scale_bounds_the_global_norm) {
-  CHECK_NEAR(clip_scale(4.0, 1.0f), 0.25, 1e-7);
-  CHECK_NEAR(clip_scale(0.5, 1.0f), 1.0, 0);
-  CHECK_NEAR(clip_scale(100.0, 0.0f), 1.0, 0);  // 0 = off
+TEST(Model, clip_scale_bounds_the_global_norm) {
+  EXPECT_NEAR(clip_scale(4.0, 1.0f), 0.25, 1e-7);
+  EXPECT_NEAR(clip_scale(0.5, 1.0f), 1.0, 0);
+  EXPECT_NEAR(clip_scale(100.0, 0.0f), 1.0, 0);  // 0 = off
   // the clipped gradient's norm is the clip value
   std::vector<float> g = {3.0f, 4.0f};
   const float s = clip_scale(5.0, 2.0f);
-  CHECK_NEAR(std::hypot(g[0] * s, g[1] * s), 2.0, 1e-6);
+  EXPECT_NEAR(std::hypot(g[0] * s, g[1] * s), 2.0, 1e-6);
 }
 
-TEST(adamw_applies_grad_scale_bias_correction_and_decay) {
-  auto be = make_cpu_backend(BackendOptions{});
-  std::vector<float> p = {1.0f, -2.0f}, g = {0.5f, -0.25f}, m = {0, 0}, v = {0, 0};
-  AdamWArgs a;
-  a.param = p.data();
-  a.grad = g.data();
-  a.m = m.data();
-  a.v = v.data();
-  a.n = 2;
-  a.lr = 0.1f;
-  a.beta1 = 0.9f;
-  a.beta2 = 0.95f;
-  a.eps = 1e-8f;
-  a.weight_decay = 0.5f;
-  a.grad_scale = 0.5f;
-  a.step = 1;
-  be->adamw(a);
-  // m = (1-b1) * s * g; v = (1-b2) * (s g)^2; bias-corrected step is sign(g); decay uses the old p
-  CHECK_NEAR(m[0], 0.1 * 0.25, 1e-7);
-  CHECK_NEAR(v[1], 0.05 * 0.125 * 0.125, 1e-9);
-  CHECK_NEAR(p[0], 1.0 - 0.1 * (1.0 + 0.5 * 1.0), 1e-5);
-  CHECK_NEAR(p[1], -2.0 - 0.1 * (-1.0 + 0.5 * -2.0), 1e-5);
-}
-
-TEST(lr_schedule_values) {
+TEST(Model, lr_schedule_values) {
   TrainingConfig t;
   t.lr = 1.0f;
   t.warmup_steps = 10;
   t.steps = 110;
   t.min_lr_frac = 0.1f;
-  t.schedule = "cosine";
-  CHECK_NEAR(lr_at(t, 0), 0.1, 1e-9);           // warmup is linear from lr/warmup
-  CHECK_NEAR(lr_at(t, 4), 0.5, 1e-9);
-  CHECK_NEAR(lr_at(t, 9), 1.0, 1e-9);
-  CHECK_NEAR(lr_at(t, 10), 1.0, 1e-9);          // decay starts at the peak
-  CHECK_NEAR(lr_at(t, 109), 0.1, 1e-6);         // and ends at min_lr on the last step
-  CHECK_NEAR(lr_at(t, 10 + 99 / 2.0), 0.55, 1e-2);
-  t.schedule = "linear";
-  CHECK_NEAR(lr_at(t, 109), 0.1, 1e-6);
-  CHECK_NEAR(lr_at(t, 10 + 33), 1.0 - 0.9 * 33.0 / 99.0, 1e-6);
-  t.schedule = "constant";
-  CHECK_NEAR(lr_at(t, 80), 1.0, 0);
+  t.schedule = Schedule::cosine;
+  EXPECT_NEAR(lr_at(t, 0), 0.1, 1e-9);           // warmup is linear from lr/warmup
+  EXPECT_NEAR(lr_at(t, 4), 0.5, 1e-9);
+  EXPECT_NEAR(lr_at(t, 9), 1.0, 1e-9);
+  EXPECT_NEAR(lr_at(t, 10), 1.0, 1e-9);          // decay starts at the peak
+  EXPECT_NEAR(lr_at(t, 109), 0.1, 1e-6);         // and ends at min_lr on the last step
+  EXPECT_NEAR(lr_at(t, 10 + 99 / 2.0), 0.55, 1e-2);
+  t.schedule = Schedule::linear;
+  EXPECT_NEAR(lr_at(t, 109), 0.1, 1e-6);
+  EXPECT_NEAR(lr_at(t, 10 + 33), 1.0 - 0.9 * 33.0 / 99.0, 1e-6);
+  t.schedule = Schedule::constant;
+  EXPECT_NEAR(lr_at(t, 80), 1.0, 0);
 }
 
-TEST(config_errors_name_the_key_and_line) {
-  CHECK_THROWS_WITH(config_from_yaml("training:\n  lr: 1e-3\n  bogus: 2\n", "x.yaml"), "training.bogus");
-  CHECK_THROWS_WITH(config_from_yaml("training:\n  lr: 1e-3\n  bogus: 2\n", "x.yaml"), "line 3");
-  CHECK_THROWS_WITH(config_from_yaml("nonsense:\n  a: 1\n", "x.yaml"), "unknown section 'nonsense'");
-  CHECK_THROWS_WITH(config_from_yaml("training:\n  steps: many\n", "x.yaml"), "training.steps");
-  CHECK_THROWS_WITH(config_from_yaml("training: [1, 2\n", "x.yaml"), "malformed YAML");
+TEST(Model, config_errors_name_the_key_and_line) {
+  EXPECT_THROW_WITH(config_from_yaml("training:\n  lr: 1e-3\n  bogus: 2\n", "x.yaml"), "training.bogus");
+  EXPECT_THROW_WITH(config_from_yaml("training:\n  lr: 1e-3\n  bogus: 2\n", "x.yaml"), "line 3");
+  EXPECT_THROW_WITH(config_from_yaml("nonsense:\n  a: 1\n", "x.yaml"), "unknown section 'nonsense'");
+  EXPECT_THROW_WITH(config_from_yaml("training:\n  steps: many\n", "x.yaml"), "training.steps");
+  EXPECT_THROW_WITH(config_from_yaml("training: [1, 2\n", "x.yaml"), "malformed YAML");
   Config c = config_from_yaml("model:\n  preset: d12\ntraining:\n  seq_len: 2048\ndata:\n  synthetic: true\n", "x");
-  CHECK_THROWS_WITH(validate(c, 1), "max_seq_len");
+  EXPECT_THROW_WITH(validate(c, 1), "max_seq_len");
   c = config_from_yaml("model:\n  preset: d12\n  n_layer: 3\ndata:\n  synthetic: true\n", "x");
-  CHECK_THROWS_WITH(validate(c, 1), "model.preset");
+  EXPECT_THROW_WITH(validate(c, 1), "model.preset");
   c = config_from_yaml("model:\n  preset: tiny\ntraining:\n  micro_batch: 4\n  seq_len: 64\n  total_batch_tokens: 1000\ndata:\n  synthetic: true\n", "x");
-  CHECK_THROWS_WITH(validate(c, 2), "total_batch_tokens");
+  EXPECT_THROW_WITH(validate(c, 2), "total_batch_tokens");
   // overrides use the same parser, and the printed config reads back to the same config
   c = config_from_yaml("model:\n  preset: tiny\ndata:\n  synthetic: true\n", "x");
   apply_override(c, parse_override("training.lr=0.25"));
   apply_override(c, parse_override("training.micro_batch=max"));
-  CHECK_NEAR(c.training.lr, 0.25, 0);
-  CHECK(c.training.micro_batch.max);
+  EXPECT_NEAR(c.training.lr, 0.25, 0);
+  EXPECT_TRUE(c.training.micro_batch.max);
   Config back = config_from_yaml(config_to_yaml(c), "printed");
-  CHECK(config_to_yaml(back) == config_to_yaml(c));
-  CHECK_THROWS_WITH(apply_override(c, parse_override("training.nope=1")), "training.nope");
+  EXPECT_TRUE(config_to_yaml(back) == config_to_yaml(c));
+  EXPECT_THROW_WITH(apply_override(c, parse_override("training.nope=1")), "training.nope");
 }
 
-TEST(model_file_round_trip_and_checks) {
+TEST(Model, model_file_round_trip_and_checks) {
   const ModelDims d = small_dims();
   ParamLayout L(d);
   std::vector<float> w(L.total(), 0.0f);
@@ -264,13 +241,13 @@ TEST(model_file_round_trip_and_checks) {
   int fd = mkstemp(path);
   close(fd);
   write_model_file(path, L, w, false);
-  CHECK(read_model_file(path, L) == w);
+  EXPECT_TRUE(read_model_file(path, L) == w);
   write_model_file(path, L, w, true);
   auto r = read_model_file(path, L);
   double max_rel = 0;
   for (size_t i = 0; i < w.size(); ++i)
     if (w[i] != 0) max_rel = std::max(max_rel, std::fabs(double(r[i] - w[i]) / w[i]));
-  CHECK_MSG(max_rel <= 1.0 / 256, "bf16 round trip relative error " + std::to_string(max_rel));  // 8 mantissa bits
+  EXPECT_TRUE(max_rel <= 1.0 / 256) << "bf16 round trip relative error " + std::to_string(max_rel);  // 8 mantissa bits
   ModelConfig other;
   other.n_layer = 2;
   other.n_head = 2;
@@ -278,21 +255,75 @@ TEST(model_file_round_trip_and_checks) {
   other.vocab_size = 37;
   other.max_seq_len = 8;
   ParamLayout L2(resolve_dims(other));
-  CHECK_THROWS_WITH(read_model_file(path, L2), "n_embd");
+  EXPECT_THROW_WITH(read_model_file(path, L2), "n_embd");
   std::remove(path);
-  CHECK_THROWS_WITH(read_model_file("/nonexistent/model.bin", L), "cannot open");
+  EXPECT_THROW_WITH(read_model_file("/nonexistent/model.bin", L), "cannot open");
 }
 
-TEST(layout_counts_gpt2_parameters) {
+TEST(Model, layout_counts_gpt2_parameters) {
   ModelConfig m;
   m.preset = "d12";
   ParamLayout L(resolve_dims(m));
-  CHECK(L.n_params() == 124439808);  // GPT-2 124M without vocabulary padding
+  EXPECT_TRUE(L.n_params() == 124439808);  // GPT-2 124M without vocabulary padding
   size_t with_pad = 0;
   for (int b = 0; b < L.n_buckets(); ++b)
     for (auto& t : L.bucket(b).tensors) with_pad += t.numel;
-  CHECK(with_pad == 124475904);      // the llm.c file layout's count (padded vocabulary)
-  CHECK(L.n_buckets() == 14);
+  EXPECT_TRUE(with_pad == 124475904);      // the llm.c file layout's count (padded vocabulary)
+  EXPECT_TRUE(L.n_buckets() == 14);
 }
 
-int main(int argc, char** argv) { return check::run_all(argc > 1 ? argv[1] : nullptr); }
+TEST(Model, parameter_table_is_the_layout) {
+  ModelConfig m;
+  m.preset = "d12";
+  const ParamLayout L(resolve_dims(m));
+  // every table row placed once per bucket of its scope, decayed matrices first, llm.c ranks a permutation
+  std::vector<int> ranks;
+  for (const ParamSpec& s : param_table()) ranks.push_back(s.llmc_rank);
+  std::sort(ranks.begin(), ranks.end());
+  for (size_t i = 0; i < ranks.size(); ++i) EXPECT_TRUE(ranks[i] == int(i));
+  const Bucket& layer = L.bucket(L.layer_bucket(3));
+  EXPECT_TRUE(layer.tensors.front().name == std::string("qkvw") && layer.decayed == layer.tensor("ln1w").offset);
+  EXPECT_TRUE(L.placed().size() == 2 + 12 * 12 + 2);
+  EXPECT_TRUE(hf_name(*layer.tensor("fcw").spec, 3) == "transformer.h.3.mlp.c_fc.weight");
+  EXPECT_TRUE(L.bucket(0).tensor("wte").real_numel == size_t(50257) * 768);
+  EXPECT_NEAR(flops_per_token(L, 1024), 6.0 * 124439808 + 6.0 * 12 * 768 * 1024, 0);
+}
+
+TEST(Model, enum_keys_take_their_names_only) {
+  Config c = config_from_yaml("training:\n  precision: fp8\n  schedule: linear\ncheckpoint:\n  resume: auto\n", "x");
+  EXPECT_TRUE(c.training.precision == Precision::fp8 && c.training.schedule == Schedule::linear);
+  EXPECT_TRUE(c.checkpoint.resume == ResumeMode::automatic);
+  EXPECT_THROW_WITH(config_from_yaml("training:\n  precision: fp16\n", "x"),
+                    "training.precision (line 2): 'fp16' is not one of bf16, fp32, fp8");
+  EXPECT_THROW_WITH(config_from_yaml("checkpoint:\n  on_error: [stop]\n", "x"), "expected one of stop, continue");
+  apply_override(c, {"checkpoint.on_error", "continue"});
+  EXPECT_TRUE(c.checkpoint.on_error == OnError::go_on);
+  // printed back as the names they were read from
+  const std::string y = config_to_yaml(c);
+  EXPECT_NE(y.find("precision: \"fp8\""), std::string::npos);
+  EXPECT_NE(y.find("on_error: \"continue\""), std::string::npos);
+  EXPECT_NE(y.find("fp8_grad_format: \"e5m2\""), std::string::npos);
+}
+
+TEST(Model, plan_refuses_fp8_on_a_gpu_without_fp8_cores) {
+  Config c;
+  c.model.preset = "tiny";
+  c.data.synthetic = true;
+  c.training.precision = Precision::fp8;
+  c.training.seq_len = 64;
+  Plan p;
+  p.caps = DeviceCaps{"NVIDIA A100-SXM4-80GB", size_t(80) << 30, 80, false, false};
+  EXPECT_THROW_WITH(check_capabilities(c, p), "training.precision: fp8 needs FP8 tensor cores");
+  EXPECT_THROW_WITH(check_capabilities(c, p), "NVIDIA A100-SXM4-80GB is 8.0");
+  p.caps = DeviceCaps{"NVIDIA H200", size_t(141) << 30, 90, true, false};
+  check_capabilities(c, p);  // accepted
+  p.caps = DeviceCaps{};     // planned for a GPU that is not here: a note, not an error
+  check_capabilities(c, p);
+  EXPECT_TRUE(p.device_note.find("not checked") != std::string::npos);
+  c.training.precision = Precision::bf16;
+  p.caps = DeviceCaps{"NVIDIA A100-SXM4-80GB", size_t(80) << 30, 80, false, false};
+  p.device_note.clear();
+  check_capabilities(c, p);
+  EXPECT_TRUE(p.device_note.empty());
+}
+

@@ -2,8 +2,8 @@
 #include <map>
 #include <string>
 
-#include "check.hpp"
-#include "dist/placement.hpp"
+#include "test_util.hpp"
+#include "parallel/placement.hpp"
 
 using namespace gpt;
 
@@ -20,62 +20,58 @@ std::optional<LocalRank> from(const Env& env, int rank, int world) {
 }
 }  // namespace
 
-TEST(srun_task_takes_slurm_localid) {
+TEST(Placement, srun_task_takes_slurm_localid) {
   // rank 3 of 4 under srun -N2 --ntasks-per-node=2: the second task of the second node
   const auto lr = from({{"SLURM_LOCALID", "1"}, {"SLURM_PROCID", "3"}, {"SLURM_STEP_NUM_TASKS", "4"}}, 3, 4);
-  CHECK(lr && lr->rank == 1 && lr->from == "SLURM_LOCALID");
+  EXPECT_TRUE(lr && lr->rank == 1 && lr->from == "SLURM_LOCALID");
 }
 
-TEST(mpirun_in_a_slurm_job_takes_openmpi_over_inherited_slurm_variables) {
+TEST(Placement, mpirun_in_a_slurm_job_takes_openmpi_over_inherited_slurm_variables) {
   // mpirun's ranks inherit SLURM_LOCALID=0 and the SLURM_PROCID of the daemon that started them
   const Env env{{"SLURM_LOCALID", "0"},        {"SLURM_PROCID", "1"},        {"SLURM_STEP_NUM_TASKS", "2"},
                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}};
   const auto lr = from(env, 3, 4);
-  CHECK(lr && lr->rank == 1 && lr->from == "OMPI_COMM_WORLD_LOCAL_RANK");
+  EXPECT_TRUE(lr && lr->rank == 1 && lr->from == "OMPI_COMM_WORLD_LOCAL_RANK");
 }
 
-TEST(variables_of_another_rank_or_world_are_not_taken) {
+TEST(Placement, variables_of_another_rank_or_world_are_not_taken) {
   // the batch step's variables in every rank of a launcher that sets none of its own
   const Env batch{{"SLURM_LOCALID", "0"}, {"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}};
-  CHECK(!from(batch, 2, 4));
-  CHECK(!from(batch, 0, 4));  // rank 0 too: the world is not the step's
+  EXPECT_TRUE(!from(batch, 2, 4));
+  EXPECT_TRUE(!from(batch, 0, 4));  // rank 0 too: the world is not the step's
   // the batch shell has no step task count: nothing to check the rank against
-  CHECK(!from({{"SLURM_LOCALID", "0"}, {"SLURM_PROCID", "0"}}, 0, 1));
-  CHECK(!from({}, 0, 1));
+  EXPECT_TRUE(!from({{"SLURM_LOCALID", "0"}, {"SLURM_PROCID", "0"}}, 0, 1));
+  EXPECT_TRUE(!from({}, 0, 1));
 }
 
-TEST(malformed_or_impossible_values_are_not_taken) {
+TEST(Placement, malformed_or_impossible_values_are_not_taken) {
   for (const char* bad : {"", "x", "-1", "1x", "4"}) {
     const auto lr = from({{"SLURM_LOCALID", bad}, {"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "4"}}, 1, 4);
-    CHECK_MSG(!lr, std::string("SLURM_LOCALID='") + bad + "' was taken");
+    EXPECT_TRUE(!lr) << std::string("SLURM_LOCALID='") + bad + "' was taken";
   }
 }
 
-TEST(warns_when_srun_tasks_each_see_a_world_of_one) {
+TEST(Placement, warns_when_srun_tasks_each_see_a_world_of_one) {
   const Env env{{"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_PROCID", "2"}, {"SLURM_MPI_TYPE", "none"}};
   auto get = [&](const char* k) {
     auto it = env.find(k);
     return it == env.end() ? nullptr : it->second.c_str();
   };
   const std::string w = launch_mismatch(get, 1);
-  CHECK_MSG(w.find("srun started 4 tasks") != std::string::npos && w.find("--mpi=none") != std::string::npos, w);
-  CHECK(launch_mismatch(get, 4).empty());  // wired up: one world of 4
-  CHECK(launch_mismatch([](const char*) { return nullptr; }, 1).empty());  // not under srun
+  EXPECT_TRUE(w.find("srun started 4 tasks") != std::string::npos && w.find("--mpi=none") != std::string::npos) << w;
+  EXPECT_TRUE(launch_mismatch(get, 4).empty());  // wired up: one world of 4
+  EXPECT_TRUE(launch_mismatch([](const char*) { return nullptr; }, 1).empty());  // not under srun
 }
 
-TEST(describes_nodes_and_where_local_ranks_came_from) {
+TEST(Placement, describes_nodes_and_where_local_ranks_came_from) {
   const std::vector<RankPlace> two{{"n1", 0, "SLURM_LOCALID"}, {"n1", 1, "SLURM_LOCALID"},
                                    {"n2", 0, "SLURM_LOCALID"}, {"n2", 1, "SLURM_LOCALID"}};
-  CHECK_MSG(describe_placement(two) ==
-                "4 ranks on 2 nodes: n1 (ranks 0-1), n2 (ranks 2-3); local rank from SLURM_LOCALID",
-            describe_placement(two));
+  EXPECT_TRUE(describe_placement(two) ==
+                "4 ranks on 2 nodes: n1 (ranks 0-1), n2 (ranks 2-3); local rank from SLURM_LOCALID") << describe_placement(two);
   const std::vector<RankPlace> cyclic{{"a", 0, "X"}, {"b", 0, "X"}, {"a", 1, "Y"}};
-  CHECK_MSG(describe_placement(cyclic) == "3 ranks on 2 nodes: a (ranks 0,2), b (rank 1); local rank from X (2), Y (1)",
-            describe_placement(cyclic));
+  EXPECT_TRUE(describe_placement(cyclic) == "3 ranks on 2 nodes: a (ranks 0,2), b (rank 1); local rank from X (2), Y (1)") << describe_placement(cyclic);
   std::vector<RankPlace> many;
   for (int r = 0; r < 12; ++r) many.push_back({"n" + std::to_string(r / 2), r % 2, "SLURM_LOCALID"});
-  CHECK_MSG(describe_placement(many).find("n3 (ranks 6-7), ... (2 more);") != std::string::npos,
-            describe_placement(many));
+  EXPECT_TRUE(describe_placement(many).find("n3 (ranks 6-7), ... (2 more);") != std::string::npos) << describe_placement(many);
 }
 
-int main(int argc, char** argv) { return check::run_all(argc > 1 ? argv[1] : nullptr); }

@@ -3,10 +3,11 @@
 // scalar paths, T not a multiple of 64). Inputs are rounded to the CUDA activation dtype first, so both
 // backends see identical values and the error measured is the op's own.
 //
-//   test_gpu_ops            run the checks; exit 1 on any failure
-//   test_gpu_ops --bench    also time the ops at GPT-2 124M (B=64) and 1558M (B=16) shapes, T=1024
+//   test_ops                run the checks (two GoogleTest tests, one per precision); exit 1 on any failure
+//   test_ops --bench        also time the ops at GPT-2 124M (B=64) and 1558M (B=16) shapes, T=1024
 //
-// Without a CUDA device it prints "SKIP: no CUDA device" and exits 0.
+// Without a CUDA device every test is skipped (GoogleTest reports them SKIPPED). Each check prints one
+// line (ok / FAIL with its error against its tolerance); a failed one is a GoogleTest failure too.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,8 +21,10 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "dist/comm.hpp"
+#include "test_util.hpp"
+#include "parallel/comm.hpp"
 #include "config/config.hpp"
+#include "optim/optimizer.hpp"
 
 namespace {
 
@@ -141,13 +144,20 @@ bool check(const std::string& what, const Vec& got, const Vec& ref, Tol tol) {
     std::printf("  worst [%zu] gpu %.6g ref %.6g; %zu non-finite of %zu", worst, double(got[worst]),
                 double(ref[worst]), bad, ref.size());
   std::printf("\n");
-  if (!ok) ++g_failures;
+  if (!ok) {
+    ++g_failures;
+    ADD_FAILURE() << what << ": rel_l2 " << rel << " (tol " << tol.rel_l2 << "), max_err/max|ref| " << frac
+                  << " (tol " << tol.max_frac << "), " << bad << " non-finite";
+  }
   return ok;
 }
 void expect(bool cond, const std::string& what) {
   ++g_checks;
   std::printf("%-4s %s\n", cond ? "ok" : "FAIL", what.c_str());
-  if (!cond) ++g_failures;
+  if (!cond) {
+    ++g_failures;
+    ADD_FAILURE() << what;
+  }
 }
 std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 std::string fmt(const char* f, ...) {
@@ -409,31 +419,44 @@ void test_sum_squares(Ctx& c, size_t n) {
   c.cpu.free(cc);
 }
 
-void test_adamw(Ctx& c, size_t n, bool master) {
-  const std::string sz = fmt("n=%zu %s", n, master ? "master" : "no-master");
+// An optimizer's update (optim/rules.hpp) on the GPU against the CPU loop: the same rule on the same
+// fp32 values, so the state matches exactly and the bf16 parameters to one rounding.
+void test_optimizer(Ctx& c, const char* name, size_t n, bool master) {
+  const std::string sz = fmt("%s n=%zu %s", name, n, master ? "master" : "no-master");
+  auto opt = make_optimizer(name, true);
+  const size_t K = opt->slots().size();
   std::uniform_real_distribution<float> d(-1, 1), dv(0, 1e-2f);
-  Vec w(n), g = c.rnd(n, -0.1f, 0.1f), m(n), v(n);
-  for (size_t i = 0; i < n; ++i) w[i] = d(g_rng), m[i] = 1e-2f * d(g_rng), v[i] = dv(g_rng);
+  Vec w(n), g = c.rnd(n, -0.1f, 0.1f);
+  std::vector<Vec> s(K, Vec(n));
+  for (size_t i = 0; i < n; ++i) {
+    w[i] = d(g_rng);
+    for (size_t k = 0; k < K; ++k) s[k][i] = k == 1 ? dv(g_rng) : 1e-2f * d(g_rng);  // AdamW's v >= 0
+  }
   if (!master) w = c.act(w);
-  AdamWArgs a;
-  a.n = n, a.lr = 1e-2f, a.weight_decay = 0.1f, a.grad_scale = 0.7f, a.step = 3, a.seed = 1234;
+  OptimizerHyper h;
+  h.lr = 1e-2f, h.weight_decay = 0.1f, h.grad_scale = 0.7f, h.step = 3, h.seed = 1234;
   // CPU: its fp32 param is the master
-  void *cw = up(c.cpu, w), *cg = up(c.cpu, g), *cm = up(c.cpu, m, false), *cv = up(c.cpu, v, false);
-  AdamWArgs ca = a;
-  ca.param = cw, ca.grad = cg, ca.m = (float*)cm, ca.v = (float*)cv;
-  c.cpu.adamw(ca);
-  void *gg = up(c.gpu, g), *gm = up(c.gpu, m, false), *gv = up(c.gpu, v, false);
+  ParamRange cr;
+  void *cw = up(c.cpu, w), *cg = up(c.cpu, g);
+  std::vector<void*> cs, gs;
+  for (size_t k = 0; k < K; ++k) cs.push_back(up(c.cpu, s[k], false)), gs.push_back(up(c.gpu, s[k], false));
+  cr.param = cw, cr.grad = cg, cr.n = n, cr.decay = true;
+  for (size_t k = 0; k < K; ++k) cr.slot[k] = (float*)cs[k];
+  opt->update(c.cpu, cr, h);
+  void* gg = up(c.gpu, g);
   void* gmaster = master ? up(c.gpu, w, false) : nullptr;
   void* gp = master ? up(c.gpu, poison(n)) : up(c.gpu, w);
-  AdamWArgs ga = a;
-  ga.param = gp, ga.master = (float*)gmaster, ga.grad = gg, ga.m = (float*)gm, ga.v = (float*)gv;
-  c.gpu.adamw(ga);
+  ParamRange gr = cr;
+  gr.param = gp, gr.master = (float*)gmaster, gr.grad = gg;
+  for (size_t k = 0; k < K; ++k) gr.slot[k] = (float*)gs[k];
+  opt->update(c.gpu, gr, h);
   const Vec ref = down(c.cpu, cw, n);
-  check(fmt("[%s] adamw m %s", c.prec, sz.c_str()), down(c.gpu, gm, n, false), down(c.cpu, cm, n, false), kF32Exact);
-  check(fmt("[%s] adamw v %s", c.prec, sz.c_str()), down(c.gpu, gv, n, false), down(c.cpu, cv, n, false), kF32Exact);
+  for (size_t k = 0; k < K; ++k)
+    check(fmt("[%s] %s %s", c.prec, opt->slots()[k].c_str(), sz.c_str()), down(c.gpu, gs[k], n, false),
+          down(c.cpu, cs[k], n, false), kF32Exact);
   const Vec p = down(c.gpu, gp, n);
-  if (master) check(fmt("[%s] adamw master %s", c.prec, sz.c_str()), down(c.gpu, gmaster, n, false), ref, kF32Exact);
-  check(fmt("[%s] adamw param %s", c.prec, sz.c_str()), p, ref, c.pick(kF32Exact, kBf16Elementwise));
+  if (master) check(fmt("[%s] master %s", c.prec, sz.c_str()), down(c.gpu, gmaster, n, false), ref, kF32Exact);
+  check(fmt("[%s] param %s", c.prec, sz.c_str()), p, ref, c.pick(kF32Exact, kBf16Elementwise));
   if (c.bf16 && master) {
     // stochastic rounding: every param is one of the two bf16 neighbours of its master value, and a
     // good share of them is not the nearest one
@@ -445,12 +468,14 @@ void test_adamw(Ctx& c, size_t n, bool master) {
       if (p[i] != round_bf16(mw[i])) ++not_nearest;
     }
     expect(outside == 0 && not_nearest > n / 10 && not_nearest < n * 6 / 10,
-           fmt("[%s] adamw stochastic rounding: %zu of %zu not nearest, %zu beyond one ulp", c.prec, not_nearest, n,
+           fmt("[%s] %s stochastic rounding: %zu of %zu not nearest, %zu beyond one ulp", c.prec, name, not_nearest, n,
                outside));
   }
-  for (void* q : {gg, gm, gv, gmaster, gp})
+  for (void* q : {gg, gmaster, gp})
     if (q) c.gpu.free(q);
-  for (void* q : {cw, cg, cm, cv}) c.cpu.free(q);
+  for (void* q : gs) c.gpu.free(q);
+  for (void* q : {cw, cg}) c.cpu.free(q);
+  for (void* q : cs) c.cpu.free(q);
 }
 
 // ---- NCCL plumbing with a single rank (world 1): collectives are copies, events must not hang
@@ -492,6 +517,7 @@ void guarded(F&& f) {
     ++g_checks;
     ++g_failures;
     std::printf("FAIL exception: %s\n", e.what());
+    ADD_FAILURE() << "exception: " << e.what();
   }
 }
 
@@ -531,8 +557,10 @@ void run_checks(const char* prec) {
   guarded([&] { test_classifier(c, 41, 777, 792); });  // a vector of real and padded columns, one of padding only
   guarded([&] { test_sum_squares(c, 1000003); });
   guarded([&] { test_sum_squares(c, 7); });
-  guarded([&] { test_adamw(c, 1000003, true); });
-  guarded([&] { test_adamw(c, 100001, false); });
+  for (const char* opt : {"adamw", "lion"}) {
+    guarded([&] { test_optimizer(c, opt, 1000003, true); });
+    guarded([&] { test_optimizer(c, opt, 100001, false); });
+  }
   guarded([&] { test_nccl_single(c); });
   // products of 10 GFLOP and more with the configuration search on: whatever configuration wins computes
   // the same products
@@ -668,9 +696,12 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
   g.zero(m, P * 4);
   g.zero(v, P * 4);
   g.act_to_f32(master, param, P);
-  AdamWArgs aw;
-  aw.param = param, aw.master = master, aw.grad = grad, aw.m = m, aw.v = v, aw.n = P, aw.lr = 1e-4f;
-  add("adamw (all params)", tm.ms([&] { g.adamw(aw); }, 3), 0, P * (2 + 2 + 24.0), 1);
+  ParamRange aw;
+  aw.param = param, aw.master = master, aw.grad = grad, aw.slot[0] = m, aw.slot[1] = v, aw.n = P, aw.decay = true;
+  OptimizerHyper ah;
+  ah.lr = 1e-4f;
+  const auto adamw = make_optimizer("adamw", true);
+  add("adamw (all params)", tm.ms([&] { adamw->update(g, aw, ah); }, 3), 0, P * (2 + 2 + 24.0), 1);
   add("sum_squares (all grads)", tm.ms([&] { g.sum_squares(grad, P); }, 3), 0, P * 2.0, 1);
   double total = 0, total_flops = 0;
   for (auto& r : rows) total += r.ms * r.count, total_flops += r.flops * r.count;
@@ -680,23 +711,20 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
 
 }  // namespace
 
+TEST(GpuOps, bf16_against_cpu) { run_checks("bf16"); }
+TEST(GpuOps, fp32_against_cpu) { run_checks("fp32"); }
+
 int main(int argc, char** argv) {
-  if (gpt::cuda_device_count() == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
+  bool do_bench = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--bench") do_bench = true;
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new gpt::tests::NeedsGpu);
+  const int rc = RUN_ALL_TESTS();
+  std::printf("\n%d of %d checks failed\n", g_failures, g_checks);
+  if (do_bench && gpt::cuda_device_count() > 0) {
+    guarded([] { bench("GPT-2 124M", 64, 1024, 768, 12, 12); });
+    guarded([] { bench("GPT-2 1558M", 16, 1024, 1600, 25, 48); });
   }
-  const bool do_bench = argc > 1 && std::string(argv[1]) == "--bench";
-  try {
-    guarded([] { run_checks("bf16"); });
-    guarded([] { run_checks("fp32"); });
-    std::printf("\n%d of %d checks failed\n", g_failures, g_checks);
-    if (do_bench) {
-      guarded([] { bench("GPT-2 124M", 64, 1024, 768, 12, 12); });
-      guarded([] { bench("GPT-2 1558M", 16, 1024, 1600, 25, 48); });
-    }
-  } catch (const gpt::Error& e) {
-    std::printf("FAIL: %s\n", e.what());
-    return 1;
-  }
-  return g_failures ? 1 : 0;
+  return rc;
 }

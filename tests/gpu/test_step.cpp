@@ -1,6 +1,6 @@
 // One whole training step of a small GPT-2 on the CUDA backend against the CPU backend from identical
 // initial weights: the loss and every parameter tensor's gradient, in bf16 and fp32 precision.
-// Without a CUDA device it prints "SKIP: no CUDA device" and exits 0.
+// Without a CUDA device every test is skipped (GoogleTest reports them SKIPPED).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "check.hpp"
+#include "test_util.hpp"
 #include "gpt_init.hpp"
 #include "config/config.hpp"
 #include "model/gpt.hpp"
@@ -18,7 +18,7 @@ using namespace gpt;
 
 namespace {
 
-using testing::round_bf16;
+using tests::round_bf16;
 
 // Whole-bucket parameters and gradients in one backend's memory.
 struct Store : ParamStore {
@@ -77,9 +77,9 @@ void one_step(const std::string& precision) {
   const int B = 4, T = 96;
   std::mt19937_64 rng(7);
   // both sides start from identical values
-  const auto init = testing::initial_params(L, rng, bf16 ? round_bf16 : nullptr);
-  const auto tok = testing::random_tokens(size_t(B) * T, d.vocab_size, rng);
-  const auto tgt = testing::random_tokens(size_t(B) * T, d.vocab_size, rng);
+  const auto init = tests::initial_params(L, rng, bf16 ? round_bf16 : nullptr);
+  const auto tok = tests::random_tokens(size_t(B) * T, d.vocab_size, rng);
+  const auto tgt = tests::random_tokens(size_t(B) * T, d.vocab_size, rng);
   Store cs(*cpu, L, init), gs(*gpu, L, init);
   GPT cm(d, L, *cpu, B, T, 0), gm(d, L, *gpu, B, T, 2);  // the GPU side recomputes: same maths
   const float dloss = 1.0f / (B * T);
@@ -90,8 +90,8 @@ void one_step(const std::string& precision) {
   gpu->synchronize();
   const double ltol = bf16 ? kTolBf16Loss : kTolF32Loss;
   std::printf("  [%s] loss cpu %.6f cuda %.6f\n", precision.c_str(), cl, gl);
-  CHECK_MSG(std::fabs(cl - gl) <= ltol * std::fabs(cl), precision + ": loss differs: cpu " + std::to_string(cl) +
-                                                            " cuda " + std::to_string(gl));
+  EXPECT_TRUE(std::fabs(cl - gl) <= ltol * std::fabs(cl)) << precision + ": loss differs: cpu " + std::to_string(cl) +
+                                                            " cuda " + std::to_string(gl);
   const double gtol = bf16 ? kTolBf16Grad : kTolF32Grad;
   for (int k = 0; k < L.n_buckets(); ++k) {
     auto a = cs.grad(k), b = gs.grad(k);
@@ -105,21 +105,19 @@ void one_step(const std::string& precision) {
       }
       const double rel = std::sqrt(e2 / std::max(r2, 1e-30));
       std::printf("  [%s] bucket %2d %-9s rel_l2 %.2e\n", precision.c_str(), k, t.name, rel);
-      CHECK_MSG(rel <= gtol, precision + " bucket " + std::to_string(k) + " " + t.name + " gradient rel_l2 " +
-                                 std::to_string(rel) + " > " + std::to_string(gtol));
+      EXPECT_TRUE(rel <= gtol) << precision + " bucket " + std::to_string(k) + " " + t.name + " gradient rel_l2 " +
+                                 std::to_string(rel) + " > " + std::to_string(gtol);
     }
   }
 }
 
 }  // namespace
 
-TEST(whole_step_bf16_matches_cpu) { one_step("bf16"); }
-TEST(whole_step_fp32_matches_cpu) { one_step("fp32"); }
+TEST(GpuStep, whole_step_bf16_matches_cpu) { one_step("bf16"); }
+TEST(GpuStep, whole_step_fp32_matches_cpu) { one_step("fp32"); }
 
 int main(int argc, char** argv) {
-  if (cuda_device_count() == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
-  }
-  return check::run_all(argc > 1 ? argv[1] : nullptr);
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new gpt::tests::NeedsGpu);
+  return RUN_ALL_TESTS();
 }

@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import read_log
+from conftest import as_killed, read_log
 from test_checkpoint import ckpt_step, finish, latest, params, run, start, train_pids, wait_for_step, yaml
 
 
@@ -32,6 +32,7 @@ def test_async_and_sync_give_identical_checkpoints_and_resumes(tmp_path, ranks, 
     # resuming from the background-written step 4 gives the uninterrupted run's steps 5-8, bit for bit
     ref = read_log(s_dir / "log.h5")
     shutil.rmtree(a_dir / "checkpoints/step_00000008")
+    as_killed(a_dir)
     p = run(["--yaml", asy, "--resume"], ranks=ranks)
     assert "resumed from step 4" in p.stdout, p.stdout[-2000:]
     got = read_log(a_dir / "log.h5")

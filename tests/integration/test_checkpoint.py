@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import TRAIN, flip_bit, mpirun_cmd, read_log, run_train, tiny_yaml
+from conftest import TRAIN, as_killed, flip_bit, mpirun_cmd, read_log, run_train, tiny_yaml
 from test_zero import PARAM_ATOL, checkpoint_state, flat
 
 EXIT_BAD_INPUT, EXIT_CHECKPOINTED = 1, 75
@@ -188,7 +188,7 @@ def test_kill9_during_checkpoint_then_resume(tmp_path, ranks):
         if (root / "latest").exists():
             assert (root / (root / "latest").read_text().strip()) in complete
         for ck in complete:
-            run(["export", "--ckpt", ck, "--out", tmp_path / "x.bin"])
+            run(["export", "--ckpt", ck, "--out", tmp_path / "x.bin", "--force"])
         # resume (the checkpoints only: the run log's own recovery is the next test) and finish the run
         fresh = tmp_path / "runs" / f"{name}r"
         shutil.copytree(root, fresh / "checkpoints")
@@ -285,6 +285,7 @@ def test_damaged_checkpoint(two_checkpoints, tmp_path, kind):
     # checkpoint.resume: auto falls back to step 10, says so on stderr, and trains steps 11-20 again.
     # Checkpointing at step 11: the damaged step 20, from the abandoned timeline, is dropped then (rather
     # than step 10 by keep_last); the run's final checkpoint is a new step 20, and keep_last drops step 10.
+    as_killed(run_dir)  # a completed run would be left as it is
     p = run(["--yaml", y, "--set", "checkpoint.resume=auto", "--set", "checkpoint.every=11"])
     assert "step_00000020" in p.stderr and "falling back" in p.stderr and words in p.stderr, p.stderr
     assert "resumed from step 10" in p.stdout
@@ -297,14 +298,17 @@ def test_damaged_checkpoint(two_checkpoints, tmp_path, kind):
     # with nothing to fall back to: a named error, exit 1
     for step in ("00000011", "00000020"):
         damage(run_dir / f"checkpoints/step_{step}/rank_00000.h5")
+    as_killed(run_dir)
     p = run(["--yaml", y, "--resume"], ok=(EXIT_BAD_INPUT,))
     assert "no usable checkpoint" in p.stderr and words in p.stderr, p.stderr
 
 
 def test_checkpoint_of_another_model(two_checkpoints):
     y, run_dir, _ = two_checkpoints
+    as_killed(run_dir)  # a completed run would be left as it is
     p = run(["--yaml", y, "--resume", "--set", "model.n_embd=64"], ok=(EXIT_BAD_INPUT,))
-    assert "different model" in p.stderr and "n_embd is 32 there and 64" in p.stderr, p.stderr
+    assert "another model" in p.stderr and "model.n_embd was 32 and is 64 now" in p.stderr, p.stderr
+    assert "falling back" not in p.stderr and "no usable checkpoint" not in p.stderr, p.stderr
 
 
 def test_missing_rank_file(tmp_path):

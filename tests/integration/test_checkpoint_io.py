@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import flip_bit, read_log
+from conftest import as_killed, flip_bit, read_log
 from test_checkpoint import latest, params, run, yaml
 
 
@@ -99,6 +99,7 @@ def test_a_flipped_byte_in_a_dataset_is_found_and_the_previous_checkpoint_used(t
         ds = f[dataset]
         off = ds.id.get_offset() + ds.id.get_storage_size() - 3  # in the last extent, not at its start
     flip_bit(victim, off, 0x04)
+    as_killed(run_dir)  # a completed run would be left as it is
     p = run(["--yaml", y, "--resume"], ranks=2)
     assert "falling back" in p.stderr and "checksum mismatch" in p.stderr, p.stderr[-3000:]
     assert "rank_00001.h5" in p.stderr and dataset in p.stderr, p.stderr[-3000:]
@@ -139,6 +140,7 @@ def test_a_version_2_checkpoint_still_loads_and_is_still_checked(tmp_path, ranks
     to_version_2(old, xxh3)
     assert np.array_equal(params(old), before)
     (run_dir / "checkpoints/step_00000008").rename(run_dir / "checkpoints/set_aside")
+    as_killed(run_dir)
     p = run(["--yaml", y, "--resume"], ranks=ranks)
     assert "resumed from step 4" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     got = read_log(run_dir / "log.h5")

@@ -5,7 +5,7 @@ import shutil
 
 import numpy as np
 
-from conftest import read_log, run_train, write_yaml
+from conftest import as_killed, read_log, run_train, write_yaml
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -51,6 +51,7 @@ def test_resume_in_mid_epoch_is_bit_exact(tmp_path, train_bin):
     for later in ("step_00000014", "step_00000020"):  # 20: the run's final checkpoint
         shutil.rmtree(ckpts / later)
     (ckpts / "latest").write_text("step_00000007\n")
+    as_killed(tmp_path / "runs/cut")  # a completed run would be left as it is
     p = run_train(["--yaml", y, "--resume"], env=ENV, check=True)
     assert "resumed from step 7" in p.stdout
     a, b = losses(tmp_path, "straight"), losses(tmp_path, "cut")

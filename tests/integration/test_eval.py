@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, SHARED, read_log, run_train, tiny_yaml, write_yaml
+from conftest import ROOT, SHARED, as_killed, read_log, run_train, tiny_yaml, write_yaml
 
 VOCAB_DIR = SHARED / "gpt2"
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -198,6 +198,7 @@ def test_log_from_before_the_new_series_resumes(tmp_path, train_bin):
     import shutil
     shutil.rmtree(tmp_path / "runs/old/checkpoints/step_00000004")
     (tmp_path / "runs/old/checkpoints/latest").write_text("step_00000002\n")
+    as_killed(tmp_path / "runs/old")  # a completed run would be left as it is
     run_train(["--yaml", y, "--resume", *sets], env=ENV, check=True)
     with h5py.File(log, "r") as f:
         assert list(f["eval/step"][:]) == [2, 4]

@@ -1,7 +1,10 @@
 """Hugging Face interop: `./train export --format hf` writes a GPT-2 folder (config.json, model.safetensors)
-with GPT-2's tensor names and shapes and the llm.c export's values; `model.init_from` reads one back bit
-for bit; its logits equal this trainer's; sample and export find a run's checkpoint from the run."""
+with GPT-2's tensor names and shapes and the llm.c export's values, and for a model on GPT-2's BPE the
+tokenizer files and generation_config.json (none for another vocabulary); `model.init_from` reads one
+back bit for bit; its logits and greedy continuation equal this trainer's (NumPy everywhere, transformers
+where torch and transformers are installed); sample and export find a run's checkpoint from the run."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -123,13 +126,124 @@ def test_hf_logits_match_the_trainers_forward_numpy_reference(trained):
     assert used == "numpy" and diff <= tol, (diff, tol)
 
 
-def test_hf_export_loads_in_transformers(trained):
-    if not check_hf_export.have_transformers():
-        pytest.skip("SKIP: torch or transformers is not installed; GPT2LMHeadModel.from_pretrained not tried "
-                    "(scripts/check_hf_export.py --reference transformers runs it where they are)")
+def test_hf_greedy_generation_matches_the_numpy_reference(trained):
     _, run = trained
-    diff, tol, used = check_hf_export.compare(run, reference="transformers")
-    assert used == "transformers" and diff <= tol, (diff, tol)
+    r = check_hf_export.compare(run, reference="numpy", new_tokens=16)
+    assert r["diff"] <= r["tol"], r
+    assert len(r["ours"]) == 16 and check_hf_export.generation_ok(r), r
+
+
+def test_hf_export_loads_in_transformers(trained):
+    """On a machine with torch and transformers (the GPU machine): every logit of the prompt and the
+    greedy continuation of GPT2LMHeadModel.from_pretrained(folder).generate against `./train sample`."""
+    if not check_hf_export.have_transformers():
+        pytest.skip("SKIP: torch or transformers is not installed; GPT2LMHeadModel.from_pretrained and generate "
+                    "not tried (scripts/check_hf_export.py --reference transformers runs them where they are)")
+    _, run = trained
+    r = check_hf_export.compare(run, reference="transformers", new_tokens=16)
+    assert r["reference"] == "transformers" and r["diff"] <= r["tol"], r
+    assert len(r["ours"]) == 16 and check_hf_export.generation_ok(r), r
+
+
+# ---- the tokenizer files ----------------------------------------------------------------------------
+
+GPT2_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def gpt2_size_run(tmp, name, vocab=None):
+    """A tiny model on GPT-2's vocabulary size (synthetic tokens); eval.vocab = vocab when given."""
+    y = tiny_yaml(tmp, name=name, steps=2, ckpt_every=2)
+    text = y.read_text().replace("vocab_size: 64", "vocab_size: 50257").replace("synthetic_vocab: 64",
+                                                                                "synthetic_vocab: 50257")
+    if vocab:
+        text = text.replace("eval: {every: 0, batches: 2}", f"eval: {{every: 0, batches: 2, vocab: {vocab}}}")
+    assert text.count("50257") == 2 and (not vocab or str(vocab) in text)
+    y.write_text(text)
+    run_train(["--yaml", y], check=True)
+    return tmp / "runs" / name
+
+
+@pytest.fixture(scope="module")
+def gpt2_vocab_run(tmp_path_factory, shared_data):
+    """(folder, a run whose eval.vocab is GPT-2's files, GPT-2's files)."""
+    tmp = tmp_path_factory.mktemp("hf_vocab")
+    return tmp, gpt2_size_run(tmp, "v", shared_data / "gpt2"), shared_data / "gpt2"
+
+
+def test_gpt2_vocabulary_export_has_the_tokenizer(gpt2_vocab_run):
+    tmp, run, gpt2 = gpt2_vocab_run
+    p = run_train(["export", "--ckpt", run, "--format", "hf", "--out", tmp / "hf"], check=True)
+    assert f"tokenizer: GPT-2's BPE from {gpt2}" in p.stdout
+    out = tmp / "hf"
+    for name in GPT2_TOKENIZER_FILES + ("generation_config.json", "config.json", "model.safetensors"):
+        assert (out / name).is_file(), name
+    for name in ("vocab.json", "merges.txt"):
+        assert (out / name).read_bytes() == (gpt2 / name).read_bytes(), name
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    assert tc["tokenizer_class"] == "GPT2Tokenizer" and tc["model_max_length"] == T
+    assert tc["eos_token"] == tc["bos_token"] == "<|endoftext|>" and tc["add_prefix_space"] is False
+    assert json.loads((out / "special_tokens_map.json").read_text())["eos_token"] == "<|endoftext|>"
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == gen["bos_token_id"] == 50256
+    # the files make GPT-2's tokenizer: the tokenizers package (what transformers' fast tokenizer runs on)
+    tokenizers = pytest.importorskip("tokenizers", reason="SKIP: pip install tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(str(out / "vocab.json"), str(out / "merges.txt")))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    assert tok.get_vocab_size() == 50257 and tok.token_to_id("<|endoftext|>") == 50256
+    assert tok.encode("First Citizen:").ids == [5962, 22307, 25]
+    assert tok.decode(tok.encode("Thou art, sirrah!").ids) == "Thou art, sirrah!"
+
+
+def test_gpt2_vocabulary_export_loads_in_autotokenizer(gpt2_vocab_run):
+    transformers = pytest.importorskip("transformers", reason="SKIP: transformers is not installed "
+                                                              "(optional: pip install transformers)")
+    tmp, run, _ = gpt2_vocab_run
+    run_train(["export", "--ckpt", run, "--format", "hf", "--out", tmp / "hf_auto"], check=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp / "hf_auto"))
+    assert len(tok) == 50257 and tok.eos_token_id == tok.bos_token_id == 50256
+    assert tok("First Citizen:").input_ids == [5962, 22307, 25]
+    assert transformers.GenerationConfig.from_pretrained(str(tmp / "hf_auto")).eos_token_id == 50256
+
+
+def test_no_tokenizer_is_claimed_without_gpt2s_files(gpt2_vocab_run, trained, tmp_path):
+    tmp, run, gpt2 = gpt2_vocab_run
+    # another vocabulary (64 tokens): no tokenizer and no generation config, and the export says why
+    _, tiny = trained
+    p = run_train(["export", "--ckpt", tiny, "--format", "hf", "--out", tmp_path / "small"], check=True)
+    assert "no tokenizer files: the model's 64-token vocabulary is not GPT-2's BPE" in p.stdout
+    assert sorted(f.name for f in (tmp_path / "small").iterdir()) == ["config.json", "model.safetensors"]
+    # --vocab cannot make one: exit 1 and nothing written
+    p = run_train(["export", "--ckpt", tiny, "--format", "hf", "--out", tmp_path / "small2", "--vocab", gpt2])
+    assert p.returncode == 1 and "--vocab: the model's 64-token vocabulary is not GPT-2's BPE" in p.stderr
+    assert not (tmp_path / "small2").exists()
+    # GPT-2's size, but a --vocab folder without the files: exit 1 naming the file, nothing written
+    (tmp_path / "empty").mkdir()
+    p = run_train(["export", "--ckpt", run, "--format", "hf", "--out", tmp_path / "x", "--vocab", tmp_path / "empty"])
+    assert p.returncode == 1 and f"{tmp_path / 'empty'}/vocab.json" in p.stderr
+    assert not (tmp_path / "x").exists()
+    # a vocab.json of another size
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other/vocab.json").write_text(json.dumps({"a": 0, "b": 1}))
+    (tmp_path / "other/merges.txt").write_text("a b\n")
+    p = run_train(["export", "--ckpt", run, "--format", "hf", "--out", tmp_path / "x", "--vocab", tmp_path / "other"])
+    assert p.returncode == 1 and "holds 2 tokens, not GPT-2's 50257" in p.stderr
+    # no eval.vocab: the export stands, without tokenizer files, and says what to pass; --vocab adds them
+    bare = gpt2_size_run(tmp_path, "bare")
+    p = run_train(["export", "--ckpt", bare, "--format", "hf", "--out", tmp_path / "hf_bare"], check=True)
+    assert "no tokenizer files: pass --vocab DIR" in p.stdout
+    names = sorted(f.name for f in (tmp_path / "hf_bare").iterdir())
+    assert names == ["config.json", "generation_config.json", "model.safetensors"]
+    run_train(["export", "--ckpt", bare, "--format", "hf", "--out", tmp_path / "hf_given", "--vocab", gpt2],
+              check=True)
+    assert all((tmp_path / "hf_given" / name).is_file() for name in GPT2_TOKENIZER_FILES)
+    # an eval.vocab that is gone by the time of the export: named, no tokenizer files
+    shutil.copytree(gpt2, tmp_path / "gpt2_copy")
+    gone = gpt2_size_run(tmp_path, "gone", tmp_path / "gpt2_copy")
+    shutil.rmtree(tmp_path / "gpt2_copy")
+    p = run_train(["export", "--ckpt", gone, "--format", "hf", "--out", tmp_path / "hf_gone"], check=True)
+    assert f"no tokenizer files: the run's eval.vocab '{tmp_path / 'gpt2_copy'}' cannot be used" in p.stdout
+    assert not (tmp_path / "hf_gone/vocab.json").exists()
 
 
 @pytest.mark.parametrize("where", ["run", "checkpoints", "latest", "step"])

@@ -1,4 +1,5 @@
-"""h5log, summarize, plot_sweep and plot_runs against synthetic files written per docs/FORMATS.md."""
+"""h5log, summarize, plot_sweep, plot_runs and plot_scaling against synthetic files written per
+docs/FORMATS.md."""
 import csv
 import math
 import os
@@ -19,11 +20,11 @@ COMPONENTS = ["params", "grads", "master", "adam_m", "adam_v", "activations", "w
 VARIED = ["training.zero_stage", "training.micro_batch"]
 SUMMARY_COLUMNS = (
     ["index", "dir"] + VARIED
-    + ["status", "message", "world_size", "n_params", "flops_per_token", "median_step_ms", "tokens_per_s",
-       "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch"]
+    + ["status", "message", "device", "world_size", "n_params", "flops_per_token", "median_step_ms",
+       "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch"]
     + ["pred_" + c for c in COMPONENTS + ["total"]]
     + ["meas_" + c for c in COMPONENTS + ["total"]]
-    + ["meas_peak"]
+    + ["meas_peak", "meas_baseline"]
 )
 N_PARAMS = 124_439_808
 SEQ = 1024
@@ -79,7 +80,8 @@ def expected_row(p):
     row = {
         "index": p["index"], "dir": f"p{p['index']:03d}",
         "training.zero_stage": str(p["zero"]), "training.micro_batch": str(p["mb"]),
-        "status": p["status"], "message": p["message"], "world_size": p["world"], "n_params": N_PARAMS,
+        "status": p["status"], "message": p["message"], "device": "cuda", "world_size": p["world"],
+        "n_params": N_PARAMS,
         "flops_per_token": float(FLOPS_PER_TOKEN), "median_step_ms": ms, "tokens_per_s": tps,
         "tokens_per_s_per_gpu": tps / p["world"], "mfu": FLOPS_PER_TOKEN * tps / p["world"] / PEAK,
         "final_train_loss": losses(p)[-1] if p["step_ms"] else math.nan,
@@ -90,6 +92,7 @@ def expected_row(p):
         row["pred_" + c] = float(pred[c])
         row["meas_" + c] = math.nan
     row["meas_peak"] = float(peak) if peak is not None else math.nan
+    row["meas_baseline"] = math.nan
     return row
 
 
@@ -168,7 +171,7 @@ def missing_row(index):
     """The summary row of a point that has not run: text columns set, numbers NaN."""
     row = {c: math.nan for c in SUMMARY_COLUMNS}
     row.update({"index": index, "dir": f"p{index:03d}", "training.zero_stage": "1", "training.micro_batch": "32",
-                "status": "missing", "message": "no log.h5 (point not run yet)"})
+                "status": "missing", "message": "no log.h5 (point not run yet)", "device": ""})
     return row
 
 
@@ -183,7 +186,7 @@ def write_summary(sweep, points, n_missing=0):
         g = f.create_group("points")
         for c in SUMMARY_COLUMNS:
             values = [r[c] for r in rows]
-            if c in ["index", "dir", *VARIED, "status", "message"]:
+            if c in ["index", "dir", *VARIED, "status", "message", "device"]:
                 g.create_dataset(c, data=[str(v) for v in values], dtype=h5py.string_dtype())
             else:
                 g.create_dataset(c, data=np.asarray(values, dtype=np.float64))
@@ -478,6 +481,11 @@ def test_summarize_bad_input(tmp_path):
 
 # ---- plots ----------------------------------------------------------------------------------------
 
+def load_script(name):
+    import importlib
+    return importlib.import_module(name)
+
+
 def test_plot_sweep_finished(finished_sweep, tmp_path):
     out = tmp_path / "plots"
     r = run_script("plot_sweep.py", finished_sweep, "-o", out)
@@ -486,8 +494,21 @@ def test_plot_sweep_finished(finished_sweep, tmp_path):
         assert (out / name).stat().st_size > 0
         w, h = png_shape(out / name)
         assert w > 0 and h > 0
-    # World sizes 1 and 2: tokens/s and tokens/s per GPU panels, 4 inches each at 100 dpi.
-    assert png_shape(out / "throughput.png")[1] == 800
+    plot_sweep = load_script("plot_sweep")
+    drawn = plot_sweep.plot_throughput(h5log.read_summary(finished_sweep), tmp_path / "t.png")
+    # coloured by zero_stage, grouped by micro_batch (the other varied key); per-GPU tokens/s, so the
+    # 2-GPU point's bar is half its total; the oom point has no bar
+    assert drawn["ylabel"] == "tokens/s per GPU"
+    bars = dict(drawn["panels"])
+    assert set(bars) == {"micro_batch=8, 124M params", "micro_batch=16, 124M params"}
+    mb8 = {label.split("\n")[0]: v for label, v, _ in bars["micro_batch=8, 124M params"]}
+    assert list(mb8) == ["ZeRO-0", "ZeRO-1", "ZeRO-3"]
+    assert mb8["ZeRO-0"] == pytest.approx(expected_row(POINTS[0])["tokens_per_s_per_gpu"])
+    assert mb8["ZeRO-1"] == pytest.approx(8 * SEQ * 2 / 0.160 / 2)
+    (label, value, color), = bars["micro_batch=16, 124M params"]
+    assert label.startswith("ZeRO-2") and math.isnan(value) and color == "tab:red"
+    # world sizes differ (1 and 2): each bar says its GPU count
+    assert [lab.split("\n")[1] for lab, _, _ in bars["micro_batch=8, 124M params"]] == ["1 GPU", "2 GPUs", "2 GPUs"]
 
 
 def test_plot_sweep_running_and_equal_worlds(running_sweep, tmp_path):
@@ -498,12 +519,115 @@ def test_plot_sweep_running_and_equal_worlds(running_sweep, tmp_path):
     for name in ("throughput.png", "memory.png", "loss.png"):
         png_shape(sweep / name)
 
-    same = tmp_path / "same"
-    for i, p in enumerate(POINTS[:2]):
-        write_log(same / f"p{i:03d}" / "log.h5", {**p, "index": i, "world": 1})
-    r = run_script("plot_sweep.py", same)
+
+# A ZeRO sweep as experiments/zero.yaml makes it: grid zero_stage x zip (model, micro_batch), so the two
+# model sizes alternate in point order. Memory components are the log's own (`components` attribute).
+def write_zero_sweep(sweep, device="cuda", components=("params", "grads", "master", "optimizer", "activations"),
+                     world=2, identical=True, legacy=False):
+    sizes = [("d12", 64, 124_439_808), ("d48", 16, 1_557_611_200)]
+    index = 0
+    for stage in range(4):
+        for preset, mb, n in sizes:
+            path = sweep / f"p{index:03d}" / "log.h5"
+            path.parent.mkdir(parents=True)
+            with h5py.File(path, "w") as f:
+                a = f.attrs
+                a.update({"name": f"zero/p{index:03d}", "device": device, "world_size": np.int64(world),
+                          "n_params": np.int64(n), "tokens_per_step": np.int64(mb * SEQ * world),
+                          "flops_per_token": 6.0 * n, "peak_flops": PEAK if device == "cuda" else 0.0,
+                          "status": "ok", "message": "", "point_index": np.int64(index),
+                          "point_values": f"training.zero_stage={stage}\nmodel.preset={preset}\n"
+                                          f"training.micro_batch={mb}\n",
+                          "config_yaml": f"training:\n  micro_batch: {mb}\n  seq_len: {SEQ}\n"})
+                # tokens/s per rank: 100k * (stage + 1) for d12, 10k * (stage + 1) for d48
+                per_rank = (100_000 if preset == "d12" else 10_000) * (stage + 1)
+                steps = np.arange(1, 11)
+                loss = (10.0 if preset == "d12" else 9.0) - 0.2 * steps
+                if not identical and stage == 3:
+                    loss = loss + 0.5  # a stage whose curve differs visibly
+                _extendible(f.require_group("train"), "step", steps, np.int64)
+                _extendible(f["train"], "loss", loss, np.float64)
+                _extendible(f["train"], "step_ms", np.full(10, mb * SEQ / per_rank * 1000), np.float64)
+                ev = f.require_group("eval")
+                _extendible(ev, "step", [10], np.int64)
+                _extendible(ev, "val_loss", [loss[-1] + 0.1], np.float64)
+                scale = 1 << 30 if preset == "d48" else 1 << 28
+                pred = {c: (i + 1) * scale // (stage + 1) for i, c in enumerate(components)}
+                pred["total"] = sum(pred.values())
+                g, m = f.require_group("memory/predicted"), f.require_group("memory/measured")
+                for k, v in pred.items():
+                    g.attrs[k] = np.int64(v)
+                if not legacy:
+                    g.attrs["components"] = "".join(c + "\n" for c in components)
+                    m.attrs["components"] = g.attrs["components"]
+                baseline = 30 << 20 if device == "cpu" else 0
+                m.attrs["peak"] = np.int64(baseline + pred["total"] + (5 << 20))
+                m.attrs["baseline"] = np.int64(baseline)
+            index += 1
+
+
+def test_zero_sweep_plots_group_by_model_colour_by_stage(tmp_path):
+    sweep = tmp_path / "zero"
+    write_zero_sweep(sweep)
+    plot_sweep = load_script("plot_sweep")
+    summary = h5log.read_summary(sweep)
+    drawn = plot_sweep.plot_throughput(summary, tmp_path / "t.png")
+    assert [title for title, _ in drawn["panels"]] == ["preset=d12, micro_batch=64, 124M params",
+                                                       "preset=d48, micro_batch=16, 1.56B params"]
+    for (title, bars), per in zip(drawn["panels"], (100_000, 10_000)):
+        assert [b[0] for b in bars] == ["ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3"]
+        assert [b[1] for b in bars] == pytest.approx([per * (s + 1) for s in range(4)])  # per rank, not total
+    colours = [[b[2] for b in bars] for _, bars in drawn["panels"]]
+    assert colours[0] == colours[1] and len(set(colours[0])) == 4  # one colour per stage, in every panel
+
+    mem = plot_sweep.plot_memory(summary, sweep, tmp_path / "m.png")
+    # the log's own components, top to bottom as stacked: no adam_m/adam_v invented
+    assert mem["legend"] == ["predicted: activations", "predicted: optimizer", "predicted: master",
+                             "predicted: grads", "predicted: params", "measured peak"]
+    assert mem["unit"] == "GiB"
+    (_, d48), = [p for p in mem["panels"] if p[0].startswith("preset=d48")]
+    for stage, (label, pred, meas) in enumerate(d48):
+        assert label == f"ZeRO-{stage}"
+        assert pred == pytest.approx(15 / (stage + 1), rel=1e-6)  # 1+2+3+4+5 GiB over the stage + 1
+        assert meas == pytest.approx(pred + 5 / 1024, rel=1e-6)
+
+    loss = plot_sweep.plot_loss(summary, sweep, tmp_path / "l.png")
+    # 8 points, 2 curves: each model size's stages coincide and are drawn once, marked as such
+    assert loss == {"preset=d12, micro_batch=64, 124M params": ["ZeRO-0, ZeRO-1, ZeRO-2, ZeRO-3 (4 identical curves)"],
+                    "preset=d48, micro_batch=16, 1.56B params": ["ZeRO-0, ZeRO-1, ZeRO-2, ZeRO-3 (4 identical curves)"]}
+    for name in ("t.png", "m.png", "l.png"):
+        png_shape(tmp_path / name)
+
+
+def test_zero_sweep_plots_on_cpu_and_from_older_logs(tmp_path):
+    sweep = tmp_path / "cpu"
+    write_zero_sweep(sweep, device="cpu", world=2, identical=False)
+    plot_sweep = load_script("plot_sweep")
+    summary = h5log.read_summary(sweep)
+    drawn = plot_sweep.plot_throughput(summary, tmp_path / "t.png")
+    assert drawn["ylabel"] == "tokens/s per rank"
+    mem = plot_sweep.plot_memory(summary, sweep, tmp_path / "m.png")
+    # measured: the peak resident set less the 30 MiB the process held before the model, so labelled
+    assert mem["legend"][-1] == "measured: peak RSS above baseline"
+    assert "baseline" in mem["title"] and "30 MiB" in mem["title"]
+    (_, d12), = [p for p in mem["panels"] if p[0].startswith("preset=d12")]
+    for stage, (_, pred, meas) in enumerate(d12):
+        assert meas == pytest.approx(pred + 5 / 1024, rel=1e-6)  # GiB: 5 MiB above the prediction
+    loss = plot_sweep.plot_loss(summary, sweep, tmp_path / "l.png")
+    assert loss["preset=d12, micro_batch=64, 124M params"] == ["ZeRO-0, ZeRO-1, ZeRO-2 (3 identical curves)",
+                                                              "ZeRO-3"]
+
+    old = tmp_path / "old"  # logs without the components attribute: adam_m and adam_v, as they were written
+    write_zero_sweep(old, components=("params", "grads", "master", "adam_m", "adam_v", "activations",
+                                      "workspace", "comm", "snapshot"), legacy=True)
+    mem = plot_sweep.plot_memory(h5log.read_summary(old), old, tmp_path / "m_old.png")
+    assert "predicted: adam_m" in mem["legend"] and "predicted: adam_v" in mem["legend"]
+    r = run_script("plot_sweep.py", old)
     assert r.returncode == 0, r.stderr
-    assert png_shape(same / "throughput.png")[1] == 400  # one panel: all points have world size 1
+    r = run_script("summarize.py", sweep)
+    assert r.returncode == 0, r.stderr
+    header = next(line for line in r.stdout.splitlines() if line.startswith("index")).split()
+    assert "ranks" in header and "tokens/s/rank" in header and "GPUs" not in header
 
 
 def test_plot_sweep_bad_input(tmp_path):
@@ -526,6 +650,24 @@ def test_plot_runs(finished_sweep, running_sweep, tmp_path):
     r = run_script("plot_runs.py", finished_sweep / "p000", tmp_path / "missing_run", "-o", tmp_path / "x.png")
     assert r.returncode == 1 and "missing_run" in r.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_runs_draws_the_synthetic_corpus_floor(finished_sweep, tmp_path):
+    """A run on the synthetic corpus gets the line no model can go below, ln(synthetic_branching) from
+    its config; a run on other data gets none."""
+    plot_runs = load_script("plot_runs")
+    synthetic = tmp_path / "q" / "log.h5"
+    p = dict(POINTS[0], index=9)
+    write_log(synthetic, p)
+    with h5py.File(synthetic, "a") as f:
+        f.attrs["config_yaml"] = config_yaml(p) + "data:\n  synthetic: true\n  synthetic_branching: 4\n"
+    logs = [h5log.read_log(synthetic), h5log.read_log(finished_sweep / "p001")]
+    legend = plot_runs.plot_runs(logs, ["q", "p1"], tmp_path / "q.png")
+    floors = [label for label in legend if label.startswith("ln ")]
+    assert floors == [f"ln 4 = {math.log(4):.3f}: the lowest loss possible on this corpus"]
+    assert "q val (last 6.500)" in legend
+    assert not [lab for lab in plot_runs.plot_runs(logs[1:], ["p1"], tmp_path / "p.png") if lab.startswith("ln ")]
+    png_shape(tmp_path / "q.png")
 
 
 # ---- plot_scaling ---------------------------------------------------------------------------------

@@ -43,7 +43,10 @@ def test_reproduces_reference_shards(tmp_path, capsys):
                                "--out-dir", tmp_path, "--prefix", "ts"], capsys)
     assert code == 0, err
     val_path, train_path = tmp_path / "ts_val.bin", tmp_path / "ts_train.bin"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ts_train.bin", "ts_val.bin"]
+    # the shards, and the vocabulary they were made with (for eval.vocab and scripts/sample.py)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merges.txt", "ts_train.bin", "ts_val.bin", "vocab.json"]
+    assert (tmp_path / "vocab.json").read_bytes() == VOCAB.read_bytes()
+    assert (tmp_path / "merges.txt").read_bytes() == MERGES.read_bytes()
 
     header = np.frombuffer(val_path.read_bytes()[:1024], dtype="<i4")
     assert list(header[:3]) == [20240520, 1, 32768]
@@ -100,7 +103,7 @@ def test_split_into_val_and_several_train_shards(tmp_path, capsys):
     code, _, err = run_main([src, "--vocab", VOCAB, "--merges", MERGES, "--out-dir", out_dir,
                              "--prefix", "d", "--val-tokens", "20"], capsys)
     assert code == 0
-    assert sorted(p.name for p in out_dir.iterdir()) == ["d_train.bin", "d_val.bin"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["d_train.bin", "d_val.bin", "merges.txt", "vocab.json"]
     assert "stale" in err
 
 
@@ -253,6 +256,78 @@ def test_parquet_without_the_column_is_named(tmp_path, capsys):
     if not VOCAB.is_file():
         pytest.skip("reference vocabulary absent")
     assert code == 1 and "t.parquet" in err and "'text'" in err and "content" in err
+
+
+def test_parquet_text_column_of_another_type_is_named(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    src = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"text": [1, 2, 3], "body": ["a", "b", "c"]}), src)
+    code, _, err = run_main([src, "--vocab", VOCAB, "--merges", MERGES, "--out-dir", tmp_path / "o"], capsys)
+    assert code == 1, err
+    assert err.startswith("prepare_data: error: ") and len(err.strip().splitlines()) == 1, err
+    assert "n.parquet" in err and "'text'" in err and "int64" in err and "body" in err
+    assert not (tmp_path / "o").exists()
+
+
+def damaged_parquet(path, docs, bad_group):
+    """docs in row groups of 16, the dictionary page header of row group bad_group overwritten."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"text": docs}), path, row_group_size=16)
+    col = pq.ParquetFile(path).metadata.row_group(bad_group).column(0)
+    start = col.dictionary_page_offset or col.data_page_offset
+    raw = bytearray(path.read_bytes())
+    raw[start:start + 8] = bytes(b ^ 0xFF for b in raw[start:start + 8])
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_corrupt_parquet_row_group_leaves_the_earlier_shards_as_they_were(tmp_path, capsys, workers):
+    require_shared()
+    docs = random_docs(64, 9)
+    out = tmp_path / "o"
+    good = tmp_path / "c.parquet"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"text": docs}), good, row_group_size=16)
+    args = ["--vocab", VOCAB, "--merges", MERGES, "--out-dir", out, "--prefix", "c", "--val-tokens", "50",
+            "--shard-tokens", "400", "--workers", workers, "--no-progress"]
+    code, _, err = run_main([good] + args, capsys)
+    assert code == 0, err
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    # row group 2 (rows 32-47) is damaged: the val shard and some train shards are made before it is read
+    damaged_parquet(good, random_docs(64, 10), 2)
+    code, _, err = run_main([good] + args, capsys)
+    assert code == 1, err
+    assert err.startswith("prepare_data: error: ") and len(err.strip().splitlines()) == 1, err
+    assert "c.parquet: row group 2 (rows 32-47)" in err and "nothing was written" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "the earlier shards were touched"
+    fresh = tmp_path / "fresh"
+    code, _, err = run_main([good] + args[:5] + [fresh] + args[6:], capsys)
+    assert code == 1 and not fresh.exists(), "a failed run left a folder behind"
+
+
+@pytest.mark.parametrize("name", ["cut.txt.gz", "cut.jsonl.gz"])
+def test_truncated_gzip_is_named_with_its_line(tmp_path, capsys, name):
+    require_shared()
+    import gzip
+    import json
+    import zlib
+    docs = random_docs(400, 11)
+    text = ("\n\n".join(docs) if name.endswith(".txt.gz") else "".join(json.dumps({"text": d}) + "\n" for d in docs))
+    whole = gzip.compress(text.encode("utf-8"))
+    cut = whole[: len(whole) // 2]
+    (tmp_path / name).write_bytes(cut)
+    # the lines that survive the cut: what a decompressor makes of the first half
+    readable = zlib.decompressobj(wbits=31).decompress(cut).count(b"\n")
+    out = tmp_path / "o"
+    code, _, err = run_main([tmp_path / name, "--vocab", VOCAB, "--merges", MERGES, "--out-dir", out,
+                             "--val-tokens", "50", "--workers", "1", "--no-progress"], capsys)
+    assert code == 1, err
+    assert err.startswith("prepare_data: error: ") and len(err.strip().splitlines()) == 1, err
+    assert f"{name}: the gzip data is truncated or corrupt at line {readable + 1}" in err, (readable, err)
+    assert not out.exists()
 
 
 PEAK_RSS = """

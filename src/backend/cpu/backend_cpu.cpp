@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -46,9 +48,28 @@ void column_sums(float* out, const float* x, int N, int C) {
   }
 }
 
+// This process's resident set from /proc/self/status, in bytes: "VmRSS" now, "VmHWM" its peak since
+// the last reset_resident_peak(); 0 where the file or the line is missing.
+size_t resident_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  const std::string prefix = std::string(key) + ":";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) return size_t(std::strtoull(line.c_str() + prefix.size(), nullptr, 10)) * 1024;
+  return 0;
+}
+
+// Sets the resident peak back to the resident set now (Linux 4.0 on), so that a sweep's later points in the
+// same process measure their own peak, not an earlier point's.
+void reset_resident_peak() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+}
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(bool op_profile) : tally_(op_profile), fp8_(make_cpu_fp8_ops(*this, tally_)) {
+  explicit CpuBackend(bool op_profile)
+      : tally_(op_profile), baseline_((reset_resident_peak(), resident_bytes("VmRSS"))),
+        fp8_(make_cpu_fp8_ops(*this, tally_)) {
     openblas_set_num_threads(1);
   }
   ~CpuBackend() override {
@@ -93,11 +114,13 @@ class CpuBackend final : public Backend {
   void op_profile_pause(bool paused) override { tally_.pause(paused); }
   size_t bytes_in_use() const override { return in_use_; }
   size_t peak_bytes() const override {
+    if (const size_t hwm = resident_bytes("VmHWM")) return hwm;  // peak resident set since construction
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    return size_t(ru.ru_maxrss) * 1024;  // peak resident set size
+    return size_t(ru.ru_maxrss) * 1024;  // the process's peak, where /proc has no VmHWM
   }
   void reset_peak() override { peak_in_use_ = in_use_; }
+  size_t baseline_bytes() const override { return baseline_; }
 
   void f32_to_act(void* dst, const float* src, size_t n) override { std::memmove(dst, src, n * 4); }
   void act_to_f32(float* dst, const void* src, size_t n) override { std::memmove(dst, src, n * 4); }
@@ -371,25 +394,9 @@ class CpuBackend final : public Backend {
     return s;
   }
   Fp8Ops* fp8() override { return fp8_.get(); }
-  void adamw(const AdamWArgs& a) override {
-    WallScope t(tally_, "adamw");
-    float* p = a.master ? a.master : F(a.param);
-    const float* g = cF(a.grad);
-    const float bc1 = 1.0f - std::pow(a.beta1, float(a.step)), bc2 = 1.0f - std::pow(a.beta2, float(a.step));
-    unsigned bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-    for (size_t i = 0; i < a.n; ++i) {
-      const float gi = g[i] * a.grad_scale;
-      const float m = a.beta1 * a.m[i] + (1.0f - a.beta1) * gi;
-      const float v = a.beta2 * a.v[i] + (1.0f - a.beta2) * gi * gi;
-      a.m[i] = m;
-      a.v[i] = v;
-      const float mhat = m / bc1, vhat = v / bc2;
-      p[i] -= a.lr * (mhat / (std::sqrt(vhat) + a.eps) + a.weight_decay * p[i]);
-      bad |= unsigned(!std::isfinite(p[i]) || !std::isfinite(m) || !std::isfinite(v));
-    }
-    if (a.nonfinite && bad) *a.nonfinite = 1;
-    if (a.master && a.param) std::memcpy(a.param, a.master, a.n * 4);
+  void run_op(const char* name, const std::function<void(void*)>& fn) override {
+    WallScope t(tally_, name);
+    fn(nullptr);
   }
 
  private:
@@ -399,10 +406,18 @@ class CpuBackend final : public Backend {
   std::unordered_map<void*, size_t> sizes_;
   OpTally tally_;
   size_t in_use_ = 0, peak_in_use_ = 0;
+  const size_t baseline_;  // resident set before the first allocation: libraries, MPI, earlier sweep points' heap
   std::unique_ptr<Fp8Ops> fp8_;
 };
 
 }  // namespace
+
+DeviceCaps cpu_device_caps() {
+  DeviceCaps c;
+  c.name = "cpu";
+  c.fp8 = c.fp8_emulated = true;
+  return c;
+}
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o) {
   return std::make_unique<CpuBackend>(o.op_profile);

@@ -89,13 +89,49 @@ class CpuFp8Ops final : public Fp8Ops {
     float* d = static_cast<float*>(dst);
     for (int i = 0; i < n; ++i) d[i] += sums[i];
   }
+  // The CPU backend's classifier row by row (the same arithmetic: losses agree with it bit for bit), the
+  // gradient quantized as it is made instead of written over the logits
+  void classifier(const void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
+                  const Fp8Tensor& dlogits) override {
+    WallScope t(tally_, "classifier_fp8");
+    const float* z = static_cast<const float*>(logits);
+    uint8_t* out = static_cast<uint8_t*>(dlogits.data);
+    const float s = *dlogits.scale;
+    float amax = 0.0f;
+#pragma omp parallel reduction(max : amax)
+    {
+      std::vector<float> g(Vp);
+#pragma omp for schedule(static)
+      for (int i = 0; i < N; ++i) {
+        const float* zi = z + size_t(i) * Vp;
+        float mx = -INFINITY;
+        for (int j = 0; j < V; ++j) mx = std::max(mx, zi[j]);
+        double sum = 0;
+        for (int j = 0; j < V; ++j) {
+          g[j] = std::exp(zi[j] - mx);
+          sum += g[j];
+        }
+        const float scale = float(dloss / sum);
+        for (int j = 0; j < V; ++j) g[j] *= scale;
+        g[targets[i]] -= dloss;
+        for (int j = V; j < Vp; ++j) g[j] = 0;
+        losses[i] = mx + float(std::log(sum)) - zi[targets[i]];
+        uint8_t* qi = out + size_t(i) * Vp;
+        for (int j = 0; j < Vp; ++j) {
+          amax = std::isnan(g[j]) ? INFINITY : std::max(amax, std::fabs(g[j]));
+          qi[j] = fp8_encode(g[j] * s, dlogits.fmt);
+        }
+      }
+    }
+    fold_amax(dlogits.amax, amax);
+  }
   void update_scales(const Fp8ScalesArgs& a) override {
     for (int i = 0; i < a.n; ++i) {
       if (a.amax[i] * a.scale[i] > a.maxval[i]) ++*a.saturated;
       a.history[size_t(a.row) * a.n + i] = a.amax[i];
       float m = 0.0f;
       for (int h = 0; h < a.H; ++h) m = std::fmax(m, a.history[size_t(h) * a.n + i]);
-      a.scale[i] = fp8::scale_for(m, a.maxval[i], a.scale[i]);
+      a.scale[i] = fp8::scale_for(m, a.maxval[i], a.scale[i], a.margin);
       a.scale_inv[size_t(i) * fp8::kScaleInvStride] = 1.0f / a.scale[i];
       a.amax[i] = 0.0f;
     }

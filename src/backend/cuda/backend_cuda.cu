@@ -27,7 +27,6 @@
 #include "backend/cuda/fp8_cuda.cuh"
 #include "backend/cuda/kernel_boundary.cuh"
 #include "backend/cuda/op_profiler.cuh"
-#include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/check.cuh"
 #include "kernels/classifier.cuh"
@@ -65,7 +64,6 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
     dtype_ = o.act;
-    stochastic_ = o.stochastic_rounding;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&copy_ready_, cudaEventDisableTiming));
@@ -373,20 +371,9 @@ class CudaBackend final : public Backend {
     return h;
   }
   Fp8Ops* fp8() override { return fp8_.get(); }
-  void adamw(const AdamWArgs& w) override {
-    OpProfiler::Scope t(prof_, stream_, "adamw");
-    dispatch([&](auto x) {
-      using X = decltype(x);
-      kern::AdamWLaunch<X> a;
-      a.param = static_cast<X*>(w.param), a.master = w.master, a.grad = static_cast<const X*>(w.grad);
-      a.m = w.m, a.v = w.v, a.n = w.n;
-      a.lr = w.lr, a.beta1 = w.beta1, a.beta2 = w.beta2, a.eps = w.eps, a.weight_decay = w.weight_decay;
-      a.grad_scale = w.grad_scale;
-      a.bc1 = 1.0f - std::pow(w.beta1, float(w.step));
-      a.bc2 = 1.0f - std::pow(w.beta2, float(w.step));
-      a.seed = w.seed, a.index_offset = w.index_offset, a.stochastic = stochastic_, a.nonfinite = w.nonfinite;
-      kern::adamw<X>(a, stream_);
-    });
+  void run_op(const char* name, const std::function<void(void*)>& fn) override {
+    OpProfiler::Scope t(prof_, stream_, name);
+    kernel_boundary([&] { fn(stream_); });
   }
 
  private:
@@ -416,7 +403,6 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaDeviceProp prop_{};
   DType dtype_ = DType::BF16;
-  bool stochastic_ = true;
   cudaStream_t stream_ = nullptr;
   void* lt_ws_ = nullptr;
   std::unique_ptr<kern::CublasLt> lt_;
@@ -449,14 +435,19 @@ int cuda_device_count() {
   return n;
 }
 
-size_t cuda_device_memory() {
-  if (cuda_device_count() == 0) return 0;
+DeviceCaps cuda_device_caps(int device) {
+  DeviceCaps c;
+  if (device < 0 || device >= cuda_device_count()) return c;
   cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
     cudaGetLastError();
-    return 0;
+    return c;
   }
-  return prop.totalGlobalMem;
+  c.name = prop.name;
+  c.memory = prop.totalGlobalMem;
+  c.compute_capability = 10 * prop.major + prop.minor;
+  c.fp8 = c.compute_capability >= 89;  // Ada (8.9) and Hopper (9.0) on: FP8 tensor cores
+  return c;
 }
 
 }  // namespace gpt

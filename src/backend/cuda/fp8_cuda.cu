@@ -1,6 +1,7 @@
 #include "backend/cuda/fp8_cuda.cuh"
 
 #include "backend/cuda/kernel_boundary.cuh"
+#include "kernels/classifier.cuh"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul_fp8.cuh"
@@ -73,11 +74,21 @@ class CudaFp8Ops final : public Fp8Ops {
     OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_bias_grad");
     kernel_boundary([&] { kern::add_sums<bf16>(static_cast<bf16*>(dst), sums, n, c_.stream); });
   }
+  void classifier(const void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
+                  const Fp8Tensor& dlogits) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, "classifier_fp8");
+    kern::ClassifierArgs<bf16> a;
+    a.logits = const_cast<bf16*>(static_cast<const bf16*>(logits));  // only read with an FP8 gradient
+    a.losses = losses, a.targets = targets, a.N = N, a.V = V, a.Vp = Vp, a.dloss = dloss;
+    a.q.out = static_cast<uint8_t*>(dlogits.data), a.q.scale = dlogits.scale, a.q.amax = dlogits.amax;
+    a.q.fmt = dlogits.fmt;
+    kernel_boundary([&] { kern::classifier<bf16>(a, c_.stream); });
+  }
   void update_scales(const Fp8ScalesArgs& a) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_update_scales");
     kern::Fp8ScalesLaunch l;
     l.amax = a.amax, l.history = a.history, l.scale = a.scale, l.scale_inv = a.scale_inv, l.maxval = a.maxval;
-    l.saturated = a.saturated, l.n = a.n, l.H = a.H, l.row = a.row;
+    l.saturated = a.saturated, l.n = a.n, l.H = a.H, l.row = a.row, l.margin = a.margin;
     kernel_boundary([&] { kern::fp8_update_scales(l, c_.stream); });
   }
 

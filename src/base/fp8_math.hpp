@@ -1,0 +1,41 @@
+// FP8 formats and the delayed-scaling rule, for host and device code alike: the CPU backend's emulation
+// (src/backend/cpu/fp8_cpu.cpp) and the CUDA kernels use these same functions, so both backends derive
+// the same scales from the same amax history and quantize to the same bytes.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define GPT_FP8_HD __host__ __device__ __forceinline__
+#else
+#define GPT_FP8_HD inline
+#endif
+
+namespace gpt::fp8 {
+
+// E4M3 (no infinities, NaN 0x7f, max 448) and E5M2 (IEEE-like, max 57344), as OCP FP8 and the
+// Hopper tensor cores define them.
+enum class Format : uint8_t { E4M3 = 0, E5M2 = 1 };
+
+// Dequantizing scales are kept 16 bytes apart (scale_inv[i * kScaleInvStride]): cuBLASLt reads each through
+// its own pointer and refuses FP8 products whose scale pointers are not 16-byte aligned.
+constexpr int kScaleInvStride = 4;
+
+GPT_FP8_HD float max_finite(Format f) { return f == Format::E4M3 ? 448.0f : 57344.0f; }
+
+// The scale of a tensor whose recent maximum |x| is `amax`: the largest power of two s with
+// amax * s <= maxval, divided by 2^margin (headroom for values growing between steps). Powers of two
+// make x * s exact, so quantization is one rounding (to FP8, nearest even, saturating) on every
+// backend. `old` when amax is 0, infinite or NaN (nothing to learn from).
+GPT_FP8_HD float scale_for(float amax, float maxval, float old, int margin = 0) {
+  if (!(amax > 0.0f) || !(amax <= 3.0e38f)) return old;
+  int e = 0;
+  frexpf(maxval / amax, &e);  // maxval / amax = m * 2^e with m in [0.5, 1)
+  e -= 1 + margin;
+  e = e < -120 ? -120 : (e > 120 ? 120 : e);
+  float s = ldexpf(1.0f, e);
+  if (amax * s > maxval) s *= 0.5f;  // the division rounded up across a power of two
+  return s;
+}
+
+}  // namespace gpt::fp8

@@ -1,0 +1,64 @@
+// One transformer block, written once for every precision:
+//   res2 = res_in + attproj(attention(qkv(ln1(res_in))))
+//   res3 = res2 + fcproj(gelu(fc(ln2(res2))))
+// The residual add after the MLP and the next LayerNorm are the model's (model/gpt.cpp), so that each
+// LayerNorm is fused with the residual add before it.
+#pragma once
+#include <vector>
+
+#include "model/layers.hpp"
+
+namespace gpt {
+
+// The block's activations, allocated by the model (shared between layers where recomputation allows).
+struct BlockActs {
+  void* ln1;                  // (N, C): FP8 bytes when qkv is FP8
+  float *ln1_mean, *ln1_rstd; // (N)
+  void* qkv;                  // (N, 3C)
+  void* atty;                 // (N, C)
+  void* atty_t;               // (C, N) FP8 bytes when attproj is FP8: its input, transposed
+  float* lse;                 // (B, NH, T)
+  void* res2;                 // (N, C) the residual after attention
+  void* ln2;                  // (N, C): FP8 bytes when fc is FP8
+  float *ln2_mean, *ln2_rstd; // (N)
+  void* fch;                  // (N, 4C) before GELU
+  void* fch_gelu;             // (N, 4C) GELU's output; FP8 transposed (4C, N) when fcproj is FP8
+};
+
+// What a block pass borrows from the model besides its activations.
+struct BlockIo {
+  const void* res_in;  // (N, C) the residual stream into the block (the embeddings for layer 0)
+  void* scratch_c;     // (N, C) forward: each projection's output before its residual add
+  void* dbig;          // (N, 4C) forward: fc's output before its FP8 cast; backward: dfch and dqkv
+  void* dres;          // (N, C) backward: d(loss)/d(residual stream), in and out
+  float* dres_colsum;  // (C) its column sums: the next projection's bias gradient
+  void* dtmp;          // (N, C) backward: a LayerNorm's output gradient
+  void* datty;         // (N, C) backward: attention's output gradient
+};
+
+class Block {
+ public:
+  Block(const ParamLayout& L, int layer, LayerPrecision linear);
+  // The FP8 weight copies of the block's products, bytes (the model allocates them)
+  size_t weight_cache_bytes() const;
+  void set_weight_cache(void* p);
+  // ln1(res_in) is in a.ln1 already; leaves fcproj's output in io.scratch_c.
+  void forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, const BlockActs& a,
+               const BlockIo& io, bool train) const;
+  // io.dres holds d(loss)/d(res3) and io.dres_colsum its column sums; afterwards d/d(res_in) (and its
+  // column sums for layers above the first).
+  void backward(const LayerCtx& c, const BucketView& w, const BucketView& g, const BlockActs& a,
+                const BlockIo& io) const;
+  // The first LayerNorm's FP8 form (the qkv product's input scale), or null in bf16
+  bool ln1_fp8() const { return qkv_.fp8(); }
+  Fp8Tensor ln1_q(void* data, bool record) const { return qkv_.input_q(data, record); }
+  const LayerNorm& ln1() const { return ln1_; }
+
+ private:
+  int layer_, C_;
+  LayerNorm ln1_, ln2_;
+  Linear qkv_, attproj_, fc_, fcproj_;
+  Attention attn_;
+};
+
+}  // namespace gpt

@@ -1,0 +1,125 @@
+#include "model/layers.hpp"
+
+namespace gpt {
+
+namespace {
+const TensorInfo& layer_tensor(const ParamLayout& L, int layer, const char* name) {
+  return L.bucket(layer >= 0 ? L.layer_bucket(layer) : L.final_bucket()).tensor(name);
+}
+}  // namespace
+
+// ---- Linear
+
+Linear::Linear(const ParamLayout& L, int layer, const char* weight, const char* bias, int in, int out,
+               LayerPrecision p)
+    : in_(in), out_(out), fp8_(p.fp8) {
+  const TensorInfo& wt = layer_tensor(L, layer, weight);
+  w_ = wt.offset;
+  b_ = layer_tensor(L, layer, bias).offset;
+  if (fp8_) {
+    const char* product = wt.spec->product;
+    q_input_ = fp8_->add(fp8_tensor_name(layer, product, "input"), Fp8Format::E4M3);
+    q_weight_ = fp8_->add(fp8_tensor_name(layer, product, "weight"), Fp8Format::E4M3);
+    q_grad_ = fp8_->add(fp8_tensor_name(layer, product, "grad"), fp8_->recipe().grad);
+  }
+}
+
+Fp8Tensor Linear::input_q(void* data, bool record) const { return fp8_->tensor(q_input_, data, record); }
+
+Fp8Tensor Linear::weight_q(bool transposed) const {
+  char* base = static_cast<char*>(w8_) + (transposed ? size_t(in_) * out_ : 0);
+  return fp8_->tensor(q_weight_, base);
+}
+
+// w (out, in) -> FP8 (out, in) and transposed (in, out), once per change of the parameters or the
+// scales; the amax of the weight is recorded every time (the same values however often they are cast)
+void Linear::cast_weight(const LayerCtx& c, const BucketView& w, uint64_t params_version) const {
+  const std::pair<uint64_t, uint64_t> key{params_version, fp8_->scales_version()};
+  if (w8_key_ == key) return;
+  c.f().cast(weight_q(false), weight_q(true).data, w.at(w_), nullptr, nullptr, out_, in_);
+  w8_key_ = key;
+}
+
+void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
+                     void* pre_gelu, bool train, void* keep_t) const {
+  if (!fp8_) {
+    c.be.matmul_fwd(out, in.x, w.at(w_), w.at(b_), c.N, in_, out_, pre_gelu);
+    return;
+  }
+  cast_weight(c, w, params_version);
+  Fp8Tensor x;
+  if (in.quantized) {
+    x = input_q(const_cast<void*>(in.x), train);
+  } else {  // cast here: row-major for this product, transposed (kept) for its weight gradient
+    x = input_q(c.q_in, train);
+    c.f().cast(x, keep_t, in.x, nullptr, nullptr, c.N, in_);
+  }
+  c.f().matmul_fwd(out, x, weight_q(false), w.at(b_), c.N, in_, out_, pre_gelu);
+}
+
+void Linear::recompute_saved(const LayerCtx& c, void* keep_t, const void* x) const {
+  if (fp8_) c.f().cast(input_q(nullptr, false), keep_t, x, nullptr, nullptr, c.N, in_);
+}
+
+// FP8: the output gradient cast once (row-major for the input gradient, transposed for the weight
+// gradient, its column sums taken on the way when nobody summed them), then the two products and the
+// bias gradient. The weight gradient takes its input transposed: the forward kept it so, or it is
+// transposed here.
+void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
+                      Saved in, const float* dout_colsum, const void* gelu_dinp, const void* gelu_dout) const {
+  if (!fp8_) {
+    if (gelu_dout) throw Error(kExitFailure, "internal error: a bf16 product cannot apply GELU's derivative to dout");
+    c.be.matmul_bwd(dinp, g.at(w_), g.at(b_), dout, in.x, w.at(w_), c.N, in_, out_, gelu_dinp, dout_colsum);
+    return;
+  }
+  if (gelu_dinp) throw Error(kExitFailure, "internal error: an FP8 product leaves GELU's derivative to the cast");
+  Fp8Ops& f = c.f();
+  const void* x_t = in.x;
+  if (!in.transposed) {
+    f.transpose(c.q_inp_t, in.x, c.N, in_);
+    x_t = c.q_inp_t;
+  }
+  float* sums = dout_colsum ? nullptr : c.colsum;
+  Fp8Tensor d = fp8_->tensor(q_grad_, c.q_in);
+  f.cast(d, c.q_dout_t, dout, gelu_dout, sums, c.N, out_);
+  f.matmul_dinp(dinp, d, weight_q(true), c.N, in_, out_, nullptr);
+  d.data = c.q_dout_t;
+  f.matmul_dw(g.at(w_), d, input_q(const_cast<void*>(x_t), true), c.N, in_, out_);
+  f.add_sums(g.at(b_), dout_colsum ? dout_colsum : c.colsum, out_);
+}
+
+// ---- LayerNorm
+
+LayerNorm::LayerNorm(const ParamLayout& L, int layer, const char* weight, const char* bias, int C)
+    : w_(layer_tensor(L, layer, weight).offset), b_(layer_tensor(L, layer, bias).offset), C_(C) {}
+
+void LayerNorm::forward(const LayerCtx& c, const BucketView& w, void* out, float* mean, float* rstd,
+                        void* residual, const void* a, const void* b, const Fp8Tensor* q) const {
+  if (q) {
+    Fp8Tensor t = *q;
+    t.data = out;
+    c.f().layernorm_fwd(t, mean, rstd, residual, a, b, w.at(w_), w.at(b_), c.N, C_);
+  } else if (b) {
+    c.be.residual_layernorm_fwd(residual, out, mean, rstd, a, b, w.at(w_), w.at(b_), c.N, C_);
+  } else {
+    c.be.layernorm_fwd(out, mean, rstd, a, w.at(w_), w.at(b_), c.N, C_);
+  }
+}
+
+void LayerNorm::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
+                         const void* inp, const float* mean, const float* rstd, float* dinp_colsum) const {
+  c.be.layernorm_bwd(dinp, g.at(w_), g.at(b_), dout, inp, w.at(w_), mean, rstd, c.N, C_, dinp_colsum);
+}
+
+// ---- Attention
+
+void Attention::forward(const LayerCtx& c, void* out, float* lse, const void* qkv) const {
+  c.be.attention_fwd(out, lse, qkv, c.B, c.T, NH_, HS_);
+}
+
+void Attention::backward(const LayerCtx& c, void* dqkv, const void* dout, const void* qkv, const void* out,
+                         const float* lse) const {
+  c.be.attention_bwd(dqkv, dout, qkv, out, lse, c.B, c.T, NH_, HS_);
+}
+
+}  // namespace gpt

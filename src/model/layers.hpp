@@ -1,0 +1,132 @@
+// The layers GPT-2 is built from. Each owns the names of its parameters (resolved once against the
+// parameter table's layout), its precision (a bf16/fp32 product, or FP8 with the scaled tensors it
+// registered) and the ops it calls; none holds global state or activation memory (the model hands each
+// call the buffers: model/gpt.cpp). A layer's forward and backward are the same calls for every
+// precision: where FP8 changes what is computed (a cast, a transposed copy kept for the weight gradient,
+// GELU's derivative applied in a cast instead of an epilogue), the layer decides it, so the block
+// (model/block.cpp) is written once.
+//
+// Shapes: N = B*T rows; activations (N, features) row-major in the backend's activation dtype; FP8
+// tensors are bytes; "_t" a transposed copy (features, N).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.hpp"
+#include "model/fp8_scaling.hpp"
+#include "model/params.hpp"
+
+namespace gpt {
+
+// What every layer call runs with: the backend, the step's shape and the scratch FP8 layers share.
+struct LayerCtx {
+  Backend& be;
+  int B = 0, T = 0, N = 0;  // N = B*T
+  int recompute = 0;        // training.recompute
+  // FP8 scratch (one stream: no two ops use them at once), null without FP8 layers
+  void* q_in = nullptr;       // (N, 4C) bytes: a product's row-major FP8 operand
+  void* q_dout_t = nullptr;   // (4C, N) bytes: a product's output gradient, transposed
+  void* q_inp_t = nullptr;    // (4C, N) bytes: a product's input, transposed
+  float* colsum = nullptr;    // (4C): bias gradient of a product whose output gradient had no column sums
+  Fp8Ops& f() const { return *be.fp8(); }
+};
+
+// One bucket's parameters or gradients as the store handed them out, addressed by tensor offset.
+struct BucketView {
+  char* base = nullptr;
+  size_t esz = 0;  // element size (the activation dtype's)
+  void* at(size_t offset) const { return base + offset * esz; }
+};
+
+// The precision a layer computes in: its products on FP8 operands (with its own scaled tensors), or
+// in the activation dtype.
+struct LayerPrecision {
+  Fp8Scaling* fp8 = nullptr;  // null: bf16/fp32
+};
+
+// y (N, out) = x (N, in) @ W^T + b, W (out, in) and b (out) from the parameter table (`weight`, `bias`
+// names; product name from the table's row for W).
+class Linear {
+ public:
+  Linear(const ParamLayout& L, int layer, const char* weight, const char* bias, int in, int out,
+         LayerPrecision p);
+  bool fp8() const { return fp8_ != nullptr; }
+  // The FP8 form of this product's input (its scale), bytes at data: what a producer that writes the
+  // input directly in FP8 (LayerNorm) quantizes with. record false: its amax is not recorded.
+  Fp8Tensor input_q(void* data, bool record) const;
+  // Bytes of this product's FP8 weight copies (the weight and its transpose): 2 * in * out; 0 in bf16.
+  size_t weight_cache_bytes() const { return fp8_ ? 2 * size_t(in_) * out_ : 0; }
+  void set_weight_cache(void* p) { w8_ = p; }
+
+  // The input as the forward got it: x in the activation dtype, or already FP8 (written with input_q).
+  struct Input {
+    const void* x;
+    bool quantized;
+  };
+  // out = x W^T + b; with pre_gelu: pre_gelu = that, out = gelu_tanh(pre_gelu). FP8 with an input in
+  // the activation dtype: it is cast first, and its transposed bytes go to keep_t when given (what the
+  // weight gradient needs later). params_version: the parameters' version (the FP8 weight copies are
+  // cast again when it or the scales changed).
+  void forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
+               void* pre_gelu, bool train, void* keep_t) const;
+  // What the forward left for the weight gradient: the input x (activation dtype, or FP8 row-major), or
+  // FP8 bytes already transposed.
+  struct Saved {
+    const void* x;
+    bool transposed;
+  };
+  // Whether GELU's derivative of the input can be applied to dinp in this product's epilogue (bf16);
+  // an FP8 product leaves it to the next product's cast (backward's gelu_dout).
+  bool fuses_dinp_gelu() const { return !fp8_; }
+  // dinp = dout @ W (times gelu'(gelu_dinp) when given); dW += dout^T x, db += column sums of dout,
+  // taken from dout_colsum when the op that wrote dout summed them. FP8 only: dout is first multiplied
+  // by gelu'(gelu_dout) (the previous product's GELU).
+  void backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
+                Saved in, const float* dout_colsum, const void* gelu_dinp, const void* gelu_dout) const;
+  // FP8: the forward's input cast again with the forward's scale (recomputation): transposed bytes to
+  // keep_t, from x in the activation dtype. No-op in bf16.
+  void recompute_saved(const LayerCtx& c, void* keep_t, const void* x) const;
+
+ private:
+  Fp8Tensor weight_q(bool transposed) const;
+  void cast_weight(const LayerCtx& c, const BucketView& w, uint64_t params_version) const;
+  size_t w_, b_;  // offsets in the bucket
+  int in_, out_;
+  Fp8Scaling* fp8_;
+  int q_input_ = -1, q_weight_ = -1, q_grad_ = -1;  // FP8 slots
+  void* w8_ = nullptr;                              // FP8 weight (out, in) then its transpose (in, out)
+  mutable std::pair<uint64_t, uint64_t> w8_key_{0, ~uint64_t(0)};  // what w8_ was cast from: parameters, scales versions
+};
+
+// out = LayerNorm(x) * w + b over C features; mean, rstd (N) fp32.
+class LayerNorm {
+ public:
+  LayerNorm(const ParamLayout& L, int layer, const char* weight, const char* bias, int C);
+  // x = a, or with b non-null residual = a + b (written) and x = residual. With q non-null, out is
+  // written in FP8 with q's scale (q.data = out) for the product that reads it.
+  void forward(const LayerCtx& c, const BucketView& w, void* out, float* mean, float* rstd, void* residual,
+               const void* a, const void* b, const Fp8Tensor* q) const;
+  // accumulates dinp, dw, db; dinp_colsum (nullable): overwritten with dinp's column sums (the bias
+  // gradient of the product that wrote the residual stream here)
+  void backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
+                const void* inp, const float* mean, const float* rstd, float* dinp_colsum) const;
+
+ private:
+  size_t w_, b_;
+  int C_;
+};
+
+// Causal self-attention over qkv (B, T, 3, NH, HS) -> out (B, T, NH, HS); lse (B, NH, T) fp32 kept.
+class Attention {
+ public:
+  Attention(int n_head, int head_dim) : NH_(n_head), HS_(head_dim) {}
+  void forward(const LayerCtx& c, void* out, float* lse, const void* qkv) const;
+  void backward(const LayerCtx& c, void* dqkv, const void* dout, const void* qkv, const void* out,
+                const float* lse) const;
+
+ private:
+  int NH_, HS_;
+};
+
+}  // namespace gpt

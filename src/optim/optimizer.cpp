@@ -1,0 +1,72 @@
+#include "optim/optimizer.hpp"
+
+#include "optim/step.hpp"
+
+namespace gpt {
+
+namespace {
+
+template <class Rule>
+OptimizerInfo info_of() {
+  return {Rule::kName, std::vector<std::string>(Rule::kSlotNames, Rule::kSlotNames + Rule::kSlots), Rule::kDoc};
+}
+
+// An elementwise rule run by the backend's own stream (CPU loop or CUDA kernel), timed and checked as
+// the backend's ops are (Backend::run_op).
+template <class Rule>
+class RuleOptimizer final : public Optimizer {
+ public:
+  explicit RuleOptimizer(bool stochastic) : info_(info_of<Rule>()), stochastic_(stochastic) {}
+  const char* name() const override { return Rule::kName; }
+  const std::vector<std::string>& slots() const override { return info_.slots; }
+  void update(Backend& be, const ParamRange& r, const OptimizerHyper& h) const override {
+    optim::StepArgs a;
+    a.param = r.param, a.master = r.master, a.grad = r.grad, a.n = r.n;
+    for (int k = 0; k < Rule::kSlots; ++k) a.slot[k] = r.slot[k];
+    optim::Hyper x;
+    x.lr = h.lr, x.beta1 = h.beta1, x.beta2 = h.beta2, x.eps = h.eps;
+    x.weight_decay = r.decay ? h.weight_decay : 0.0f;
+    x.step = h.step;
+    a.h = Rule::prepare(x);
+    a.grad_scale = h.grad_scale;
+    a.seed = h.seed, a.index_offset = r.index_offset, a.nonfinite = r.nonfinite;
+    a.stochastic = stochastic_;
+    a.bf16 = be.act_dtype() == DType::BF16;
+    const bool cuda = be.name() == "cuda";
+    be.run_op(Rule::kName, [&](void* stream) {
+      if (cuda) optim::step_cuda<Rule>(a, stream);
+      else optim::step_cpu<Rule>(a);
+    });
+  }
+
+ private:
+  OptimizerInfo info_;
+  bool stochastic_;
+};
+
+}  // namespace
+
+const std::vector<OptimizerInfo>& optimizers() {
+#define GPT_INFO(R) info_of<optim::R>(),
+  static const std::vector<OptimizerInfo> all = {GPT_OPTIMIZER_RULES(GPT_INFO)};
+#undef GPT_INFO
+  return all;
+}
+
+const OptimizerInfo* find_optimizer(const std::string& name) {
+  for (const OptimizerInfo& o : optimizers())
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, bool stochastic_rounding) {
+#define GPT_MAKE(R) \
+  if (name == optim::R::kName) return std::make_unique<RuleOptimizer<optim::R>>(stochastic_rounding);
+  GPT_OPTIMIZER_RULES(GPT_MAKE)
+#undef GPT_MAKE
+  std::string known;
+  for (const OptimizerInfo& o : optimizers()) known += (known.empty() ? "" : ", ") + o.name;
+  throw input_error("training.optimizer: '" + name + "' is not one of " + known);
+}
+
+}  // namespace gpt

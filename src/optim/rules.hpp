@@ -1,0 +1,97 @@
+// Elementwise update rules, for host and device alike: the CPU loop (step_cpu.cpp) and the CUDA kernel
+// (step_cuda.cu) apply the same function to every element, so both backends compute the same update.
+// A rule sees one parameter's fp32 value w, its gradient g (already scaled by clipping) and its state
+// slots s[0..kSlots) (fp32, updated in place), and returns the new value. Its step constants (bias
+// corrections and the like) are computed once per step on the host (prepare).
+//
+// Adding an optimizer: a struct here with the same members, a line in GPT_OPTIMIZER_RULES, and a test
+// (tests/cpu/test_optim.cpp against a NumPy-written reference). Everything else (the config's
+// `training.optimizer` values and docs, ZeRO's sharding of the slots, the memory prediction,
+// checkpoints) derives from the struct.
+#pragma once
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define GPT_RULE_HD __host__ __device__ __forceinline__
+#else
+#define GPT_RULE_HD inline
+#endif
+
+namespace gpt::optim {
+
+// a * b and a * b + c with their roundings fixed: on the GPU one rounding for the product and one fused
+// multiply-add, on the host (x86-64-v2, no FMA) two roundings each, as plain expressions.
+GPT_RULE_HD float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+GPT_RULE_HD float mul_add(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// The step's hyperparameters as the trainer has them (training.lr, beta1, beta2, eps, weight_decay; the
+// decay is 0 for tensors without weight decay), and what prepare() derives from them.
+struct Hyper {
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  int step = 1;            // 1-based
+  float c0 = 0, c1 = 0;    // per-rule step constants
+};
+
+// AdamW (decoupled weight decay, bias-corrected moments).
+struct AdamW {
+  static constexpr const char* kName = "adamw";
+  static constexpr int kSlots = 2;
+  static constexpr const char* kSlotNames[kSlots] = {"m", "v"};
+  static constexpr const char* kDoc =
+      "AdamW: `beta1`, `beta2` the moments' decay, `eps`, decoupled `weight_decay`; two fp32 moments per "
+      "parameter";
+  static Hyper prepare(Hyper h) {
+    h.c0 = 1.0f - std::pow(h.beta1, float(h.step));  // bias corrections
+    h.c1 = 1.0f - std::pow(h.beta2, float(h.step));
+    return h;
+  }
+  GPT_RULE_HD static float apply(float w, float g, float* s, const Hyper& h) {
+    // The moments' roundings are spelled out (mul_add below) so that every build computes the same
+    // bits: left to the compiler, a*b + c*d contracts into whichever fma its context suggests.
+    s[0] = mul_add(1.0f - h.beta1, g, mul(h.beta1, s[0]));
+    s[1] = mul_add(g, mul(1.0f - h.beta2, g), mul(h.beta2, s[1]));
+    const float mhat = s[0] / h.c0, vhat = s[1] / h.c1;
+    return w - h.lr * (mhat / (sqrtf(vhat) + h.eps) + h.weight_decay * w);
+  }
+};
+
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of an interpolation
+// of the momentum and the gradient, one fp32 moment per parameter (half of AdamW's state).
+struct Lion {
+  static constexpr const char* kName = "lion";
+  static constexpr int kSlots = 1;
+  static constexpr const char* kSlotNames[kSlots] = {"m"};
+  static constexpr const char* kDoc =
+      "Lion: the update is sign(beta1 m + (1 - beta1) g), the moment decays with `beta2` (0.99 is the "
+      "paper's choice), decoupled `weight_decay`, `eps` unused; one fp32 moment per parameter. Every "
+      "element moves by lr per step, so lr is typically 3-10x smaller than AdamW's and weight_decay "
+      "3-10x larger";
+  static Hyper prepare(Hyper h) { return h; }
+  GPT_RULE_HD static float apply(float w, float g, float* s, const Hyper& h) {
+    const float c = h.beta1 * s[0] + (1.0f - h.beta1) * g;
+    s[0] = h.beta2 * s[0] + (1.0f - h.beta2) * g;
+    const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+    return w - h.lr * (u + h.weight_decay * w);
+  }
+};
+
+// Every rule: X(Rule) once each. The backends' step loops and the optimizer table expand it.
+#define GPT_OPTIMIZER_RULES(X) \
+  X(AdamW)                     \
+  X(Lion)
+
+constexpr int kMaxSlots = 2;  // the most slots of any rule above
+
+}  // namespace gpt::optim

@@ -1,0 +1,37 @@
+// One update of a contiguous range of parameters by a rule (optim/rules.hpp), on the CPU or on the GPU.
+// With a master copy the fp32 master is updated and the parameter (compute copy) written from it;
+// without one, the parameter is read, updated and written back. bf16 writes round stochastically with
+// a random number from (seed ^ element index) unless nearest rounding was asked for. A non-finite
+// updated value (parameter, master or a slot) sets *nonfinite: the divergence check rides on the
+// optimizer's own pass, with no extra read of the state.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "optim/rules.hpp"
+
+namespace gpt::optim {
+
+struct StepArgs {
+  void* param = nullptr;           // (n) activation dtype (bf16 or fp32)
+  float* master = nullptr;         // (n) or null
+  const void* grad = nullptr;      // (n) activation dtype
+  float* slot[kMaxSlots] = {};     // (n) each, the rule's kSlots of them
+  size_t n = 0;
+  Hyper h;                         // after the rule's prepare()
+  float grad_scale = 1.0f;         // multiplies the gradient first (clipping)
+  uint64_t seed = 0;               // stochastic rounding of bf16 params: seed ^ (index_offset + i)
+  uint64_t index_offset = 0;       // logical index of element 0, so rounding does not depend on sharding
+  bool stochastic = true;
+  bool bf16 = false;               // param and grad are bf16 (else fp32)
+  unsigned* nonfinite = nullptr;   // (1) nullable; set to 1, never cleared here
+};
+
+// Rule is one of GPT_OPTIMIZER_RULES. The CPU loop needs host memory; the CUDA one device memory and a
+// cudaStream_t (it queues the kernel; failures are thrown as the kernels' errors).
+template <class Rule>
+void step_cpu(const StepArgs& a);
+template <class Rule>
+void step_cuda(const StepArgs& a, void* stream);
+
+}  // namespace gpt::optim

@@ -1,0 +1,89 @@
+#include "parallel/placement.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+
+namespace gpt {
+
+namespace {
+
+// A whole non-negative decimal number, or -1.
+long parse_count(const char* s) {
+  if (!s || !*s) return -1;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s, &end, 10);
+  return (errno || *end || v < 0) ? -1 : v;
+}
+
+// "0-3", "0,2,4": a sorted rank list with runs collapsed.
+std::string rank_ranges(const std::vector<int>& r) {
+  std::string s;
+  for (size_t i = 0; i < r.size();) {
+    size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    s += (s.empty() ? "" : ",") + std::to_string(r[i]) + (j > i ? "-" + std::to_string(r[j]) : "");
+    i = j + 1;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::optional<LocalRank> local_rank_from_env(const std::function<const char*(const char*)>& getenv, int rank,
+                                             int world) {
+  struct Launcher {
+    const char *local, *rank, *size;
+  };
+  // mpirun first: inside a Slurm job its ranks also carry the SLURM_* of the step they were started from.
+  static const Launcher kLaunchers[] = {
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+      {"SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
+  };
+  for (const Launcher& l : kLaunchers) {
+    const long local = parse_count(getenv(l.local));
+    if (local < 0 || local >= world) continue;
+    if (parse_count(getenv(l.rank)) != rank || parse_count(getenv(l.size)) != world) continue;
+    return LocalRank{int(local), l.local};
+  }
+  return std::nullopt;
+}
+
+std::string launch_mismatch(const std::function<const char*(const char*)>& getenv, int world) {
+  const long tasks = parse_count(getenv("SLURM_STEP_NUM_TASKS"));
+  if (world != 1 || tasks <= 1 || parse_count(getenv("SLURM_PROCID")) < 0) return "";
+  const char* mpi = getenv("SLURM_MPI_TYPE");
+  return "srun started " + std::to_string(tasks) + " tasks (SLURM_STEP_NUM_TASKS) but MPI sees a world of 1" +
+         (mpi ? std::string(" under srun --mpi=") + mpi : std::string()) +
+         ": srun's MPI plugin does not start this MPI library's ranks, so each task runs alone (see `srun "
+         "--mpi=list`; SRUN_MPI or LAUNCHER=mpirun in slurm/lib.sh)";
+}
+
+std::string describe_placement(const std::vector<RankPlace>& ranks) {
+  constexpr size_t kNamed = 4;  // nodes named in full; a job of hundreds gets a count
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<int>> by_node;
+  std::map<std::string, int> by_source;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto& list = by_node[ranks[r].node];
+    if (list.empty()) order.push_back(ranks[r].node);
+    list.push_back(int(r));
+    ++by_source[ranks[r].local_rank_from];
+  }
+  std::string s = std::to_string(ranks.size()) + (ranks.size() == 1 ? " rank" : " ranks") + " on " +
+                  std::to_string(order.size()) + (order.size() == 1 ? " node: " : " nodes: ");
+  for (size_t i = 0; i < order.size() && i < kNamed; ++i)
+    s += (i ? ", " : "") + order[i] + " (" + (by_node[order[i]].size() == 1 ? "rank " : "ranks ") +
+         rank_ranges(by_node[order[i]]) + ")";
+  if (order.size() > kNamed) s += ", ... (" + std::to_string(order.size() - kNamed) + " more)";
+  s += "; local rank from ";
+  bool first = true;
+  for (const auto& [from, n] : by_source) {
+    s += (first ? "" : ", ") + from + (by_source.size() > 1 ? " (" + std::to_string(n) + ")" : "");
+    first = false;
+  }
+  return s;
+}
+
+}  // namespace gpt

@@ -1,0 +1,333 @@
+#include "parallel/zero.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace gpt {
+// The four roles a gather or gradient buffer can play: embedding, final, even layer, odd layer.
+static int role_of(const ParamLayout& layout, int b) {
+  if (b == 0) return 0;
+  if (b == layout.final_bucket()) return 1;
+  return 2 + (b - 1) % 2;
+}
+EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy& policy) {
+  EngineSizes z;
+  z.shape = bucket_shapes(layout, world, policy);
+  for (auto& x : z.shape) {
+    z.full_total += x.cap;
+    z.shard_total += x.shard;
+  }
+  z.params = policy.shard_params ? z.shard_total : z.full_total;
+  z.grads = policy.shard_grads ? z.shard_total : z.full_total;
+  z.role_cap[0] = z.shape.front().cap;
+  z.role_cap[1] = z.shape.back().cap;
+  for (size_t b = 1; b + 1 < z.shape.size(); ++b) z.role_cap[2] = std::max(z.role_cap[2], z.shape[b].cap);
+  z.role_cap[3] = z.role_cap[2];
+  z.grad_temps = policy.shard_grads;
+  z.gather_bufs = policy.shard_params;
+  return z;
+}
+
+MemoryBreakdown EngineSizes::bytes(DType act, bool master_weights, int n_slots) const {
+  const size_t e = dtype_size(act);
+  size_t roles = 0;
+  for (size_t c : role_cap) roles += c;
+  MemoryBreakdown m;
+  m.params = e * params;
+  m.grads = e * grads;
+  m.master = has_master(act, master_weights) ? 4 * shard_total : 0;
+  m.optim = 4 * shard_total * size_t(n_slots);
+  m.comm = (grad_temps ? e * roles : 0) + (gather_bufs ? e * roles : 0);
+  return m;
+}
+
+ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host,
+                       const ZeroPolicy& policy, bool master_weights, const Optimizer& optimizer)
+    : layout_(layout), be_(be), opt_(optimizer), comm_(comm), host_(host), policy_(policy), world_(comm.world()),
+      rank_(comm.rank()), esz_(dtype_size(be.act_dtype())) {
+  state_names_ = {"param", "master"};
+  for (const std::string& s : optimizer.slots()) state_names_.push_back(s);
+  if (optimizer.slots().size() > size_t(optim::kMaxSlots))
+    throw Error(kExitFailure, "internal error: an optimizer with more state slots than optim::kMaxSlots");
+  const EngineSizes z = engine_sizes(layout, world_, policy_);
+  shape_ = z.shape;
+  const int nb = layout.n_buckets();
+  full_off_.resize(nb);
+  shard_off_.resize(nb);
+  for (int b = 0; b < nb; ++b) {
+    full_off_[b] = full_total_;
+    shard_off_[b] = shard_total_;
+    full_total_ += shape_[b].cap;
+    shard_total_ += shape_[b].shard;
+  }
+  auto take = [&](size_t bytes, size_t& tally) {
+    void* p = be_.alloc(bytes);
+    be_.zero(p, bytes);
+    tally += bytes;
+    return p;
+  };
+  (policy_.shard_params ? params_shard_ : params_full_) = take(esz_ * z.params, alloc_.params);
+  (policy_.shard_grads ? grads_shard_ : grads_full_) = take(esz_ * z.grads, alloc_.grads);
+  if (EngineSizes::has_master(be.act_dtype(), master_weights))
+    master_ = static_cast<float*>(take(4 * shard_total_, alloc_.master));
+  for (size_t k = 0; k < optimizer.slots().size(); ++k)
+    slots_.push_back(static_cast<float*>(take(4 * shard_total_, alloc_.optim)));
+  size_t flag_bytes = 0;  // not a memory component: 4 bytes
+  nonfinite_ = static_cast<unsigned*>(take(sizeof(unsigned), flag_bytes));
+  if (z.grad_temps)
+    for (size_t c : z.role_cap) grad_temps_.push_back(take(esz_ * c, alloc_.comm));
+  if (z.gather_bufs)
+    for (size_t c : z.role_cap) gather_bufs_.push_back(take(esz_ * c, alloc_.comm));
+  gathered_.assign(nb, 0);
+  pending_.assign(nb, 0);
+  touched_.assign(nb, 0);
+  temp_owner_.assign(4, -1);
+}
+
+ZeroEngine::~ZeroEngine() {
+  for (void* p : {params_full_, params_shard_, grads_full_, grads_shard_, static_cast<void*>(master_),
+                  static_cast<void*>(nonfinite_)})
+    if (p) be_.free(p);
+  for (float* p : slots_) be_.free(p);
+  for (void* p : grad_temps_) be_.free(p);
+  for (void* p : gather_bufs_) be_.free(p);
+}
+
+char* ZeroEngine::act_ptr(void* base, size_t elems) const { return static_cast<char*>(base) + esz_ * elems; }
+
+size_t ZeroEngine::piece_start(int b) const {
+  return policy_.shard_optimizer ? size_t(rank_) * shape_[b].shard : 0;
+}
+size_t ZeroEngine::piece_begin(int b) const { return std::min(shape_[b].size, piece_start(b)); }
+size_t ZeroEngine::piece_end(int b) const {
+  return policy_.shard_optimizer ? std::min(shape_[b].size, size_t(rank_ + 1) * shape_[b].shard) : shape_[b].size;
+}
+
+void* ZeroEngine::param_piece(int b) {
+  if (policy_.shard_params) return act_ptr(params_shard_, shard_off_[b]);
+  return act_ptr(params_full_, full_off_[b] + piece_start(b));
+}
+void* ZeroEngine::grad_piece(int b) {
+  if (policy_.shard_grads) return act_ptr(grads_shard_, shard_off_[b]);
+  return act_ptr(grads_full_, full_off_[b] + piece_start(b));
+}
+
+// ---- parameters
+void* ZeroEngine::gather_buffer(int b) { return gather_bufs_[role_of(layout_, b)]; }
+
+void ZeroEngine::prefetch(int b) {
+  if (!policy_.shard_params || gathered_[b]) return;
+  // the buffer's previous occupant is done: compute using it was queued before this call
+  for (int o = 0; o < layout_.n_buckets(); ++o)
+    if (o != b && gathered_[o] && role_of(layout_, o) == role_of(layout_, b)) gathered_[o] = 0;
+  comm_.all_gather(act_ptr(params_shard_, shard_off_[b]), gather_buffer(b), shape_[b].shard, be_.act_dtype());
+  comm_.record(b);
+  gathered_[b] = 1;
+}
+
+const void* ZeroEngine::params(int b) {
+  if (!policy_.shard_params) return act_ptr(params_full_, full_off_[b]);
+  prefetch(b);
+  comm_.wait(b);
+  return gather_buffer(b);
+}
+
+// ---- gradients
+void* ZeroEngine::grad_temp(int b) { return grad_temps_[role_of(layout_, b)]; }
+
+void ZeroEngine::finish_pending_grad(int b) {
+  if (!pending_[b]) return;
+  comm_.wait(layout_.n_buckets() + b);
+  be_.add_inplace(grad_piece(b), act_ptr(grad_temp(b), size_t(rank_) * shape_[b].shard), shape_[b].shard);
+  pending_[b] = 0;
+}
+
+void* ZeroEngine::grads(int b) {
+  if (!policy_.shard_grads) return act_ptr(grads_full_, full_off_[b]);
+  if (!touched_[b]) {
+    const int role = role_of(layout_, b);
+    if (temp_owner_[role] >= 0) finish_pending_grad(temp_owner_[role]);
+    temp_owner_[role] = b;
+    be_.zero(grad_temp(b), esz_ * shape_[b].cap);
+    touched_[b] = 1;
+  }
+  return grad_temp(b);
+}
+
+void ZeroEngine::grads_done(int b) {
+  const DType t = be_.act_dtype();
+  if (!policy_.shard_grads) {
+    if (!last_micro_ || world_ == 1) return;
+    void* g = act_ptr(grads_full_, full_off_[b]);
+    if (!policy_.shard_optimizer) comm_.all_reduce_sum(g, shape_[b].cap, t);
+    else comm_.reduce_scatter_sum(g, act_ptr(g, size_t(rank_) * shape_[b].shard), shape_[b].shard, t);
+    return;
+  }
+  void* g = grad_temp(b);
+  if (world_ > 1) comm_.reduce_scatter_sum(g, act_ptr(g, size_t(rank_) * shape_[b].shard), shape_[b].shard, t);
+  comm_.record(layout_.n_buckets() + b);
+  pending_[b] = 1;
+}
+
+void ZeroEngine::begin_step() {
+  if (policy_.shard_grads) be_.zero(grads_shard_, esz_ * shard_total_);
+  else be_.zero(grads_full_, esz_ * full_total_);
+}
+
+void ZeroEngine::begin_micro_step(bool last) {
+  last_micro_ = last;
+  std::fill(touched_.begin(), touched_.end(), 0);
+}
+
+void ZeroEngine::end_backward() {
+  if (policy_.shard_grads)
+    for (int b = 0; b < layout_.n_buckets(); ++b) finish_pending_grad(b);
+  comm_.join();
+  std::fill(temp_owner_.begin(), temp_owner_.end(), -1);
+}
+
+double ZeroEngine::grad_norm() {
+  double s = 0;
+  if (!policy_.shard_optimizer) {
+    s = be_.sum_squares(grads_full_, full_total_);
+  } else if (policy_.shard_grads) {
+    s = host_.sum(be_.sum_squares(grads_shard_, shard_total_));
+  } else {
+    double local = 0;
+    for (int b = 0; b < layout_.n_buckets(); ++b) local += be_.sum_squares(grad_piece(b), shape_[b].shard);
+    s = host_.sum(local);
+  }
+  return std::sqrt(s);
+}
+
+void ZeroEngine::update(const OptimizerHyper& h) {
+  ++params_version_;
+  be_.after_copies();  // a snapshot's copies read what the optimizer is about to write
+  for (int b = 0; b < layout_.n_buckets(); ++b) {
+    // decayed tensors come first in every bucket: [0, split) decays, [split, size) does not
+    const Bucket& bk = layout_.bucket(b);
+    const size_t split = bk.decayed;
+    const size_t lo = piece_begin(b), hi = piece_end(b);
+    const size_t base = piece_start(b);  // logical start of the piece
+    for (int part = 0; part < 2; ++part) {
+      const size_t s0 = std::max(lo, part == 0 ? size_t(0) : split);
+      const size_t s1 = std::min(hi, part == 0 ? split : bk.size);
+      if (s1 <= s0) continue;
+      const size_t off = s0 - base;  // within the piece
+      ParamRange r;
+      r.param = act_ptr(param_piece(b), off);
+      r.master = master_ ? master_ + shard_off_[b] + off : nullptr;
+      r.grad = act_ptr(grad_piece(b), off);
+      for (size_t k = 0; k < slots_.size(); ++k) r.slot[k] = slots_[k] + shard_off_[b] + off;
+      r.n = s1 - s0;
+      r.decay = part == 0;
+      r.index_offset = layout_.logical_offset(b) + s0;
+      r.nonfinite = nonfinite_;
+      opt_.update(be_, r, h);
+    }
+  }
+  if (policy_.gathers_after_update()) {
+    if (world_ > 1)
+      for (int b = 0; b < layout_.n_buckets(); ++b) {
+        void* p = act_ptr(params_full_, full_off_[b]);
+        comm_.all_gather(act_ptr(p, size_t(rank_) * shape_[b].shard), p, shape_[b].shard, be_.act_dtype());
+      }
+    comm_.join();
+  }
+  std::fill(gathered_.begin(), gathered_.end(), 0);
+}
+
+bool ZeroEngine::state_finite() {
+  unsigned flag = 0;
+  be_.copy_d2h(&flag, nonfinite_, sizeof flag);
+  if (flag) be_.zero(nonfinite_, sizeof flag);
+  return flag == 0;
+}
+
+// ---- state exchange (initialisation, checkpoints)
+void ZeroEngine::set_bucket_params(int b, const float* full) {
+  ++params_version_;
+  be_.after_copies();
+  const size_t lo = piece_begin(b), hi = piece_end(b), n = shape_[b].size;
+  float* staged = static_cast<float*>(be_.alloc(4 * n));
+  be_.copy_h2d(staged, full, 4 * n);
+  if (!policy_.shard_params) be_.f32_to_act(act_ptr(params_full_, full_off_[b]), staged, n);
+  else if (hi > lo) be_.f32_to_act(params_shard_ ? act_ptr(params_shard_, shard_off_[b]) : nullptr, staged + lo, hi - lo);
+  if (master_ && hi > lo) be_.copy_d2d(master_ + shard_off_[b], staged + lo, 4 * (hi - lo));
+  be_.synchronize();
+  be_.free(staged);
+}
+
+void ZeroEngine::get_piece(int b, int s, float* out) {
+  const size_t n = piece_end(b) - piece_begin(b);
+  if (n == 0) return;
+  if (s == kMaster && master_) {
+    be_.copy_d2h(out, master_ + shard_off_[b], 4 * n);
+  } else if (s == kParam || s == kMaster) {
+    float* tmp = static_cast<float*>(be_.alloc(4 * n));
+    be_.act_to_f32(tmp, param_piece(b), n);
+    be_.copy_d2h(out, tmp, 4 * n);
+    be_.free(tmp);
+  } else {
+    be_.copy_d2h(out, slot_ptr(s) + shard_off_[b], 4 * n);
+  }
+}
+
+DType ZeroEngine::state_dtype(int s) const {
+  return s == kParam || (s == kMaster && !master_) ? be_.act_dtype() : DType::F32;
+}
+
+void ZeroEngine::copy_piece_async(int b, int s, size_t lo, size_t hi, void* out) {
+  if (hi <= lo) return;
+  if (lo < piece_begin(b) || hi > piece_end(b))
+    throw Error(kExitFailure, "internal error: copy_piece_async outside this rank's piece");
+  const size_t n = hi - lo, off = lo - piece_start(b);  // within the piece
+  if (s == kMaster && master_) be_.copy_d2h_async(out, master_ + shard_off_[b] + off, 4 * n);
+  else if (s == kParam || s == kMaster) be_.copy_d2h_async(out, act_ptr(param_piece(b), off), esz_ * n);
+  else be_.copy_d2h_async(out, slot_ptr(s) + shard_off_[b] + off, 4 * n);
+}
+
+void ZeroEngine::set_piece(int b, int s, const float* in) {
+  ++params_version_;
+  be_.after_copies();
+  const size_t n = piece_end(b) - piece_begin(b);
+  if (s == kMaster && master_) {
+    if (n) be_.copy_h2d(master_ + shard_off_[b], in, 4 * n);
+  } else if (s == kParam || s == kMaster) {
+    if (n) {
+      float* tmp = static_cast<float*>(be_.alloc(4 * n));
+      be_.copy_h2d(tmp, in, 4 * n);
+      be_.f32_to_act(param_piece(b), tmp, n);
+      be_.synchronize();
+      be_.free(tmp);
+    }
+    if (policy_.gathers_after_update() && world_ > 1) {  // every rank needs the whole bucket
+      void* p = act_ptr(params_full_, full_off_[b]);
+      comm_.all_gather(act_ptr(p, size_t(rank_) * shape_[b].shard), p, shape_[b].shard, be_.act_dtype());
+      comm_.join();
+      be_.synchronize();
+    }
+    gathered_[b] = 0;
+  } else if (n) {
+    be_.copy_h2d(slot_ptr(s) + shard_off_[b], in, 4 * n);
+  }
+}
+
+void ZeroEngine::get_bucket_params(int b, float* full) {
+  const size_t n = shape_[b].size;
+  float* tmp = static_cast<float*>(be_.alloc(4 * n));
+  const void* src;
+  if (!policy_.shard_params) {
+    src = act_ptr(params_full_, full_off_[b]);
+  } else {
+    gathered_[b] = 0;
+    src = params(b);
+  }
+  be_.act_to_f32(tmp, src, n);
+  be_.copy_d2h(full, tmp, 4 * n);
+  be_.free(tmp);
+  if (policy_.shard_params) gathered_[b] = 0;
+}
+
+}  // namespace gpt

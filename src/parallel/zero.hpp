@@ -1,0 +1,129 @@
+// ZeRO: where parameters, gradients and optimizer state live across ranks, and the optimizer step.
+// Buckets (model/params.hpp) are split into world-size pieces of equal length (the tail padded with
+// zeros); rank r owns piece r of every bucket. What is sharded is the ZeroPolicy's (parallel/zero_policy.hpp):
+// stage 0 nothing; stage 1 master weights and the optimizer's state slots; stage 2 also gradients
+// (reduce-scattered bucket by bucket as backward finishes them); stage 3 also the parameters (gathered
+// bucket by bucket just before use, next one prefetched). The optimizer (optim/optimizer.hpp) says which
+// slots it keeps; the engine allocates, shards and checkpoints whatever it declares.
+#pragma once
+#include <array>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "base/memory.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/sharded_state.hpp"
+#include "parallel/zero_policy.hpp"
+#include "model/params.hpp"
+#include "model/param_store.hpp"
+#include "optim/optimizer.hpp"
+
+namespace gpt {
+
+
+// The buffers a ZeroEngine allocates, in elements: the engine allocates exactly these, and the memory
+// prediction is their bytes().
+struct EngineSizes {
+  std::vector<BucketShape> shape;
+  size_t full_total = 0, shard_total = 0;  // sums of the buckets' cap and shard
+  size_t params = 0, grads = 0;            // the parameter and gradient buffers (full or shard)
+  std::array<size_t, 4> role_cap{};        // each gather / gradient-temp buffer: embedding, final, even, odd layer
+  bool grad_temps = false, gather_bufs = false;
+  static bool has_master(DType act, bool master_weights) { return master_weights && act != DType::F32; }
+  // state bytes per rank (no activations), for an optimizer of n_slots fp32 slots
+  MemoryBreakdown bytes(DType act, bool master_weights, int n_slots) const;
+};
+EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy& policy);
+
+class ZeroEngine final : public ParamStore, public ShardedState {
+ public:
+  ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host, const ZeroPolicy& policy,
+             bool master_weights, const Optimizer& optimizer);
+  ~ZeroEngine() override;
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  // ParamStore
+  const void* params(int b) override;
+  void prefetch(int b) override;
+  void* grads(int b) override;
+  void grads_done(int b) override;
+  uint64_t params_version() const override { return params_version_; }
+
+  // The step, in order: begin_step, {begin_micro_step, forward, backward}..., end_backward,
+  // grad_norm, update.
+  void begin_step();
+  void begin_micro_step(bool last);
+  void end_backward();
+  double grad_norm();                     // global L2 norm over all ranks' gradients
+  void update(const OptimizerHyper& h);   // the optimizer on the local shard, then parameters made whole
+  // Whether every value the updates since the last call wrote on this rank (parameters, master weights,
+  // optimizer state) is finite; reads and clears the optimizer's flag (synchronises).
+  bool state_finite();
+
+  // State exchange with checkpoints and initialisation, bucket by bucket, in fp32 on the host.
+  // The local piece of bucket b covers logical elements [piece_begin(b), piece_end(b)) of the bucket.
+  const ZeroPolicy& policy() const { return policy_; }
+  // Sets the whole bucket's parameters (every rank passes the same full bucket values).
+  void set_bucket_params(int b, const float* full);
+  // ShardedState (what checkpoints see; copy_piece_async: the next update() and set_piece wait for the
+  // copies on the device)
+  const std::vector<std::string>& state_names() const override { return state_names_; }
+  bool holds(int s) const override { return s != kMaster || master_ != nullptr; }
+  bool has_master() const override { return master_ != nullptr; }
+  int zero_stage() const override { return policy_.stage; }
+  bool shards() const override { return policy_.shard_optimizer; }
+  size_t piece_begin(int b) const override;
+  size_t piece_end(int b) const override;
+  Backend& backend() const override { return be_; }
+  void set_piece(int b, int s, const float* in) override;
+  void copy_piece_async(int b, int s, size_t lo, size_t hi, void* out) override;
+  DType state_dtype(int s) const override;
+  // This rank's piece (length piece_end-piece_begin) of state kind s, in fp32 on the host.
+  void get_piece(int b, int s, float* out);
+  // The full bucket's parameters in fp32 (gathers at stage 3; collective).
+  void get_bucket_params(int b, float* full);
+  const MemoryBreakdown& allocated() const { return alloc_; }
+
+ private:
+  char* act_ptr(void* base, size_t elems) const;
+  size_t piece_start(int b) const;  // logical start of this rank's piece (unclamped)
+  void* gather_buffer(int b);
+  void* grad_temp(int b);
+  void finish_pending_grad(int b);
+  void* param_piece(int b);
+  void* grad_piece(int b);
+
+  float* slot_ptr(int s) const { return slots_[size_t(s - 2)]; }  // s >= 2
+  const ParamLayout& layout_;
+  Backend& be_;
+  const Optimizer& opt_;
+  std::vector<std::string> state_names_;
+  Communicator& comm_;
+  HostComm& host_;
+  ZeroPolicy policy_;
+  uint64_t params_version_ = 1;
+  int world_, rank_;
+  size_t esz_;
+  std::vector<BucketShape> shape_;
+  std::vector<size_t> full_off_, shard_off_;
+  size_t full_total_ = 0, shard_total_ = 0, max_layer_cap_ = 0;
+  // buffers
+  void* params_full_ = nullptr;   // stages 0-2: (sum cap) act
+  void* params_shard_ = nullptr;  // stage 3: (sum shard) act
+  void* grads_full_ = nullptr;    // stages 0-1: (sum cap) act
+  void* grads_shard_ = nullptr;   // stages 2-3: (sum shard) act
+  float* master_ = nullptr;       // (sum shard) fp32, when act is bf16 and master weights are on
+  std::vector<float*> slots_;     // (sum shard) fp32 each: the optimizer's state
+  unsigned* nonfinite_ = nullptr; // (1) set by the optimizer when it writes a non-finite value
+  std::vector<void*> gather_bufs_;  // stage 3: [embedding, final, layer even, layer odd]
+  std::vector<void*> grad_temps_;   // stages 2-3: same four roles
+  std::vector<int> gathered_;       // stage 3: bucket is in its gather buffer
+  std::vector<int> temp_owner_;     // stages 2-3: which bucket occupies each grad temp (-1 none)
+  std::vector<int> pending_;        // stages 2-3: bucket's reduce-scatter issued, not yet added
+  std::vector<int> touched_;        // bucket's grad temp zeroed this micro-step
+  bool last_micro_ = true;
+  MemoryBreakdown alloc_;
+};
+
+}  // namespace gpt

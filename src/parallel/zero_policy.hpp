@@ -1,0 +1,32 @@
+// ZeRO as a policy: what is sharded across ranks. Everything that depends on the stage asks these
+// questions instead of comparing stage numbers.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "model/params.hpp"
+
+namespace gpt {
+
+struct ZeroPolicy {
+  int stage = 0;                 // 0..3, as configured (training.zero_stage)
+  bool shard_optimizer = false;  // fp32 master weights and the optimizer's state: rank r keeps piece r (stage >= 1)
+  bool shard_grads = false;      // gradients are reduce-scattered into a shard as backward goes (stage >= 2)
+  bool shard_params = false;     // parameters kept as a shard, gathered bucket by bucket before use (stage 3)
+
+  static ZeroPolicy of_stage(int stage) { return {stage, stage >= 1, stage >= 2, stage >= 3}; }
+  // Parameters are whole on every rank but updated piece by piece (stages 1 and 2): after the optimizer
+  // step, each rank's piece must be gathered back into everyone's full buffer.
+  bool gathers_after_update() const { return shard_optimizer && !shard_params; }
+};
+
+// A shard is a range of each bucket: every bucket split into world-size pieces of equal length (the tail
+// padded), rank r owning piece r. Sizes of one bucket under a stage and world size.
+struct BucketShape {
+  size_t size = 0;       // logical elements
+  size_t shard = 0;      // elements per rank (stage 0: size)
+  size_t cap = 0;        // elements of a full-bucket buffer (world * shard, or size)
+};
+std::vector<BucketShape> bucket_shapes(const ParamLayout& layout, int world, const ZeroPolicy& policy);
+
+}  // namespace gpt
