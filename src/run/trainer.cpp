@@ -436,7 +436,7 @@ class Trainer {
         if (!ev.empty()) s->eval_row(ev);
       } catch (const Error& e) {
         if (!failed)
-          failed = Error(e.code(), "writing the run's metrics to " + dir_ + "/" + s->name() + " failed: " + e.what() +
+          failed = Error(e.code(), "writing the run log " + dir_ + "/" + s->name() + " failed: " + e.what() +
                                        full_disk_note(dir_));
       }
     }
