@@ -11,6 +11,7 @@ DIR/ab.md (a row per config and variant: both builds' ms/step and tokens/s, new 
 """
 import argparse
 import json
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def main(argv=None):
             runs = {"ref": [], "new": []}
             for i, side in enumerate(("ref", "new", "new", "ref")):
                 d = out / f"{side}{i}"
+                shutil.rmtree(d / "runs", ignore_errors=True)  # this benchmark's own runs of an earlier call
                 d.mkdir(exist_ok=True)
                 runs[side].append(ours(preset, int(mb), v, a.steps, a.warmup, d, getattr(a, side)))
             row = {"preset": preset, "micro_batch": int(mb), "variant": v}

@@ -53,7 +53,7 @@ def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
 model: {{preset: {preset}}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
-training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"}, fp8_classifier: {str(cls).lower()}, micro_batch: {mb},
+training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"},{" fp8_classifier: true," if cls else ""} micro_batch: {mb},
            seq_len: 1024, steps: {steps}, lr: 6.0e-4,
            warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute},
            deterministic: {str(det).lower()}, matmul_search_s: {search}}}

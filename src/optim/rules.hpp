@@ -57,11 +57,17 @@ struct AdamW {
     h.c1 = 1.0f - std::pow(h.beta2, float(h.step));
     return h;
   }
+  // The moments' fused multiply-adds, each in one of two forms (any is as accurate as the other). Left
+  // to the compiler, a*b + c*d contracts into whichever fma its context suggests, which differed between
+  // the CUDA kernel's instantiations; the kernel names the form of each (step_cuda.cu) so that its bits
+  // are those of earlier builds. On the host (no FMA) both forms round alike.
+  //   MOnGradient: m = fma(1 - b1, g, b1 m), else fma(b1, m, g (1 - b1))
+  //   VOnMoment:   v = fma(b2, v, g (g (1 - b2))), else fma(g, (1 - b2) g, b2 v)
+  template <bool MOnGradient = true, bool VOnMoment = false>
   GPT_RULE_HD static float apply(float w, float g, float* s, const Hyper& h) {
-    // The moments' roundings are spelled out (mul_add below) so that every build computes the same
-    // bits: left to the compiler, a*b + c*d contracts into whichever fma its context suggests.
-    s[0] = mul_add(1.0f - h.beta1, g, mul(h.beta1, s[0]));
-    s[1] = mul_add(g, mul(1.0f - h.beta2, g), mul(h.beta2, s[1]));
+    s[0] = MOnGradient ? mul_add(1.0f - h.beta1, g, mul(h.beta1, s[0])) : mul_add(h.beta1, s[0], mul(g, 1.0f - h.beta1));
+    s[1] = VOnMoment ? mul_add(h.beta2, s[1], mul(g, mul(g, 1.0f - h.beta2)))
+                     : mul_add(g, mul(1.0f - h.beta2, g), mul(h.beta2, s[1]));
     const float mhat = s[0] / h.c0, vhat = s[1] / h.c1;
     return w - h.lr * (mhat / (sqrtf(vhat) + h.eps) + h.weight_decay * w);
   }

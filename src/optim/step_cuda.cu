@@ -16,6 +16,19 @@ __device__ __forceinline__ X round_param(float w, size_t i, const StepArgs& a) {
   return kern::from_f<X>(w);
 }
 
+// The rule's element function in this instantiation. AdamW's fused multiply-adds take the forms the
+// compiler had chosen for each instantiation of the kernel before the optimizer interface (rules.hpp),
+// so that its results are bit-identical to earlier builds.
+template <class Rule, class X, int V>
+__device__ __forceinline__ float rule_apply(float w, float g, float* s, const Hyper& h) {
+  if constexpr (std::is_same_v<Rule, AdamW>) {
+    constexpr bool bf = std::is_same_v<X, bf16>;
+    return AdamW::apply<!bf && V == 1, bf && V == 1>(w, g, s, h);
+  } else {
+    return Rule::apply(w, g, s, h);
+  }
+}
+
 // The elements from e on, V of them; e is also the element's index in the range (for the rounding seed).
 template <class Rule, class X>
 struct StepOp {
@@ -43,7 +56,7 @@ struct StepOp {
       float sk[Rule::kSlots];
 #pragma unroll
       for (int j = 0; j < Rule::kSlots; ++j) sk[j] = s[j].v[k];
-      w.v[k] = Rule::apply(w.v[k], kern::to_f(g.v[k]) * a.grad_scale, sk, a.h);
+      w.v[k] = rule_apply<Rule, X, V>(w.v[k], kern::to_f(g.v[k]) * a.grad_scale, sk, a.h);
       p.v[k] = round_param<X>(w.v[k], e + k, a);
       finite &= isfinite(w.v[k]);
 #pragma unroll

@@ -397,6 +397,11 @@ def test_quickstart_trains_before_the_cuda_build(tmp_path, train_bin):
     if not (ROOT / ".venv/lib").is_dir():
         pytest.skip("SKIP: no .venv (scripts/setup.sh makes it)")
     root = make_checkout(tmp_path / "checkout")
+    # its own build/: the CPU objects copied, none of the CUDA ones, so that the CUDA build calls nvcc
+    (root / "build").unlink()
+    shutil.copytree(ROOT / "build", root / "build", symlinks=True,
+                    ignore=lambda d, names: [n for n in names if Path(d) == ROOT / "build"
+                                             and n in ("cu", "tests", "bench", "train-cpu")])
     cuda = tmp_path / "cuda"
     (cuda / "bin").mkdir(parents=True)
     (cuda / "bin/nvcc").write_text("#!/bin/sh\n"
