@@ -7,8 +7,12 @@
   2. The synthetic corpus (the quickstart's model) in fp8 reaches its floor (ln 4 = 1.386; bf16 ends near
      1.43 in 600 steps).
   3. GPT-2 1558M, 50 steps at micro-batch 16 in fp8: no NaN, and how many scaled tensors saturated.
+  4. (part "policies") Every FP8 policy against bf16: GPT-2 124M, 200 steps on tinyshakespeare in file
+     order, B=8, clip 1.0, the same seed (so the same initial weights): each policy's mean loss within 2%
+     of bf16's in every window of steps (1-10, 11-50, 51-100, 101-200), its mean gradient norm 0.9-1.1
+     times bf16's there, and its saturation count.
 
-    python3 bench/fp8_convergence.py --data DIR --out OUT [--parts 124m,synthetic,1558m]
+    python3 bench/fp8_convergence.py --data DIR --out OUT [--parts 124m,synthetic,1558m,policies]
 
 DIR holds tiny_shakespeare_train.bin and tiny_shakespeare_val.bin. Writes OUT/fp8_convergence.json and
 prints a table; exit 1 if a check fails.
@@ -59,6 +63,50 @@ training: {{device: cuda, precision: fp8, micro_batch: 8, seq_len: 128, steps: 6
 eval: {{every: 600, batches: 8}}
 log: {{every: 1, progress: false}}
 """
+POLICY_RUN = """run: {{name: {name}, out_dir: {out}, seed: 42}}
+model: {{preset: d12}}
+data: {{train: "{data}/tiny_shakespeare_train.bin", val: "{data}/tiny_shakespeare_val.bin", shuffle: false}}
+training: {{device: cuda, precision: {prec}, micro_batch: 8, seq_len: 1024, steps: 200, lr: 3.0e-4,
+           warmup_steps: 20, weight_decay: 0.1, grad_clip: 1.0, deterministic: true}}
+eval: {{every: 100, batches: 4}}
+log: {{every: 1, progress: false}}
+"""
+# policy name: what follows `precision:` in the run's training map
+POLICIES = {"fp8": "fp8", "fp8 + classifier": "fp8, fp8_classifier: true",
+            "fp8, e4m3 gradients": "fp8, fp8_grad_format: e4m3"}
+WINDOWS = ((1, 10), (11, 50), (51, 100), (101, 200))
+
+
+def policies(out, data):
+    """Part 4: every policy against bf16, window by window. Returns (result, ok)."""
+    base = POLICY_RUN.replace("{data}", data)
+    logs = {"bf16": train(out, "policy_bf16", base.replace("{prec}", "bf16"))}
+    for name, prec in POLICIES.items():
+        logs[name] = train(out, "policy_" + name.replace(" ", "").replace(",", "_").replace("+", "_"),
+                           base.replace("{prec}", prec))
+    if not all(logs.values()):
+        return {"failed": [k for k, v in logs.items() if not v]}, False
+    ok, res = True, {}
+    ref = logs["bf16"]
+    print("policy                 window    loss / bf16 - 1   grad norm / bf16   saturated")
+    for name in POLICIES:
+        log, rows = logs[name], []
+        for lo, hi in WINDOWS:
+            win = (ref["step"] >= lo) & (ref["step"] <= hi)
+            rel = float(np.mean(log["loss"][win]) / np.mean(ref["loss"][win]) - 1)
+            gn = float(np.mean(log["grad_norm"][win]) / np.mean(ref["grad_norm"][win]))
+            sat = int(log["fp8_saturated"][win].sum())
+            good = abs(rel) <= 0.02 and 0.9 <= gn <= 1.1
+            ok &= good
+            rows.append({"steps": [lo, hi], "loss_rel": rel, "grad_norm_ratio": gn, "saturated": sat, "ok": good})
+            print(f"{name:22s} {lo:3d}-{hi:<3d}   {rel:+8.3%}          {gn:.3f}              {sat}"
+                  + ("" if good else "   <- outside"))
+        res[name] = {"windows": rows, "val_loss": log["val_loss"].tolist(),
+                     "ms": float(np.median(log["step_ms"][5:])), "saturated_total": int(log["fp8_saturated"].sum())}
+    res["bf16"] = {"val_loss": ref["val_loss"].tolist(), "ms": float(np.median(ref["step_ms"][5:]))}
+    return res, ok
+
+
 BIG = """run: {{name: {name}, out_dir: {out}}}
 model: {{preset: d48}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
@@ -73,7 +121,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--parts", default="124m,synthetic,1558m")
+    ap.add_argument("--parts", default="124m,synthetic,1558m,policies")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,6 +173,9 @@ def main():
             ok &= bool(np.isfinite(loss).all()) and loss[-1] < loss[0]
         else:
             ok = False
+    if "policies" in parts:
+        res["policies"], good = policies(out, a.data)
+        ok &= good
     res["ok"] = bool(ok)
     (out / "fp8_convergence.json").write_text(json.dumps(res, indent=1))
     print("fp8 convergence checks:", "passed" if ok else "FAILED")

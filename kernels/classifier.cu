@@ -112,6 +112,31 @@ __device__ __forceinline__ float block_lse2(float m, float s, float* sh_m, float
   return m + log2f(s);
 }
 
+// Pass two into FP8 bytes, for both kernels below: q = fp8((2^(y - lse2) - [col == target]) * dloss *
+// scale) over the row's Vp columns (zeros past V), its max |g| into a.q.amax. x: the row's logits, in
+// global or shared memory. Every thread of the block calls it.
+template <int Threads, int V, int Unroll, class X, class Args>
+__device__ __forceinline__ void quantize_row_gradient(const X* x, int row, int target, float lse2, const Args& a) {
+  __shared__ float sh_a[32];
+  const float qscale = *a.q.scale, dloss = a.dloss;
+  uint8_t* out = a.q.out + size_t(row) * a.Vp;
+  float amax = 0.0f;
+#pragma unroll Unroll
+  for (int c = threadIdx.x * V; c < a.Vp; c += Threads * V) {
+    const Vec<X, V> xv = ldv<X, V>(x + c);
+    alignas(V) uint8_t q[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float p = c + k < a.V ? ex2(fmaf(to_f(xv.v[k]), kLog2e, -lse2)) : 0.0f;
+      const float g = (c + k == target ? p - 1.0f : p) * dloss;
+      amax = fold_abs(amax, g);
+      q[k] = quantize(g * qscale, a.q.fmt);
+    }
+    store_bytes<V>(out + c, q);
+  }
+  block_amax(amax, a.q.amax, sh_a);
+}
+
 // Q: the gradient goes to a.q.out as FP8 bytes (the logits are only read)
 template <class X, int V, bool Q>
 __global__ void __launch_bounds__(kThreads) classifier_kernel(ClassifierArgs<X> a) {
@@ -149,25 +174,8 @@ __global__ void __launch_bounds__(kThreads) classifier_kernel(ClassifierArgs<X> 
   const float lse2 = block_lse2(m, s, sh_m, sh_s);
   if (threadIdx.x == 0) a.losses[row] = lse2 / kLog2e - sh_target;
   const float dloss = a.dloss;
-  if constexpr (Q) {  // pass two into FP8 bytes: q = fp8((2^(y - lse2) - [col == target]) * dloss * scale)
-    __shared__ float sh_a[32];
-    const float qscale = *a.q.scale;
-    uint8_t* out = a.q.out + size_t(row) * a.Vp;
-    float amax = 0.0f;
-#pragma unroll 4
-    for (c = threadIdx.x * V; c < a.Vp; c += stride) {
-      const Vec<X, V> xv = ldv<X, V>(x + c);
-      alignas(V) uint8_t q[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float p = c + k < a.V ? ex2(fmaf(to_f(xv.v[k]), kLog2e, -lse2)) : 0.0f;
-        const float g = (c + k == target ? p - 1.0f : p) * dloss;
-        amax = fold_abs(amax, g);
-        q[k] = quantize(g * qscale, a.q.fmt);
-      }
-      store_bytes<V>(out + c, q);
-    }
-    block_amax(amax, a.q.amax, sh_a);
+  if constexpr (Q) {  // pass two into FP8 bytes
+    quantize_row_gradient<kThreads, V, 4>(x, row, target, lse2, a);
     return;
   }
   if (a.dloss == 0.0f) return;
@@ -242,23 +250,7 @@ __global__ void __launch_bounds__(kRowThreads) classifier_row_smem_kernel(Classi
   if (threadIdx.x == 0) a.losses[blockIdx.x] = lse2 / kLog2e - target_logit;
   const float dloss = a.dloss;
   if constexpr (Q) {  // pass two into FP8 bytes, from shared memory; nothing is copied back
-    __shared__ float sh_a[32];
-    const float qscale = *a.q.scale;
-    uint8_t* out = a.q.out + size_t(blockIdx.x) * a.Vp;
-    float amax = 0.0f;
-    for (c = threadIdx.x * V; c < a.Vp; c += stride) {
-      const Vec<bf16, V> xv = ldv<bf16, V>(row + c);
-      alignas(V) uint8_t q[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float p = c + k < a.V ? ex2(fmaf(to_f(xv.v[k]), kLog2e, -lse2)) : 0.0f;
-        const float g = (c + k == target ? p - 1.0f : p) * dloss;
-        amax = fold_abs(amax, g);
-        q[k] = quantize(g * qscale, a.q.fmt);
-      }
-      store_bytes<V>(out + c, q);
-    }
-    block_amax(amax, a.q.amax, sh_a);
+    quantize_row_gradient<kRowThreads, V, 1>(row, blockIdx.x, target, lse2, a);
     return;  // every thread waited for the barrier: the row's copy has landed
   }
   if (a.dloss == 0.0f) return;  // nothing was written: no copy back (the barrier's copy has landed)

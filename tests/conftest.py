@@ -4,6 +4,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +43,14 @@ def run_train(args, cwd=None, ranks=1, timeout=600, env=None, check=False):
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
     return p
+
+
+def write_shard(path, tokens):
+    """A token shard as docs/DATA.md has it (256-int32 header, then uint16 tokens); returns its path."""
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [20240520, 1, len(tokens)]
+    Path(path).write_bytes(header.tobytes() + np.asarray(tokens, dtype="<u2").tobytes())
+    return Path(path)
 
 
 def write_yaml(path, text):

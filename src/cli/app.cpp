@@ -146,21 +146,7 @@ void check_points(const Experiment& ex, const std::vector<int>& indices, HostCom
 // other ranks failed: files that differ between nodes) another rank's.
 template <class Fn>
 void before_work(HostComm& host, Fn&& fn) {
-  std::string err;
-  long code = 0;
-  try {
-    fn();
-  } catch (const Error& e) {
-    err = e.what();
-    code = e.code();
-  } catch (const std::exception& e) {  // a library's own (filesystem, allocation)
-    err = std::string("reading the experiment: ") + e.what();
-    code = kExitFailure;
-  }
-  const long worst = host.max(code);
-  if (worst == 0) return;
-  const std::string other = shared_message(host, err);
-  throw AgreedError(ExitCode(code ? code : worst), err.empty() ? other : err);
+  agreed(host, "reading the experiment", std::forward<Fn>(fn));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import read_log, run_train, tiny_yaml
+from conftest import read_log, run_train, tiny_yaml, write_shard
 
 EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_CHECKPOINTED = 1, 2, 75
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -39,14 +39,6 @@ def order_spec(order, step, ranks):
     if order == "mixed":  # rank 0's write finished, rank 1's still to start
         return f"checkpoint_done@0:{step},checkpoint_late@1:{step}"
     return ",".join(f"checkpoint_{order}@{r}:{step}" for r in range(ranks))
-
-
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 def assert_finite_checkpoint(ckpt):

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, SHARED, run_train, tiny_yaml, write_yaml
+from conftest import ROOT, SHARED, run_train, tiny_yaml, write_shard, write_yaml
 
 EXIT_BAD_INPUT = 1
 V = 64  # the tiny model's vocabulary (conftest.TINY_SYNTH)
@@ -33,13 +33,6 @@ def assert_no_run_dir(tmp_path):
     assert not runs.exists() or not any(runs.rglob("*")), f"left behind: {sorted(runs.rglob('*'))}"
 
 
-def shard(path, tokens):
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = [20240520, 1, len(tokens)]
-    path.write_bytes(header.tobytes() + np.asarray(tokens, dtype="<u2").tobytes())
-    return path
-
-
 def eval_file(path, examples):
     """An llm.c eval file (evalfile.hpp) of (context, endings, label) examples."""
     words = []
@@ -56,13 +49,13 @@ def eval_file(path, examples):
 
 
 def good_train_shard(tmp_path):
-    return shard(tmp_path / "train.bin", np.random.default_rng(0).integers(0, V, 4000))
+    return write_shard(tmp_path / "train.bin", np.random.default_rng(0).integers(0, V, 4000))
 
 
 def bad_val_shard(tmp_path, at=1500):
     tokens = np.random.default_rng(1).integers(0, V, 2000)
     tokens[at] = 60000
-    return shard(tmp_path / "val.bin", tokens)
+    return write_shard(tmp_path / "val.bin", tokens)
 
 
 # ---- what a run reads later, checked at set-up -------------------------------------------------------
@@ -107,7 +100,7 @@ def test_a_bad_hellaswag_file_is_named_at_set_up(tmp_path, train_bin, dry, kind,
 
 def test_a_good_hellaswag_file_and_validation_shard_pass_the_checks(tmp_path, train_bin):
     hs = eval_file(tmp_path / "hs.bin", [([1, 2, 3], [[4], [5]], 0), ([1, 2], [[4], [63]], 1)])
-    val = shard(tmp_path / "val.bin", np.random.default_rng(1).integers(0, V, 2000))
+    val = write_shard(tmp_path / "val.bin", np.random.default_rng(1).integers(0, V, 2000))
     extra = (f"data: {{synthetic: false, train: '{good_train_shard(tmp_path)}', val: '{val}'}}\n"
              f"eval: {{every: 2, batches: 1, hellaswag: '{hs}'}}\n")
     p = run_train(["--yaml", tiny_yaml(tmp_path, steps=2, extra=extra)])
@@ -275,7 +268,7 @@ def gpt2_vocab_run(tmp_path_factory):
     """A tiny model over GPT-2's 50257 ids, its data folder (a shard, no vocabulary), checkpointed."""
     tmp = tmp_path_factory.mktemp("gpt2vocab")
     (tmp / "data").mkdir()
-    train = shard(tmp / "data/train.bin", np.random.default_rng(2).integers(0, 50257, 4000))
+    train = write_shard(tmp / "data/train.bin", np.random.default_rng(2).integers(0, 50257, 4000))
     text = tiny_yaml(tmp, name="g", steps=1, ckpt_every=1).read_text().replace("vocab_size: 64", "vocab_size: 50257")
     text = text.replace("data: {synthetic: true, synthetic_vocab: 64, synthetic_branching: 4}",
                         f"data: {{train: '{train}'}}")

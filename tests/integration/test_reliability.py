@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import TRAIN, flip_bit, mpirun_cmd, read_log, run_train, tiny_yaml, write_yaml
+from conftest import TRAIN, flip_bit, mpirun_cmd, read_log, run_train, tiny_yaml, write_shard, write_yaml
 
 EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OOM = 1, 2, 3
 BOUND_S = 60  # a one-rank failure must end the whole job within this (it hung until the wall clock before)
@@ -49,14 +49,6 @@ def test_one_rank_failure_ends_every_rank(tmp_path, train_bin, fault, needle):
         log = read_log(tmp_path / "runs/t/log.h5") if (tmp_path / "runs/t/log.h5").exists() else None
         if log is not None:
             assert log["attrs"]["status"] == "failed" and "injected fault" in log["attrs"]["message"]
-
-
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 def test_bad_token_on_one_rank_ends_every_rank(tmp_path, train_bin):

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, TRAIN, mpirun_cmd, read_log, run_train, tiny_yaml, write_yaml
+from conftest import ROOT, TRAIN, mpirun_cmd, read_log, run_train, tiny_yaml, write_shard, write_yaml
 from test_checkpoint import train_pids
 
 EXIT_BAD_INPUT = 1
@@ -143,14 +143,6 @@ def test_a_changed_model_dimension_is_named(tmp_path):
                 "holds another model", "model.n_layer was 2 and is 3 now", "model.n_embd was 32 and is 64 now")
     assert "unusable" not in p.stderr and "falling back" not in p.stderr and "no usable checkpoint" not in p.stderr
     assert snapshot(tmp_path / "runs/t") == before
-
-
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
 def test_changed_data_files_are_named(tmp_path):
