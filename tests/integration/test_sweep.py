@@ -170,3 +170,26 @@ def test_micro_batch_max_on_cpu_needs_a_limit(tmp_path, train_bin):
     y = write_yaml(tmp_path / "m.yaml", MAXB.format(name="m", out=tmp_path, B="max", stage=0).replace(", memory_limit_gb: 0.35", ""))
     p = run_train(["--yaml", y])
     assert p.returncode == 1 and "memory_limit_gb" in p.stderr
+
+
+def test_every_point_of_a_cpu_sweep_measures_its_own_memory(tmp_path, train_bin):
+    """The points of a sweep run one after another in one process: each measures the resident memory it
+    added above what the process held before it, also a point after a larger one (whose freed heap it could
+    reuse without a new resident page: measured 0 before)."""
+    y = write_yaml(tmp_path / "m.yaml", f"""
+run: {{name: mem, out_dir: {tmp_path / 'runs'}}}
+model: {{n_head: 4, vocab_size: 256, max_seq_len: 64}}
+data: {{synthetic: true, synthetic_vocab: 256}}
+training: {{device: cpu, seq_len: 64, steps: 3, warmup_steps: 1}}
+eval: {{batches: 0}}
+log: {{every: 1, progress: false}}
+sweep:
+  grid: {{training.lr: [0.001, 0.002, 0.003]}}
+  zip: {{model.n_layer: [2, 4], model.n_embd: [64, 128], training.micro_batch: [8, 4]}}
+""")
+    run_train(["--yaml", y], ranks=2, check=True)
+    with h5py.File(tmp_path / "runs/mem/summary.h5", "r") as f:
+        peak, pred = f["points/meas_total"][:], f["points/pred_total"][:]
+    assert np.all(peak > 0.5 * pred), (peak, pred)
+    # the same model measures about the same, whatever ran before it
+    assert np.all(np.abs(peak[2::2] / peak[0] - 1) < 0.3) and np.all(np.abs(peak[3::2] / peak[1] - 1) < 0.3), peak

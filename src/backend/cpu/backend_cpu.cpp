@@ -2,6 +2,7 @@
 // OpenBLAS for matrix products. Reductions are written so that results do not depend on the
 // number of threads' finishing order (fixed partitions, summed in order).
 #include <cblas.h>
+#include <malloc.h>
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -59,8 +60,11 @@ size_t resident_bytes(const char* key) {
 }
 
 // Sets the resident peak back to the resident set now (Linux 4.0 on), so that a sweep's later points in the
-// same process measure their own peak, not an earlier point's.
+// same process measure their own peak, not an earlier point's. The heap an earlier point freed goes back to
+// the system first (glibc keeps it resident otherwise, and the next point's buffers would reuse it without
+// a page of new resident memory: measured 0).
 void reset_resident_peak() {
+  malloc_trim(0);
   std::ofstream out("/proc/self/clear_refs");
   out << "5";
 }
