@@ -9,7 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "train"
-SHARED = ROOT.parent / "shared" / "data"
+# The shared test data (GPT-2's vocabulary, the tinyshakespeare shards): $TEST_DATA_DIR, as for the C++
+# tests (tests/test_util.hpp), default ../shared/data beside the checkout. Tests that need it skip without it.
+SHARED = Path(os.environ.get("TEST_DATA_DIR") or ROOT.parent / "shared" / "data")
 
 
 def mpirun_cmd(n):

@@ -1,4 +1,5 @@
 """scripts/prepare_data.py: GPT-2 token shards that match the reference tinyshakespeare shards."""
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -10,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import prepare_data  # noqa: E402
 
-SHARED = REPO.parent / "shared" / "data"
+SHARED = Path(os.environ.get("TEST_DATA_DIR") or REPO.parent / "shared" / "data")  # as in tests/conftest.py
 VOCAB = SHARED / "gpt2" / "vocab.json"
 MERGES = SHARED / "gpt2" / "merges.txt"
 SHAKESPEARE = SHARED / "tinyshakespeare"
