@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bench import ours  # noqa: E402  the same runs gpu_bench makes of this trainer
+from gpu_bench import check_variants, ours  # noqa: E402  the same runs gpu_bench makes of this trainer
 
 
 def main(argv=None):
@@ -30,6 +30,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=4)
     a = ap.parse_args(argv)
+    check_variants(ap, a.variants)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -45,6 +45,13 @@ def run(cmd, log):
     return p.returncode
 
 
+def check_variants(ap, variants):
+    """--variants: each a recompute level followed by fp8, fp8cls, det or prof (an argparse error otherwise)."""
+    for v in variants.split(","):
+        if not v[:1].isdigit() or ("cls" in v and "fp8cls" not in v):
+            ap.error(f"--variants: {v!r} is not a recompute level followed by fp8, fp8cls, det or prof")
+
+
 def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     recompute = int(variant[0])
     det, prof, fp8, cls = "det" in variant, "prof" in variant, "fp8" in variant, "cls" in variant
@@ -157,9 +164,7 @@ def main(argv=None):
     for x in recipes:
         if x not in ("tensorwise", "rowwise"):
             ap.error(f"--torch-fp8: {x!r} is not one of tensorwise, rowwise")
-    for v in a.variants.split(","):
-        if not v[:1].isdigit() or ("cls" in v and "fp8cls" not in v):
-            ap.error(f"--variants: {v!r} is not a recompute level followed by fp8, fp8cls, det or prof")
+    check_variants(ap, a.variants)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows = []
