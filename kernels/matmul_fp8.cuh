@@ -29,7 +29,7 @@ void matmul_fp8_fwd(CublasLt& lt, const MatmulFp8FwdArgs& a, cudaStream_t s);
 // dinp (N, IC) bf16 = dout (N, OC) @ w, from w_t (IC, OC); overwrites. pre_gelu (N, IC) bf16 or null:
 // dinp *= gelu'(pre_gelu), in the DGELU epilogue (or a separate kernel where cuBLASLt has none). The
 // epilogue is correct but slow with FP8 operands on an H200 (5x the plain product at GPT-2 124M), so the
-// model applies GELU's derivative in the gradient's FP8 cast instead (model/gpt_fp8.cpp).
+// model applies GELU's derivative in the gradient's FP8 cast instead (model/block.cpp).
 void matmul_fp8_dinp(CublasLt& lt, void* dinp, const Fp8Operand& dout, const Fp8Operand& w_t, int N, int IC, int OC,
                      const void* pre_gelu, cudaStream_t s);
 // dw (OC, IC) bf16 += dout^T @ inp, from dout_t (OC, N) and inp_t (IC, N)

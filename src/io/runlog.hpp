@@ -19,7 +19,7 @@ inline constexpr uint64_t kLogReserveBytes = uint64_t(256) << 10;
 struct RunInfo {
   std::string name, config_yaml, device, hardware, git_rev, point_values;
   std::string data_files;  // what data.train matched: "SIZE XXH3 PATH" lines (run/resume.hpp)
-  std::string precision;  // "bf16", "fp32", or "fp8: " and the recipe (model/fp8_recipe.hpp)
+  std::string precision;  // "bf16", "fp32", or "fp8: " and the recipe (model/fp8_scaling.hpp)
   int64_t n_params = 0, tokens_per_step = 0, world_size = 1, zero_stage = 0, point_index = -1;
   double flops_per_token = 0, peak_flops = 0;
   std::vector<RankPlace> ranks;  // node and local rank of every rank: /ranks, rewritten on resume

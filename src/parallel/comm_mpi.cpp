@@ -157,7 +157,7 @@ class MpiCommunicator final : public Communicator {
 
 // No MPI: rank and world size from the launcher's environment, a pair taken only when both are whole
 // numbers with rank < size. mpirun's first: inside a Slurm job its ranks also carry the SLURM_* of the
-// step they were started from (dist/placement.hpp reads local ranks in the same order).
+// step they were started from (parallel/placement.hpp reads local ranks in the same order).
 class SoloHostComm final : public HostComm {
  public:
   SoloHostComm() {
