@@ -20,6 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_bench import check_variants, ours  # noqa: E402  the same runs gpu_bench makes of this trainer
 
 
+def points(configs, variants):
+    """(preset, micro-batch, variant) for every config "preset:mb" and variant, configs outermost."""
+    for cfg in configs.split(","):
+        preset, mb = cfg.split(":")
+        for v in variants.split(","):
+            yield preset, int(mb), v
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ref", required=True)
@@ -34,27 +42,25 @@ def main(argv=None):
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for cfg in a.configs.split(","):
-        preset, mb = cfg.split(":")
-        for v in a.variants.split(","):
-            runs = {"ref": [], "new": []}
-            for i, side in enumerate(("ref", "new", "new", "ref")):
-                d = out / f"{side}{i}"
-                shutil.rmtree(d / "runs", ignore_errors=True)  # this benchmark's own runs of an earlier call
-                d.mkdir(exist_ok=True)
-                runs[side].append(ours(preset, int(mb), v, a.steps, a.warmup, d, getattr(a, side)))
-            row = {"preset": preset, "micro_batch": int(mb), "variant": v}
-            for side, rs in runs.items():
-                ms = [r.get("median_step_ms") for r in rs]
-                row[side] = {"status": [r["status"] for r in rs], "median_step_ms": ms,
-                             "peak_mem_bytes": [r.get("peak_mem_bytes") for r in rs]}
-                if all(ms):
-                    row[side]["ms"] = statistics.mean(ms)
-                    row[side]["tokens_per_s"] = statistics.mean(r["tokens_per_s"] for r in rs)
-            if row["ref"].get("ms") and row["new"].get("ms"):
-                row["new_over_ref_tokens_per_s"] = row["new"]["tokens_per_s"] / row["ref"]["tokens_per_s"]
-            rows.append(row)
-            (out / "ab.json").write_text(json.dumps(rows, indent=1))
+    for preset, mb, v in points(a.configs, a.variants):
+        runs = {"ref": [], "new": []}
+        for i, side in enumerate(("ref", "new", "new", "ref")):
+            d = out / f"{side}{i}"
+            shutil.rmtree(d / "runs", ignore_errors=True)  # this benchmark's own runs of an earlier call
+            d.mkdir(exist_ok=True)
+            runs[side].append(ours(preset, mb, v, a.steps, a.warmup, d, getattr(a, side)))
+        row = {"preset": preset, "micro_batch": mb, "variant": v}
+        for side, rs in runs.items():
+            ms = [r.get("median_step_ms") for r in rs]
+            row[side] = {"status": [r["status"] for r in rs], "median_step_ms": ms,
+                         "peak_mem_bytes": [r.get("peak_mem_bytes") for r in rs]}
+            if all(ms):
+                row[side]["ms"] = statistics.mean(ms)
+                row[side]["tokens_per_s"] = statistics.mean(r["tokens_per_s"] for r in rs)
+        if row["ref"].get("ms") and row["new"].get("ms"):
+            row["new_over_ref_tokens_per_s"] = row["new"]["tokens_per_s"] / row["ref"]["tokens_per_s"]
+        rows.append(row)
+        (out / "ab.json").write_text(json.dumps(rows, indent=1))
     lines = ["| model | micro-batch | variant | ref ms/step (A, A') | new ms/step (B, B') | new / ref tokens/s |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:

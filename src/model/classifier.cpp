@@ -1,6 +1,7 @@
 #include "model/classifier.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace gpt {
 
@@ -16,35 +17,13 @@ Classifier::Classifier(const ParamLayout& L, int chunk_rows, LayerPrecision p)
       V_(L.dims().vocab_size),
       Vp_(L.dims().padded_vocab),
       chunk_(chunk_rows),
-      fp8_(p.fp8) {
-  if (fp8_) {
-    q_input_ = fp8_->add("classifier.input", Fp8Format::E4M3);
-    q_weight_ = fp8_->add("classifier.weight", Fp8Format::E4M3);
-    q_grad_ = fp8_->add("classifier.grad", fp8_->recipe().grad);
-  }
-}
-
-Fp8Tensor Classifier::input_q(void* data, bool record) const { return fp8_->tensor(q_input_, data, record); }
-
-Fp8Tensor Classifier::weight_q(bool transposed) const {
-  char* base = static_cast<char*>(w8_) + (transposed ? size_t(Vp_) * C_ : 0);
-  return fp8_->tensor(q_weight_, base);
-}
-
-// wte (Vp, C) -> FP8 (Vp, C) for the logits and transposed (C, Vp) for dx, once per change of the
-// parameters or the scales; the amax of wte is recorded every time it is cast
-void Classifier::cast_weight(const LayerCtx& c, const BucketView& w, uint64_t params_version) const {
-  const std::pair<uint64_t, uint64_t> key{params_version, fp8_->scales_version()};
-  if (w8_key_ == key) return;
-  c.f().cast(weight_q(false), weight_q(true).data, w.at(wte_), nullptr, nullptr, Vp_, C_);
-  w8_key_ = key;
-}
+      q_(p.fp8, [](const char* role) { return std::string("classifier.") + role; }, Vp_, C_) {}
 
 void Classifier::forward(const LayerCtx& c, const BucketView& w, const BucketView* g, uint64_t params_version,
                          const ClassifierActs& a, float dloss) const {
   const int N = c.N;
   const size_t e = dtype_size(c.be.act_dtype());
-  if (!fp8_) {  // logits -> losses (and, training, dlogits in place -> dx, dwte)
+  if (!q_.on()) {  // logits -> losses (and, training, dlogits in place -> dx, dwte)
     const void* wte = w.at(wte_);
     void* dwte = g ? g->at(wte_) : nullptr;
     for (int r0 = 0; r0 < N; r0 += chunk_) {
@@ -62,18 +41,18 @@ void Classifier::forward(const LayerCtx& c, const BucketView& w, const BucketVie
   // FP8: logits from FP8 operands -> losses; training: dlogits as FP8 bytes -> dx (from wte transposed)
   // and dwte (from dlogits and x, both transposed)
   Fp8Ops& f = c.f();
-  cast_weight(c, w, params_version);
+  q_.cast_weight(c, w.at(wte_), params_version);
   for (int r0 = 0; r0 < N; r0 += chunk_) {
     const int n = std::min(chunk_, N - r0);
     const Fp8Tensor x = input_q(static_cast<char*>(a.x) + size_t(r0) * C_, g != nullptr);
-    f.matmul_fwd(a.logits, x, weight_q(false), nullptr, n, C_, Vp_, nullptr);
+    f.matmul_fwd(a.logits, x, q_.weight(false), nullptr, n, C_, Vp_, nullptr);
     if (!g) {
       c.be.classifier(a.logits, a.losses + r0, a.targets + r0, n, V_, Vp_, 0.0f);
       continue;
     }
-    Fp8Tensor d = fp8_->tensor(q_grad_, a.dlogits_q);
+    Fp8Tensor d = q_.grad(a.dlogits_q);
     f.classifier(a.logits, a.losses + r0, a.targets + r0, n, V_, Vp_, dloss, d);
-    f.matmul_dinp(static_cast<char*>(a.dx) + e * size_t(r0) * C_, d, weight_q(true), n, C_, Vp_, nullptr);
+    f.matmul_dinp(static_cast<char*>(a.dx) + e * size_t(r0) * C_, d, q_.weight(true), n, C_, Vp_, nullptr);
     f.transpose(a.logits, a.dlogits_q, n, Vp_);  // (Vp, n) bytes over the dead logits
     f.transpose(a.x_t, x.data, n, C_);
     d.data = a.logits;
@@ -85,14 +64,14 @@ void Classifier::logits_row(const LayerCtx& c, const BucketView& w, uint64_t par
                             const ClassifierActs& a, int row, float* out) const {
   const size_t e = dtype_size(c.be.act_dtype());
   const void* logits = a.logits;
-  if (!fp8_) {
+  if (!q_.on()) {
     const void* x = static_cast<const char*>(a.x) + e * size_t(row) * C_;
     c.be.matmul_fwd(a.logits, x, w.at(wte_), nullptr, 1, C_, Vp_, nullptr);
   } else {
-    cast_weight(c, w, params_version);
+    q_.cast_weight(c, w.at(wte_), params_version);
     const int r0 = row - row % kFp8RowGroup, n = std::min(kFp8RowGroup, c.N - r0);
     const Fp8Tensor x = input_q(static_cast<char*>(a.x) + size_t(r0) * C_, false);
-    c.f().matmul_fwd(a.logits, x, weight_q(false), nullptr, n, C_, Vp_, nullptr);
+    c.f().matmul_fwd(a.logits, x, q_.weight(false), nullptr, n, C_, Vp_, nullptr);
     logits = static_cast<const char*>(a.logits) + e * size_t(row - r0) * Vp_;
   }
   float* tmp = static_cast<float*>(c.be.alloc(4 * size_t(Vp_)));

@@ -15,7 +15,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 
 #include "model/layers.hpp"
 
@@ -36,13 +35,13 @@ class Classifier {
  public:
   // chunk_rows: the most rows of logits at a time (what the logits buffer holds)
   Classifier(const ParamLayout& L, int chunk_rows, LayerPrecision p);
-  bool fp8() const { return fp8_ != nullptr; }
+  bool fp8() const { return q_.on(); }
   // The FP8 form of x (its scale), bytes at data: what the final LayerNorm writes x with. record false:
   // its amax is not recorded (evaluation).
-  Fp8Tensor input_q(void* data, bool record) const;
+  Fp8Tensor input_q(void* data, bool record) const { return q_.input(data, record); }
   // Bytes of wte's FP8 copies (wte and its transpose): 2 * Vp * C; 0 in the activation dtype.
-  size_t weight_cache_bytes() const { return fp8_ ? 2 * size_t(Vp_) * C_ : 0; }
-  void set_weight_cache(void* p) { w8_ = p; }
+  size_t weight_cache_bytes() const { return q_.weight_cache_bytes(); }
+  void set_weight_cache(void* p) { q_.set_weight_cache(p); }
 
   // a.losses (N) for the N = c.N rows of a.x. With g (training): dloss = d(objective)/d(each row's loss),
   // a.dx overwritten, dwte accumulated into g. w, g: the embedding bucket's parameters and gradients.
@@ -53,14 +52,9 @@ class Classifier {
                   int row, float* out) const;
 
  private:
-  Fp8Tensor weight_q(bool transposed) const;
-  void cast_weight(const LayerCtx& c, const BucketView& w, uint64_t params_version) const;
   size_t wte_;  // offset in the embedding bucket
   int C_, V_, Vp_, chunk_;
-  Fp8Scaling* fp8_;
-  int q_input_ = -1, q_weight_ = -1, q_grad_ = -1;       // FP8 slots
-  void* w8_ = nullptr;                                   // FP8 wte (Vp, C) then its transpose (C, Vp)
-  mutable std::pair<uint64_t, uint64_t> w8_key_{0, ~uint64_t(0)};  // parameters and scales w8_ was cast from
+  Fp8Product q_;  // wte (Vp, C)
 };
 
 }  // namespace gpt

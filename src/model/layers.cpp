@@ -8,45 +8,34 @@ const TensorInfo& layer_tensor(const ParamLayout& L, int layer, const char* name
 }
 }  // namespace
 
+// ---- Fp8Product
+
+void Fp8Product::cast_weight(const LayerCtx& c, const void* w, uint64_t params_version) const {
+  const std::pair<uint64_t, uint64_t> key{params_version, fp8_->scales_version()};
+  if (key_ == key) return;
+  c.f().cast(weight(false), weight(true).data, w, nullptr, nullptr, rows_, cols_);
+  key_ = key;
+}
+
 // ---- Linear
 
 Linear::Linear(const ParamLayout& L, int layer, const char* weight, const char* bias, int in, int out,
                LayerPrecision p)
-    : in_(in), out_(out), fp8_(p.fp8) {
+    : in_(in), out_(out) {
   const TensorInfo& wt = layer_tensor(L, layer, weight);
   w_ = wt.offset;
   b_ = layer_tensor(L, layer, bias).offset;
-  if (fp8_) {
-    const char* product = wt.spec->product;
-    q_input_ = fp8_->add(fp8_tensor_name(layer, product, "input"), Fp8Format::E4M3);
-    q_weight_ = fp8_->add(fp8_tensor_name(layer, product, "weight"), Fp8Format::E4M3);
-    q_grad_ = fp8_->add(fp8_tensor_name(layer, product, "grad"), fp8_->recipe().grad);
-  }
-}
-
-Fp8Tensor Linear::input_q(void* data, bool record) const { return fp8_->tensor(q_input_, data, record); }
-
-Fp8Tensor Linear::weight_q(bool transposed) const {
-  char* base = static_cast<char*>(w8_) + (transposed ? size_t(in_) * out_ : 0);
-  return fp8_->tensor(q_weight_, base);
-}
-
-// w (out, in) -> FP8 (out, in) and transposed (in, out), once per change of the parameters or the
-// scales; the amax of the weight is recorded every time (the same values however often they are cast)
-void Linear::cast_weight(const LayerCtx& c, const BucketView& w, uint64_t params_version) const {
-  const std::pair<uint64_t, uint64_t> key{params_version, fp8_->scales_version()};
-  if (w8_key_ == key) return;
-  c.f().cast(weight_q(false), weight_q(true).data, w.at(w_), nullptr, nullptr, out_, in_);
-  w8_key_ = key;
+  const char* product = wt.spec->product;
+  q_ = Fp8Product(p.fp8, [&](const char* role) { return fp8_tensor_name(layer, product, role); }, out, in);
 }
 
 void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
                      void* pre_gelu, bool train, void* keep_t) const {
-  if (!fp8_) {
+  if (!q_.on()) {
     c.be.matmul_fwd(out, in.x, w.at(w_), w.at(b_), c.N, in_, out_, pre_gelu);
     return;
   }
-  cast_weight(c, w, params_version);
+  q_.cast_weight(c, w.at(w_), params_version);
   Fp8Tensor x;
   if (in.quantized) {
     x = input_q(const_cast<void*>(in.x), train);
@@ -54,11 +43,11 @@ void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_ver
     x = input_q(c.q_in, train);
     c.f().cast(x, keep_t, in.x, nullptr, nullptr, c.N, in_);
   }
-  c.f().matmul_fwd(out, x, weight_q(false), w.at(b_), c.N, in_, out_, pre_gelu);
+  c.f().matmul_fwd(out, x, q_.weight(false), w.at(b_), c.N, in_, out_, pre_gelu);
 }
 
 void Linear::recompute_saved(const LayerCtx& c, void* keep_t, const void* x) const {
-  if (fp8_) c.f().cast(input_q(nullptr, false), keep_t, x, nullptr, nullptr, c.N, in_);
+  if (q_.on()) c.f().cast(input_q(nullptr, false), keep_t, x, nullptr, nullptr, c.N, in_);
 }
 
 // FP8: the output gradient cast once (row-major for the input gradient, transposed for the weight
@@ -67,7 +56,7 @@ void Linear::recompute_saved(const LayerCtx& c, void* keep_t, const void* x) con
 // transposed here.
 void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
                       Saved in, const float* dout_colsum, const void* gelu_dinp, const void* gelu_dout) const {
-  if (!fp8_) {
+  if (!q_.on()) {
     if (gelu_dout) throw Error(kExitFailure, "internal error: a bf16 product cannot apply GELU's derivative to dout");
     c.be.matmul_bwd(dinp, g.at(w_), g.at(b_), dout, in.x, w.at(w_), c.N, in_, out_, gelu_dinp, dout_colsum);
     return;
@@ -80,9 +69,9 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
     x_t = c.q_inp_t;
   }
   float* sums = dout_colsum ? nullptr : c.colsum;
-  Fp8Tensor d = fp8_->tensor(q_grad_, c.q_in);
+  Fp8Tensor d = q_.grad(c.q_in);
   f.cast(d, c.q_dout_t, dout, gelu_dout, sums, c.N, out_);
-  f.matmul_dinp(dinp, d, weight_q(true), c.N, in_, out_, nullptr);
+  f.matmul_dinp(dinp, d, q_.weight(true), c.N, in_, out_, nullptr);
   d.data = c.q_dout_t;
   f.matmul_dw(g.at(w_), d, input_q(const_cast<void*>(x_t), true), c.N, in_, out_);
   f.add_sums(g.at(b_), dout_colsum ? dout_colsum : c.colsum, out_);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "backend/backend.hpp"
 #include "model/fp8_scaling.hpp"
@@ -45,19 +46,56 @@ struct LayerPrecision {
   Fp8Scaling* fp8 = nullptr;  // null: bf16/fp32
 };
 
+// A product's FP8 state, for every layer whose product runs on FP8 operands (Linear, Classifier): its
+// three scaled tensors (named name("input"), name("weight"), name("grad")) and the FP8 copies of its
+// weight (rows, cols) and of the weight's transpose, cast once per change of the parameters or the scales
+// (the weight's amax is recorded every time: the same values however often they are cast). Default: no FP8.
+class Fp8Product {
+ public:
+  Fp8Product() = default;
+  template <class Name>
+  Fp8Product(Fp8Scaling* fp8, Name&& name, int rows, int cols) : fp8_(fp8), rows_(rows), cols_(cols) {
+    if (!fp8_) return;
+    q_input_ = fp8_->add(name("input"), Fp8Format::E4M3);
+    q_weight_ = fp8_->add(name("weight"), Fp8Format::E4M3);
+    q_grad_ = fp8_->add(name("grad"), fp8_->recipe().grad);
+  }
+  bool on() const { return fp8_ != nullptr; }
+  // The input's FP8 form (its scale) with bytes at data; record false: its amax is not recorded.
+  Fp8Tensor input(void* data, bool record) const { return fp8_->tensor(q_input_, data, record); }
+  // The output gradient's FP8 form with bytes at data.
+  Fp8Tensor grad(void* data) const { return fp8_->tensor(q_grad_, data); }
+  // The weight's FP8 copy (rows, cols), or its transpose (cols, rows).
+  Fp8Tensor weight(bool transposed) const {
+    return fp8_->tensor(q_weight_, static_cast<char*>(w8_) + (transposed ? size_t(rows_) * cols_ : 0));
+  }
+  // Bytes of the weight copies: 2 * rows * cols; 0 without FP8.
+  size_t weight_cache_bytes() const { return fp8_ ? 2 * size_t(rows_) * cols_ : 0; }
+  void set_weight_cache(void* p) { w8_ = p; }
+  // w (rows, cols) in the activation dtype -> both copies, unless they hold these parameters and scales.
+  void cast_weight(const LayerCtx& c, const void* w, uint64_t params_version) const;
+
+ private:
+  Fp8Scaling* fp8_ = nullptr;
+  int rows_ = 0, cols_ = 0;
+  int q_input_ = -1, q_weight_ = -1, q_grad_ = -1;  // FP8 slots
+  void* w8_ = nullptr;                              // FP8 weight (rows, cols) then its transpose (cols, rows)
+  mutable std::pair<uint64_t, uint64_t> key_{0, ~uint64_t(0)};  // what w8_ was cast from: parameters, scales versions
+};
+
 // y (N, out) = x (N, in) @ W^T + b, W (out, in) and b (out) from the parameter table (`weight`, `bias`
 // names; product name from the table's row for W).
 class Linear {
  public:
   Linear(const ParamLayout& L, int layer, const char* weight, const char* bias, int in, int out,
          LayerPrecision p);
-  bool fp8() const { return fp8_ != nullptr; }
+  bool fp8() const { return q_.on(); }
   // The FP8 form of this product's input (its scale), bytes at data: what a producer that writes the
   // input directly in FP8 (LayerNorm) quantizes with. record false: its amax is not recorded.
-  Fp8Tensor input_q(void* data, bool record) const;
+  Fp8Tensor input_q(void* data, bool record) const { return q_.input(data, record); }
   // Bytes of this product's FP8 weight copies (the weight and its transpose): 2 * in * out; 0 in bf16.
-  size_t weight_cache_bytes() const { return fp8_ ? 2 * size_t(in_) * out_ : 0; }
-  void set_weight_cache(void* p) { w8_ = p; }
+  size_t weight_cache_bytes() const { return q_.weight_cache_bytes(); }
+  void set_weight_cache(void* p) { q_.set_weight_cache(p); }
 
   // The input as the forward got it: x in the activation dtype, or already FP8 (written with input_q).
   struct Input {
@@ -78,7 +116,7 @@ class Linear {
   };
   // Whether GELU's derivative of the input can be applied to dinp in this product's epilogue (bf16);
   // an FP8 product leaves it to the next product's cast (backward's gelu_dout).
-  bool fuses_dinp_gelu() const { return !fp8_; }
+  bool fuses_dinp_gelu() const { return !q_.on(); }
   // dinp = dout @ W (times gelu'(gelu_dinp) when given); dW += dout^T x, db += column sums of dout,
   // taken from dout_colsum when the op that wrote dout summed them. FP8 only: dout is first multiplied
   // by gelu'(gelu_dout) (the previous product's GELU).
@@ -89,14 +127,9 @@ class Linear {
   void recompute_saved(const LayerCtx& c, void* keep_t, const void* x) const;
 
  private:
-  Fp8Tensor weight_q(bool transposed) const;
-  void cast_weight(const LayerCtx& c, const BucketView& w, uint64_t params_version) const;
   size_t w_, b_;  // offsets in the bucket
   int in_, out_;
-  Fp8Scaling* fp8_;
-  int q_input_ = -1, q_weight_ = -1, q_grad_ = -1;  // FP8 slots
-  void* w8_ = nullptr;                              // FP8 weight (out, in) then its transpose (in, out)
-  mutable std::pair<uint64_t, uint64_t> w8_key_{0, ~uint64_t(0)};  // what w8_ was cast from: parameters, scales versions
+  Fp8Product q_;  // W (out, in)
 };
 
 // out = LayerNorm(x) * w + b over C features; mean, rstd (N) fp32.

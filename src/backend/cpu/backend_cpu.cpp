@@ -19,6 +19,7 @@
 #include "backend/backend.hpp"
 #include "backend/cpu/fp8_cpu.hpp"
 #include "backend/cpu/gelu.hpp"
+#include "backend/cpu/xent.hpp"
 #include "backend/op_tally.hpp"
 
 namespace gpt {
@@ -362,23 +363,7 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
       float* zi = z + size_t(i) * Vp;
-      float mx = -INFINITY;
-      for (int j = 0; j < V; ++j) mx = std::max(mx, zi[j]);
-      const float target_logit = zi[targets[i]];
-      double sum = 0;
-      if (dloss != 0.0f) {
-        for (int j = 0; j < V; ++j) {  // keep exp(z - max) for the gradient
-          zi[j] = std::exp(zi[j] - mx);
-          sum += zi[j];
-        }
-        const float scale = float(dloss / sum);
-        for (int j = 0; j < V; ++j) zi[j] *= scale;
-        zi[targets[i]] -= dloss;
-        for (int j = V; j < Vp; ++j) zi[j] = 0;
-      } else {
-        for (int j = 0; j < V; ++j) sum += std::exp(zi[j] - mx);
-      }
-      losses[i] = mx + float(std::log(sum)) - target_logit;
+      losses[i] = cpu::xent_row(zi, dloss != 0.0f ? zi : nullptr, V, Vp, targets[i], dloss);
     }
   }
   double sum_squares(const void* x, size_t n) override {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/gelu.hpp"
+#include "backend/cpu/xent.hpp"
 
 namespace gpt {
 namespace {
@@ -103,19 +104,7 @@ class CpuFp8Ops final : public Fp8Ops {
       std::vector<float> g(Vp);
 #pragma omp for schedule(static)
       for (int i = 0; i < N; ++i) {
-        const float* zi = z + size_t(i) * Vp;
-        float mx = -INFINITY;
-        for (int j = 0; j < V; ++j) mx = std::max(mx, zi[j]);
-        double sum = 0;
-        for (int j = 0; j < V; ++j) {
-          g[j] = std::exp(zi[j] - mx);
-          sum += g[j];
-        }
-        const float scale = float(dloss / sum);
-        for (int j = 0; j < V; ++j) g[j] *= scale;
-        g[targets[i]] -= dloss;
-        for (int j = V; j < Vp; ++j) g[j] = 0;
-        losses[i] = mx + float(std::log(sum)) - zi[targets[i]];
+        losses[i] = cpu::xent_row(z + size_t(i) * Vp, g.data(), V, Vp, targets[i], dloss);
         uint8_t* qi = out + size_t(i) * Vp;
         for (int j = 0; j < Vp; ++j) {
           amax = std::isnan(g[j]) ? INFINITY : std::max(amax, std::fabs(g[j]));
