@@ -129,6 +129,8 @@ def train_run(w, cmd):
     assert log["status"] == "ok" and log["steps"][-1] == int(over["training.steps"]), log["steps"][-5:]
     if "training.precision" in over:
         assert log["precision"].startswith("fp8")
+    if over.get("log.csv") == "true":
+        assert (w.root / "runs" / over["run.name"] / "train.csv").is_file()
 
 
 def dry_run(w, cmd):
