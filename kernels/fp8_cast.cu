@@ -1,8 +1,10 @@
-// FP8 casts. One block per 64 x 64 tile: each thread loads one 16-byte vector (8 bf16) of two rows, turns
-// them into v, writes the row-major bytes straight away and keeps them in shared memory, from where the
-// transposed bytes go out 16 at a time (each of the tile's 64 columns becomes 64 contiguous bytes of a
-// row of the transpose). Column sums are the tile's partial sums in a fixed order, then one reduction
-// over the row tiles (add_partial_rows_kernel): deterministic. The amax is one atomic per block.
+// FP8 casts. One block per 128 x 64 tile: each thread loads one 16-byte vector (8 bf16) of four rows 32
+// apart (every load issued before any arithmetic), turns them into v, writes the row-major bytes straight
+// away and keeps them in shared memory, from where the transposed bytes go out 16 at a time (each of the
+// tile's 64 columns becomes 128 contiguous bytes, a whole cache line, of a row of the transpose). Column
+// sums: each thread's four rows, then the four lanes of a warp that hold the same columns (shuffles), then
+// the eight warps in shared memory, all in a fixed order; then one reduction over the row tiles
+// (add_partial_rows_kernel): deterministic. The amax is one atomic per block.
 #include <cuda_fp8.h>
 
 #include "fp8_cast.cuh"
@@ -10,9 +12,10 @@
 namespace gpt::kern {
 
 namespace {
-// 64 x 64 tiles, 256 threads: 8 threads of 8 columns per row, 32 rows per pass, two passes. Shared rows are
-// 65 bytes apart, so the transposed read (16 rows of one column per thread) spreads over the banks.
-constexpr int kTileR = 64, kTileC = 64, kThreads = 256, kPasses = kTileR / 32, kPad = 1;
+// 128 x 64 tiles, 256 threads: 8 threads of 8 columns per row, 32 rows per pass, four passes. Shared rows
+// are 65 bytes apart, so the transposed read (16 rows of one column per thread) spreads over the banks.
+constexpr int kTileR = 128, kTileC = 64, kThreads = 256, kPasses = kTileR / 32, kPad = 1;
+constexpr int kWarps = kThreads / 32;
 __device__ __forceinline__ bool is_aligned_dev(const void* p, int bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -29,24 +32,45 @@ __device__ __forceinline__ float gelu_grad(float x) {
 // max |v| over the block (a NaN counts as infinity), folded into *amax: non-negative floats order as
 // their bit patterns
 __device__ __forceinline__ void block_amax(float m, float* amax) {
-  __shared__ float sh[kThreads / 32];
+  __shared__ float sh[kWarps];
   m = warp_max(m);
   if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = m;
   __syncthreads();
   if (threadIdx.x == 0 && amax) {
-    for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, sh[w]);
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh[w]);
     atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
   }
 }
-
+// The tile's bytes in shared memory (kTileR rows) -> out_t (C, N): thread t writes column t / 4 of the
+// tile, rows (t % 4) * 16 .. + 16 of each 64-row half
+__device__ __forceinline__ void write_transposed(uint8_t (*qs)[kTileC + kPad], uint8_t* out_t, int r0, int c0, int N,
+                                                 int C) {
+  const int cc = threadIdx.x / 4;
+  if (c0 + cc >= C) return;
+#pragma unroll
+  for (int half = 0; half < kTileR / 64; ++half) {
+    const int rr = half * 64 + (threadIdx.x % 4) * 16;
+    if (r0 + rr >= N) continue;
+    uint8_t q[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) q[k] = qs[rr + k][cc];
+    uint8_t* dst = out_t + size_t(c0 + cc) * N + r0 + rr;
+    if (r0 + rr + 16 <= N && is_aligned_dev(dst, 16)) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(q);
+    } else {
+      for (int k = 0; k < 16 && r0 + rr + k < N; ++k) dst[k] = q[k];
+    }
+  }
+}
 template <class X, bool GELU, bool SUMS>
 __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
   __shared__ uint8_t qs[kTileR][kTileC + kPad];
-  __shared__ float vs[SUMS ? kTileR : 1][SUMS ? kTileC + 1 : 1];
+  __shared__ float part[SUMS ? kWarps : 1][SUMS ? kTileC : 1];
   const int r0 = blockIdx.y * kTileR, c0 = blockIdx.x * kTileC;
   const int tc = (threadIdx.x % 8) * 8, c = c0 + tc;
   const float s = *a.scale;
   float m = 0.0f;
+  float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   // every load of the thread's rows first, then the arithmetic (kPasses rows 32 apart)
   Vec<X, 8> xv[kPasses], gv[kPasses];
 #pragma unroll
@@ -72,30 +96,28 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
       m = isnan(v) ? INFINITY : fmaxf(m, fabsf(v));
       q[k] = quantize(v * s, a.fmt);
       qs[tr][tc + k] = q[k];
-      if constexpr (SUMS) vs[tr][tc + k] = v;
+      if constexpr (SUMS) sum[k] += v;
     }
     if (in && a.out) *reinterpret_cast<uint2*>(a.out + size_t(r) * a.C + c) = *reinterpret_cast<const uint2*>(q);
   }
-  __syncthreads();
-  if (a.out_t) {  // thread t: column t / 4 of the tile, rows (t % 4) * 16 .. + 16: 64 contiguous bytes per column
-    const int cc = threadIdx.x / 4, rr = (threadIdx.x % 4) * 16;
-    if (c0 + cc < a.C && r0 + rr < a.N) {
-      uint8_t q[16];
+  if constexpr (SUMS) {  // lanes l, l + 8, l + 16, l + 24 hold the same columns
 #pragma unroll
-      for (int k = 0; k < 16; ++k) q[k] = qs[rr + k][cc];
-      uint8_t* dst = a.out_t + size_t(c0 + cc) * a.N + r0 + rr;
-      if (r0 + rr + 16 <= a.N && is_aligned_dev(dst, 16)) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(q);
-      } else {
-        for (int k = 0; k < 16 && r0 + rr + k < a.N; ++k) dst[k] = q[k];
-      }
+    for (int k = 0; k < 8; ++k) {
+      sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 8);
+      sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 16);
     }
+    if (threadIdx.x % 32 < 8)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) part[threadIdx.x / 32][tc + k] = sum[k];
   }
+  __syncthreads();
+  if (a.out_t) write_transposed(qs, a.out_t, r0, c0, a.N, a.C);
   if constexpr (SUMS) {
     if (threadIdx.x < kTileC && c0 + threadIdx.x < a.C) {
-      float sum = 0.0f;
-      for (int y = 0; y < kTileR; ++y) sum += vs[y][threadIdx.x];
-      a.scratch[size_t(blockIdx.y) * a.C + c0 + threadIdx.x] = sum;
+      float t = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) t += part[w][threadIdx.x];
+      a.scratch[size_t(blockIdx.y) * a.C + c0 + threadIdx.x] = t;
     }
   }
   block_amax(m, a.amax);
@@ -106,29 +128,23 @@ __global__ void __launch_bounds__(kThreads) fp8_transpose_kernel(uint8_t* __rest
   __shared__ uint8_t qs[kTileR][kTileC + kPad];
   const int r0 = blockIdx.y * kTileR, c0 = blockIdx.x * kTileC;
   const int tc = (threadIdx.x % 8) * 8;
+  uint2 v[kPasses];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int tr = threadIdx.x / 8 + 32 * p;
+    if (r0 + tr < N && c0 + tc < C) v[p] = *reinterpret_cast<const uint2*>(src + size_t(r0 + tr) * C + c0 + tc);
+  }
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     const int tr = threadIdx.x / 8 + 32 * p;
     if (r0 + tr < N && c0 + tc < C) {
-      const uint2 v = *reinterpret_cast<const uint2*>(src + size_t(r0 + tr) * C + c0 + tc);
-      const uint8_t* b = reinterpret_cast<const uint8_t*>(&v);
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&v[p]);
 #pragma unroll
       for (int k = 0; k < 8; ++k) qs[tr][tc + k] = b[k];
     }
   }
   __syncthreads();
-  const int cc = threadIdx.x / 4, rr = (threadIdx.x % 4) * 16;
-  if (c0 + cc < C && r0 + rr < N) {
-    uint8_t q[16];
-#pragma unroll
-    for (int k = 0; k < 16; ++k) q[k] = qs[rr + k][cc];
-    uint8_t* d = dst + size_t(c0 + cc) * N + r0 + rr;
-    if (r0 + rr + 16 <= N && is_aligned_dev(d, 16)) {
-      *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(q);
-    } else {
-      for (int k = 0; k < 16 && r0 + rr + k < N; ++k) d[k] = q[k];
-    }
-  }
+  write_transposed(qs, dst, r0, c0, N, C);
 }
 
 __global__ void fp8_scales_kernel(Fp8ScalesLaunch a) {
@@ -143,6 +159,11 @@ __global__ void fp8_scales_kernel(Fp8ScalesLaunch a) {
   a.scale[i] = s;
   a.scale_inv[size_t(i) * fp8::kScaleInvStride] = 1.0f / s;
   a.amax[i] = 0.0f;
+}
+
+__global__ void fp8_fold_amax_kernel(float* amax, const float* slot) {
+  const float m = isnan(*slot) ? INFINITY : fabsf(*slot);
+  *amax = fmaxf(*amax, m);
 }
 
 dim3 tiles(int N, int C) { return dim3(unsigned(ceil_div(C, kTileC)), unsigned(ceil_div(N, kTileR))); }
@@ -175,6 +196,11 @@ template void fp8_cast<bf16>(const Fp8CastArgs<bf16>&, cudaStream_t);
 void fp8_transpose(uint8_t* dst, const uint8_t* src, int N, int C, cudaStream_t s) {
   if (C % 8 || N % 8) throw KernelError(KernelError::Kind::kUnsupported, "fp8_transpose: N and C must be multiples of 8");
   fp8_transpose_kernel<<<tiles(N, C), kThreads, 0, s>>>(dst, src, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_fold_amax(float* amax, const float* slot, cudaStream_t s) {
+  fp8_fold_amax_kernel<<<1, 1, 0, s>>>(amax, slot);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -32,6 +32,9 @@ void fp8_cast(const Fp8CastArgs<X>& a, cudaStream_t s);
 
 // dst (C, N) = src (N, C), bytes; N and C multiples of 8
 void fp8_transpose(uint8_t* dst, const uint8_t* src, int N, int C, cudaStream_t s);
+// *amax = max(*amax, *slot) (a NaN in slot counts as infinity): an amax a library wrote for one call,
+// folded into the tensor's amax of the step
+void fp8_fold_amax(float* amax, const float* slot, cudaStream_t s);
 
 struct Fp8ScalesLaunch {
   float* amax = nullptr;          // (n)

@@ -11,6 +11,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <random>
 #include <string>
@@ -25,9 +26,12 @@ namespace gpt::kern {
 struct CublasLt::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatrixLayout_t lc = nullptr;  // C's layout where D is FP8 (C keeps the activation dtype); else ld
   cublasLtMatmulAlgo_t algo{};
   bool ok = false;
+  cublasLtMatrixLayout_t c_layout() const { return lc ? lc : ld; }
   ~Plan() {
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (lb) cublasLtMatrixLayoutDestroy(lb);
     if (ld) cublasLtMatrixLayoutDestroy(ld);
@@ -83,8 +87,10 @@ constexpr double kSearchMinFlops = 1e10;  // smaller products: the heuristic's c
 struct Candidates {
   std::vector<cublasLtMatmulAlgo_t> heuristic, variants;
 };
-Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, cudaDataType_t dt, size_t workspace_bytes,
-                      const cublasLtMatmulHeuristicResult_t* res, int found, bool search, const GemmArgs& g) {
+// types: A, B, C and D's (an FP8 product's operands and output differ from C's)
+Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, const std::array<cudaDataType_t, 4>& types,
+                      size_t workspace_bytes, const cublasLtMatmulHeuristicResult_t* res, int found, bool search,
+                      const GemmArgs& g) {
   Candidates out;
   for (int i = 0; i < found; ++i)
     if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= workspace_bytes)
@@ -103,7 +109,7 @@ Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, cudaDataT
     if (std::find(seen.begin(), seen.end(), std::make_pair(id, stages)) != seen.end()) continue;
     seen.emplace_back(id, stages);
     cublasLtMatmulAlgo_t base;
-    if (cublasLtMatmulAlgoInit(handle, ct, CUDA_R_32F, dt, dt, dt, dt, int(id), &base) != CUBLAS_STATUS_SUCCESS)
+    if (cublasLtMatmulAlgoInit(handle, ct, CUDA_R_32F, types[0], types[1], types[2], types[3], int(id), &base) != CUBLAS_STATUS_SUCCESS)
       continue;
     size_t bytes = 0, w = 0;
     bool aligned = true;  // the operands' addresses meet the id's alignment needs
@@ -155,7 +161,8 @@ Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, cudaDataT
 // changes no result. The heuristic's first choice when there is nothing to choose from or no memory
 // for the saved output.
 cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
-                             cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, size_t elem_bytes, void* workspace,
+                             cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
+                             size_t elem_bytes, void* workspace,
                              size_t workspace_bytes, const GemmArgs& g, const Candidates& cands, double search_s,
                              cudaStream_t s) {
   if (cands.heuristic.size() <= 1 && cands.variants.empty()) return cands.heuristic[0];
@@ -178,7 +185,7 @@ cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   auto time = [&](const cublasLtMatmulAlgo_t& algo, int reps) {
     for (int r = 0; r <= reps; ++r) {
       if (r == 1) CUDA_CHECK(cudaEventRecord(e0, s));
-      if (cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, g.D, ld, g.D, ld, &algo, workspace,
+      if (cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, g.D, lc, g.D, ld, &algo, workspace,
                          workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
         return -1.0f;
     }
@@ -197,7 +204,7 @@ cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   for (const cublasLtMatmulAlgo_t& a : cands.variants) {
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > search_s) break;
     cublasLtMatmulHeuristicResult_t chk{};
-    if (cublasLtMatmulAlgoCheck(handle, desc, la, lb, ld, ld, &a, &chk) != CUBLAS_STATUS_SUCCESS ||
+    if (cublasLtMatmulAlgoCheck(handle, desc, la, lb, lc, ld, &a, &chk) != CUBLAS_STATUS_SUCCESS ||
         chk.state != CUBLAS_STATUS_SUCCESS || chk.workspaceSize > workspace_bytes)
       continue;
     const float ms = time(a, 1);
@@ -221,13 +228,19 @@ cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   return *best;
 }
 
+// An FP8 output: D = fp8(result * d_scale), max |result| written to d_amax
+void set_fp8_out(cublasLtMatmulDesc_t desc, const GemmArgs& g) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &g.d_scale, sizeof(void*)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &g.d_amax, sizeof(void*)));
+}
+
 }  // namespace
 
 bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
   const Key key = {g.transa, g.transb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.accumulate, int(g.epi), g.aux_ld,
                    ptr_align(g.A), ptr_align(g.B), ptr_align(g.D), ptr_align(g.aux), ptr_align(g.bias),
-                   g.a_type, g.b_type, g.fast_accum};
-  const bool fp8 = g.a_type >= 0;
+                   g.a_type, g.b_type, g.fast_accum, g.d_type};
+  const bool fp8 = g.a_type >= 0, fp8_out = g.d_type >= 0;
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto p = std::make_unique<Plan>();
@@ -254,6 +267,7 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
         CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &dt, sizeof(dt)));
     }
+    if (fp8_out) set_fp8_out(p->desc, g);
     if (g.bias)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(void*)));
     if (g.aux) {
@@ -264,7 +278,8 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     }
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, at, g.transa ? g.k : g.m, g.transa ? g.m : g.k, g.lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, bt, g.transb ? g.n : g.k, g.transb ? g.k : g.n, g.ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, dt, g.m, g.n, g.ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, fp8_out ? cudaDataType_t(g.d_type) : dt, g.m, g.n, g.ldd));
+    if (fp8_out) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, dt, g.m, g.n, g.ldd));
 
     cublasLtMatmulPreference_t pref = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -278,17 +293,19 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     constexpr int kCandidates = 8;
     cublasLtMatmulHeuristicResult_t res[kCandidates] = {};
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->la, p->lb, p->c_layout(), p->ld, pref,
                                                              autotune_ ? kCandidates : 1, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
     p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p->ok) {
-      const bool search = autotune_ && search_s_ > 0 && 2.0 * g.m * g.n * g.k >= kSearchMinFlops && !fp8;
-      const Candidates cands = candidates(handle_, ct, dt, workspace_bytes_, res, found, search, g);
+      const bool search = autotune_ && search_s_ > 0 && 2.0 * g.m * g.n * g.k >= kSearchMinFlops;
+      const cudaDataType_t d_t = fp8_out ? cudaDataType_t(g.d_type) : dt;
+      const Candidates cands = candidates(handle_, ct, {at, bt, dt, d_t}, workspace_bytes_, res, found, search, g);
       p->ok = !cands.heuristic.empty();
       if (p->ok)
-        p->algo = fastest(handle_, p->desc, p->la, p->lb, p->ld, f32 ? 4 : 2, workspace_, workspace_bytes_, g, cands,
+        p->algo = fastest(handle_, p->desc, p->la, p->lb, p->c_layout(), p->ld, fp8_out ? 1 : f32 ? 4 : 2, workspace_,
+                          workspace_bytes_, g, cands,
                         search_s_, s);
     }
     it = plans_.emplace(key, std::move(p)).first;
@@ -304,8 +321,9 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale, sizeof(void*)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale, sizeof(void*)));
   }
+  if (fp8_out) set_fp8_out(p.desc, g);
   const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, g.D, p.ld, g.D, p.ld, &p.algo,
+  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, g.D, p.c_layout(), g.D, p.ld, &p.algo,
                               workspace_, workspace_bytes_, s));
   return true;
 }

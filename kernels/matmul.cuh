@@ -40,6 +40,12 @@ struct GemmArgs {
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   bool fast_accum = false;
+  // An FP8 output (FP8 operands only): D's type (CUDA_R_8F_E4M3 / _E5M2; -1: the handle's dtype), the
+  // quantizing scale D is multiplied by, and where cuBLASLt writes max |D| before the scaling (overwritten,
+  // not folded). Bias and GELU's aux stay in the activation dtype.
+  int d_type = -1;
+  const float* d_scale = nullptr;
+  float* d_amax = nullptr;
 };
 
 // Owns the cuBLASLt handle and one cached plan (descriptors + chosen algorithm) per shape and epilogue.
@@ -62,7 +68,7 @@ class CublasLt {
 
  private:
   struct Plan;
-  using Key = std::array<long long, 19>;
+  using Key = std::array<long long, 20>;
   cudaDataType_t dtype_;
   cublasLtContext* handle_ = nullptr;
   void* workspace_;

@@ -50,6 +50,17 @@ void matmul_fp8_fwd(CublasLt& lt, const MatmulFp8FwdArgs& a, cudaStream_t s) {
   if (!lt.gemm(g, s)) throw no_algorithm("forward");
 }
 
+bool matmul_fp8_fwd_gelu_q(CublasLt& lt, const MatmulFp8GeluQArgs& a, cudaStream_t s) {
+  GemmArgs g = fp8_gemm(a.w, a.IC, a.inp, a.IC, a.OC, a.N, a.IC);
+  g.D = a.out, g.ldd = a.OC;
+  g.d_type = lib_type(a.out_fmt), g.d_scale = a.out_scale, g.d_amax = a.amax_slot;
+  g.bias = a.bias;
+  g.fast_accum = true;
+  g.epi = a.bias ? Epilogue::GeluAuxBias : Epilogue::GeluAux;
+  g.aux = a.pre_gelu, g.aux_ld = a.OC;
+  return lt.gemm(g, s);
+}
+
 void matmul_fp8_dinp(CublasLt& lt, void* dinp, const Fp8Operand& dout, const Fp8Operand& w_t, int N, int IC, int OC,
                      const void* pre_gelu, cudaStream_t s) {
   GemmArgs g = fp8_gemm(w_t, OC, dout, OC, IC, N, OC);

@@ -26,6 +26,20 @@ struct MatmulFp8FwdArgs {
 };
 // Throw KernelError(kUnsupported) when cuBLASLt has no algorithm and no fallback is left.
 void matmul_fp8_fwd(CublasLt& lt, const MatmulFp8FwdArgs& a, cudaStream_t s);
+// out (N, OC) FP8 bytes = fp8(gelu_tanh(inp @ w^T + bias) * out_scale) from cuBLASLt's GELU_AUX epilogue,
+// pre_gelu (N, OC) bf16 the product before GELU; max |gelu| written to *amax_slot (overwritten).
+// false: cuBLASLt has no algorithm for this (nothing was written).
+struct MatmulFp8GeluQArgs {
+  void* out = nullptr;              // (N, OC) FP8
+  fp8::Format out_fmt = fp8::Format::E4M3;
+  const float* out_scale = nullptr; // (1) device
+  float* amax_slot = nullptr;       // (1) device
+  Fp8Operand inp, w;
+  const void* bias = nullptr;       // (OC) bf16 or null
+  void* pre_gelu = nullptr;         // (N, OC) bf16
+  int N = 0, IC = 0, OC = 0;
+};
+bool matmul_fp8_fwd_gelu_q(CublasLt& lt, const MatmulFp8GeluQArgs& a, cudaStream_t s);
 // dinp (N, IC) bf16 = dout (N, OC) @ w, from w_t (IC, OC); overwrites. pre_gelu (N, IC) bf16 or null:
 // dinp *= gelu'(pre_gelu), in the DGELU epilogue (or a separate kernel where cuBLASLt has none). The
 // epilogue is correct but slow with FP8 operands on an H200 (5x the plain product at GPT-2 124M), so the

@@ -55,6 +55,12 @@ class Fp8Ops {
   // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu).
   virtual void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC,
                           int OC, void* pre_gelu) = 0;
+  // The forward with GELU whose output goes to the next product in FP8: out.data (N, OC) =
+  // fp8(gelu_tanh(inp @ w^T + bias) * out.scale), GELU computed from the fp32 product, max |gelu| folded
+  // into *out.amax (nullable); pre_gelu (N, OC) = the product before GELU, act dtype. false: the backend
+  // has no such fused product and wrote nothing (the caller takes matmul_fwd, then cast).
+  virtual bool matmul_fwd_gelu_q(const Fp8Tensor& out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias,
+                                 int N, int IC, int OC, void* pre_gelu) = 0;
   // dinp (N, IC) = dout (N, OC) @ w, from w_t = w transposed (IC, OC); overwrites. With pre_gelu (N, IC)
   // non-null it is multiplied by gelu_tanh'(pre_gelu) (a fused epilogue where the library has one).
   virtual void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,

@@ -34,7 +34,14 @@ void Block::forward(const LayerCtx& c, const BucketView& w, uint64_t version, co
   const Fp8Tensor ln2_q = fc_.fp8() ? fc_.input_q(a.ln2, train) : Fp8Tensor{};
   ln2_.forward(c, w, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, io.res_in, io.scratch_c, fc_.fp8() ? &ln2_q : nullptr);
   // fc with GELU fused (pre-activation kept in fch). GELU's output is what fcproj's weight gradient
-  // needs: kept as it is in bf16; FP8 casts it (kept transposed) from a bf16 scratch copy.
+  // needs: kept as it is in bf16. FP8 keeps it in FP8: written so by fc's epilogue, or, with recompute
+  // (which casts it again from fch in the backward: the forward must quantize the same values), cast
+  // from a bf16 scratch copy and kept transposed.
+  if (gelu_in_fp8(c)) {
+    fc_.forward_gelu_q(c, w, version, fcproj_.input_q(a.fch_gelu, train), {a.ln2, true}, a.fch, train, io.dbig);
+    fcproj_.forward(c, w, version, io.scratch_c, {a.fch_gelu, true}, nullptr, train, nullptr);
+    return;
+  }
   void* gelu = fcproj_.fp8() ? io.dbig : a.fch_gelu;
   fc_.forward(c, w, version, gelu, {a.ln2, fc_.fp8()}, a.fch, train, nullptr);
   fcproj_.forward(c, w, version, io.scratch_c, {gelu, false}, nullptr, train,
@@ -53,8 +60,8 @@ void Block::backward(const LayerCtx& c, const BucketView& w, const BucketView& g
   // fc's output gradient (FP8: cuBLASLt's DGELU epilogue on FP8 operands measured 5x slower than the plain
   // product on an H200, 19.1 against 3.7 ms a step for GPT-2 124M's fc projections at B=64)
   const bool fused = fcproj_.fuses_dinp_gelu();
-  fcproj_.backward(c, w, g, io.dbig, io.dres, {a.fch_gelu, fcproj_.fp8()}, io.dres_colsum, fused ? a.fch : nullptr,
-                   nullptr);
+  fcproj_.backward(c, w, g, io.dbig, io.dres, {a.fch_gelu, fcproj_.fp8() && !gelu_in_fp8(c)}, io.dres_colsum,
+                   fused ? a.fch : nullptr, nullptr);
   if (c.recompute >= 2) {
     const Fp8Tensor q = fc_.fp8() ? fc_.input_q(a.ln2, false) : Fp8Tensor{};
     ln2_.forward(c, w, a.ln2, a.ln2_mean, a.ln2_rstd, nullptr, a.res2, nullptr, fc_.fp8() ? &q : nullptr);

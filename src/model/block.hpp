@@ -22,7 +22,7 @@ struct BlockActs {
   void* ln2;                  // (N, C): FP8 bytes when fc is FP8
   float *ln2_mean, *ln2_rstd; // (N)
   void* fch;                  // (N, 4C) before GELU
-  void* fch_gelu;             // (N, 4C) GELU's output; FP8 transposed (4C, N) when fcproj is FP8
+  void* fch_gelu;             // (N, 4C) GELU's output; FP8 bytes when fcproj is FP8 (transposed (4C, N) with recompute)
 };
 
 // What a block pass borrows from the model besides its activations.
@@ -55,6 +55,9 @@ class Block {
   const LayerNorm& ln1() const { return ln1_; }
 
  private:
+  // GELU's output leaves fc's epilogue in FP8 (both MLP products FP8, nothing recomputed)
+  bool gelu_in_fp8(const LayerCtx& c) const { return fc_.fp8() && fcproj_.fp8() && c.recompute < 1; }
+
   int layer_, C_;
   LayerNorm ln1_, ln2_;
   Linear qkv_, attproj_, fc_, fcproj_;

@@ -29,21 +29,35 @@ Linear::Linear(const ParamLayout& L, int layer, const char* weight, const char* 
   q_ = Fp8Product(p.fp8, [&](const char* role) { return fp8_tensor_name(layer, product, role); }, out, in);
 }
 
+// The FP8 weight copies made current and the input's FP8 form: as the producer wrote it, or cast here
+// (row-major for this product, transposed for its weight gradient into keep_t when given).
+Fp8Tensor Linear::input_fp8(const LayerCtx& c, const BucketView& w, uint64_t params_version, Input in, bool train,
+                            void* keep_t) const {
+  q_.cast_weight(c, w.at(w_), params_version);
+  if (in.quantized) return input_q(const_cast<void*>(in.x), train);
+  Fp8Tensor x = input_q(c.q_in, train);
+  c.f().cast(x, keep_t, in.x, nullptr, nullptr, c.N, in_);
+  return x;
+}
+
 void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
                      void* pre_gelu, bool train, void* keep_t) const {
   if (!q_.on()) {
     c.be.matmul_fwd(out, in.x, w.at(w_), w.at(b_), c.N, in_, out_, pre_gelu);
     return;
   }
-  q_.cast_weight(c, w.at(w_), params_version);
-  Fp8Tensor x;
-  if (in.quantized) {
-    x = input_q(const_cast<void*>(in.x), train);
-  } else {  // cast here: row-major for this product, transposed (kept) for its weight gradient
-    x = input_q(c.q_in, train);
-    c.f().cast(x, keep_t, in.x, nullptr, nullptr, c.N, in_);
-  }
+  const Fp8Tensor x = input_fp8(c, w, params_version, in, train, keep_t);
   c.f().matmul_fwd(out, x, q_.weight(false), w.at(b_), c.N, in_, out_, pre_gelu);
+}
+
+void Linear::forward_gelu_q(const LayerCtx& c, const BucketView& w, uint64_t params_version, const Fp8Tensor& out_q,
+                            Input in, void* pre_gelu, bool train, void* scratch) const {
+  if (!q_.on() || !pre_gelu)
+    throw Error(kExitFailure, "internal error: an FP8 GELU output needs an FP8 product with GELU");
+  const Fp8Tensor x = input_fp8(c, w, params_version, in, train, nullptr);
+  if (c.f().matmul_fwd_gelu_q(out_q, x, q_.weight(false), w.at(b_), c.N, in_, out_, pre_gelu)) return;
+  c.f().matmul_fwd(scratch, x, q_.weight(false), w.at(b_), c.N, in_, out_, pre_gelu);
+  c.f().cast(out_q, nullptr, scratch, nullptr, nullptr, c.N, out_);
 }
 
 void Linear::recompute_saved(const LayerCtx& c, void* keep_t, const void* x) const {

@@ -108,6 +108,12 @@ class Linear {
   // cast again when it or the scales changed).
   void forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
                void* pre_gelu, bool train, void* keep_t) const;
+  // FP8, with GELU, for a next product on FP8 operands: out_q.data (N, out) = GELU's output in FP8 with
+  // out_q's scale (the next product's input_q), straight from the product's epilogue; pre_gelu as above.
+  // scratch (N, out), activation dtype: where the output goes first when the backend has no such
+  // epilogue (then cast).
+  void forward_gelu_q(const LayerCtx& c, const BucketView& w, uint64_t params_version, const Fp8Tensor& out_q,
+                      Input in, void* pre_gelu, bool train, void* scratch) const;
   // What the forward left for the weight gradient: the input x (activation dtype, or FP8 row-major), or
   // FP8 bytes already transposed.
   struct Saved {
@@ -129,6 +135,9 @@ class Linear {
  private:
   size_t w_, b_;  // offsets in the bucket
   int in_, out_;
+  Fp8Tensor input_fp8(const LayerCtx& c, const BucketView& w, uint64_t params_version, Input in, bool train,
+                      void* keep_t) const;
+
   Fp8Product q_;  // W (out, in)
 };
 

@@ -104,6 +104,34 @@ TEST(Fp8, cast_transpose_and_column_sums) {
   EXPECT_TRUE(t2 == qt);
 }
 
+// GELU's output in FP8 from the forward product is the product with GELU, then the cast: the same bytes,
+// the same pre-activation and the same amax (the model's fc output takes either path)
+TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast) {
+  auto be = make_cpu_backend(BackendOptions{});
+  const int N = 8, IC = 16, OC = 24;
+  std::mt19937 rng(11);
+  auto codes = [&](size_t n) {
+    std::vector<uint8_t> v(n);
+    for (auto& c : v) c = uint8_t(rng() % 0x70) | uint8_t(rng() & 0x80);
+    return v;
+  };
+  auto a = codes(size_t(N) * IC), w = codes(size_t(OC) * IC);
+  std::vector<float> bias(OC);
+  for (int o = 0; o < OC; ++o) bias[o] = 0.25f * float(o % 5) - 0.5f;
+  Meta ma(2.0f), mw(0.5f), m1(4.0f), m2(4.0f);
+  const Fp8Tensor ta = ma.t(a.data(), Fp8Format::E4M3), tw = mw.t(w.data(), Fp8Format::E4M3);
+  std::vector<float> gelu(size_t(N) * OC), pre1(gelu.size()), pre2(gelu.size());
+  std::vector<uint8_t> q1(gelu.size()), q2(gelu.size());
+  be->fp8()->matmul_fwd(gelu.data(), ta, tw, bias.data(), N, IC, OC, pre1.data());
+  be->fp8()->cast(m1.t(q1.data(), Fp8Format::E4M3), nullptr, gelu.data(), nullptr, nullptr, N, OC);
+  ASSERT_TRUE(be->fp8()->matmul_fwd_gelu_q(m2.t(q2.data(), Fp8Format::E4M3), ta, tw, bias.data(), N, IC, OC,
+                                           pre2.data()));
+  EXPECT_TRUE(q1 == q2);
+  EXPECT_TRUE(pre1 == pre2);
+  EXPECT_GT(m1.v[2], 0.0f);
+  EXPECT_EQ(m1.v[2], m2.v[2]);
+}
+
 TEST(Fp8, products_use_the_dequantized_operands) {
   auto be = make_cpu_backend(BackendOptions{});
   const int N = 8, IC = 16, OC = 32;

@@ -62,6 +62,15 @@ class CpuFp8Ops final : public Fp8Ops {
     dequantize(b_, w, size_t(OC) * IC);
     be_.matmul_fwd(out, a_.data(), b_.data(), bias, N, IC, OC, pre_gelu);
   }
+  // the product with GELU in fp32, then quantized as cast() does: the same bytes as matmul_fwd + cast
+  bool matmul_fwd_gelu_q(const Fp8Tensor& out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N,
+                         int IC, int OC, void* pre_gelu) override {
+    gelu_.resize(size_t(N) * OC);
+    matmul_fwd(gelu_.data(), inp, w, bias, N, IC, OC, pre_gelu);
+    WallScope t(tally_, "fp8_cast");
+    quantize(out, nullptr, gelu_.data(), nullptr, nullptr, N, OC);
+    return true;
+  }
   void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
                    const void* pre_gelu) override {
     WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, pre_gelu ? " +dgelu" : "") : "");
@@ -168,7 +177,7 @@ class CpuFp8Ops final : public Fp8Ops {
 
   Backend& be_;
   OpTally& tally_;
-  std::vector<float> ln_, a_, b_;
+  std::vector<float> ln_, a_, b_, gelu_;
 };
 
 }  // namespace

@@ -58,6 +58,21 @@ class CudaFp8Ops final : public Fp8Ops {
     a.pre_gelu = pre_gelu;
     kernel_boundary([&] { kern::matmul_fp8_fwd(*c_.lt, a, c_.stream); });
   }
+  bool matmul_fwd_gelu_q(const Fp8Tensor& out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N,
+                         int IC, int OC, void* pre_gelu) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream,
+                        c_.prof->enabled() ? matmul_op_name("matmul_fp8_fwd", IC, OC, " +gelu fp8") : "");
+    kern::MatmulFp8GeluQArgs a;
+    a.out = out.data, a.out_fmt = out.fmt, a.out_scale = out.scale;
+    a.amax_slot = static_cast<float*>(c_.scratch(sizeof(float)));  // cuBLASLt overwrites its amax: folded below
+    a.inp = operand(inp), a.w = operand(w), a.bias = bias, a.pre_gelu = pre_gelu, a.N = N, a.IC = IC, a.OC = OC;
+    bool done = false;
+    kernel_boundary([&] {
+      done = kern::matmul_fp8_fwd_gelu_q(*c_.lt, a, c_.stream);
+      if (done && out.amax) kern::fp8_fold_amax(out.amax, a.amax_slot, c_.stream);
+    });
+    return done;
+  }
   void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
                    const void* pre_gelu) override {
     OpProfiler::Scope t(*c_.prof, c_.stream,
