@@ -56,7 +56,7 @@ endif
 
 TEST_SRC := $(wildcard tests/cpu/test_*.cpp) $(if $(filter 1,$(CUDA)),$(wildcard tests/gpu/test_*.cpp))
 TEST_BIN := $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_SRC))
-BENCH_BIN := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/gemm_algos $(BUILD)/bench/attention_plans $(BUILD)/bench/host_pinning)
+BENCH_BIN := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/gemm_algos $(BUILD)/bench/attention_plans $(BUILD)/bench/attention_fp8 $(BUILD)/bench/host_pinning)
 
 .PHONY: all test clean quickstart
 all: $(BIN) $(TEST_BIN) $(BENCH_BIN)

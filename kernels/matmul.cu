@@ -26,7 +26,8 @@ namespace gpt::kern {
 struct CublasLt::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  cublasLtMatrixLayout_t lc = nullptr;  // C's layout where D is FP8 (C keeps the activation dtype); else ld
+  // C's layout where D is FP8 (C keeps the activation dtype, and is not read: beta is 0 and C null); else ld
+  cublasLtMatrixLayout_t lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool ok = false;
   cublasLtMatrixLayout_t c_layout() const { return lc ? lc : ld; }
@@ -185,7 +186,8 @@ cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   auto time = [&](const cublasLtMatmulAlgo_t& algo, int reps) {
     for (int r = 0; r <= reps; ++r) {
       if (r == 1) CUDA_CHECK(cudaEventRecord(e0, s));
-      if (cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, g.D, lc, g.D, ld, &algo, workspace,
+      if (cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, lc == ld ? g.D : nullptr, lc, g.D, ld, &algo,
+                         workspace,
                          workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
         return -1.0f;
     }
@@ -322,9 +324,15 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale, sizeof(void*)));
   }
   if (fp8_out) set_fp8_out(p.desc, g);
+  if (fp8_out && g.accumulate) return false;  // C would have to be read in D's type
   const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, g.D, p.c_layout(), g.D, p.ld, &p.algo,
-                              workspace_, workspace_bytes_, s));
+  const cublasStatus_t st = cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, p.lc ? nullptr : g.D,
+                                           p.c_layout(), g.D, p.ld, &p.algo, workspace_, workspace_bytes_, s);
+  if (st != CUBLAS_STATUS_SUCCESS && fp8_out) {  // an FP8 output the library lists but refuses: fall back
+    p.ok = false;
+    return false;
+  }
+  CUBLAS_CHECK(st);
   return true;
 }
 

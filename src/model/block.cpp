@@ -5,6 +5,7 @@ namespace gpt {
 Block::Block(const ParamLayout& L, int layer, LayerPrecision linear)
     : layer_(layer),
       C_(L.dims().n_embd),
+      gelu_epilogue_(linear.gelu_epilogue),
       ln1_(L, layer, "ln1w", "ln1b", L.dims().n_embd),
       ln2_(L, layer, "ln2w", "ln2b", L.dims().n_embd),
       qkv_(L, layer, "qkvw", "qkvb", L.dims().n_embd, 3 * L.dims().n_embd, linear),

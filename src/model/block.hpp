@@ -55,10 +55,13 @@ class Block {
   const LayerNorm& ln1() const { return ln1_; }
 
  private:
-  // GELU's output leaves fc's epilogue in FP8 (both MLP products FP8, nothing recomputed)
-  bool gelu_in_fp8(const LayerCtx& c) const { return fc_.fp8() && fcproj_.fp8() && c.recompute < 1; }
+  // GELU's output leaves fc's epilogue in FP8 (both MLP products FP8, nothing recomputed, the policy's choice)
+  bool gelu_in_fp8(const LayerCtx& c) const {
+    return gelu_epilogue_ && fc_.fp8() && fcproj_.fp8() && c.recompute < 1;
+  }
 
   int layer_, C_;
+  bool gelu_epilogue_;
   LayerNorm ln1_, ln2_;
   Linear qkv_, attproj_, fc_, fcproj_;
   Attention attn_;

@@ -76,7 +76,7 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
          const PrecisionPolicy& policy, Fp8Scaling* fp8)
     : d_(d), layout_(layout), be_(be), B_(B), T_(T), chunk_rows_(int(std::min(size_t(B) * T, kMaxChunkRows))),
       ctx_{be},
-      blocks_(make_blocks(layout, LayerPrecision{policy.fp8_linear ? fp8 : nullptr})),
+      blocks_(make_blocks(layout, LayerPrecision{policy.fp8_linear ? fp8 : nullptr, policy.fp8_gelu_epilogue})),
       lnf_(layout, -1, "lnfw", "lnfb", d.n_embd),
       head_(layout, chunk_rows_, LayerPrecision{policy.fp8_classifier ? fp8 : nullptr}),
       a_(std::make_unique<Acts>()) {

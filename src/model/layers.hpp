@@ -44,6 +44,7 @@ struct BucketView {
 // in the activation dtype.
 struct LayerPrecision {
   Fp8Scaling* fp8 = nullptr;  // null: bf16/fp32
+  bool gelu_epilogue = true;  // FP8 with GELU: its output in FP8 from the product's epilogue, not a cast
 };
 
 // A product's FP8 state, for every layer whose product runs on FP8 operands (Linear, Classifier): its

@@ -61,6 +61,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.act = (p.device == "cuda" && t.precision != Precision::fp32) ? DType::BF16 : DType::F32;
   p.precision.fp8_linear = t.precision == Precision::fp8;
   p.precision.fp8_classifier = t.precision == Precision::fp8 && t.fp8_classifier;
+  p.precision.fp8_gelu_epilogue = t.fp8_gelu_epilogue;
   p.fp8_recipe.grad = t.fp8_grad_format;
   p.fp8_recipe.history = t.fp8_amax_history;
   p.fp8_recipe.margin = t.fp8_margin;

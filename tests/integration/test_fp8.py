@@ -1,12 +1,14 @@
 """training.precision fp8 on the CPU, where the backend emulates the GPU's quantization: the encoding
 against an independent NumPy rounding, a small model trained in FP8 against fp32, bit-exact resume with
 the FP8 state from a checkpoint, the run log's recipe and saturation counts, and the config's errors."""
+import re
 import subprocess
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+import yaml
 
 from conftest import ROOT, read_log, run_train, tiny_yaml, write_yaml
 from test_zero import checkpoint_state, flat
@@ -272,3 +274,27 @@ def test_fp8_classifier_needs_fp8(tmp_path):
     assert p.returncode == 1 and "training.fp8_classifier: needs training.precision: fp8 (it is bf16)" in p.stderr, \
         p.stderr[-2000:]
     assert not (tmp_path / "runs/bad").exists()
+
+
+def test_gelu_output_from_the_epilogue_or_the_cast_is_the_same_on_cpu(tmp_path):
+    """training.fp8_gelu_epilogue: GELU's FP8 output written by the fc product (kept row-major, transposed
+    in the backward) or cast from its bf16 output (kept transposed). The CPU emulation quantizes the same
+    fp32 values either way, so the two runs agree bit for bit; on the GPU they differ by GELU computed from
+    the fp32 product rather than its bf16 rounding (tests/gpu/test_fp8.cpp)."""
+    logs, transposes = {}, {}
+    for on in ("true", "false"):
+        y = fp8_yaml(tmp_path, f"epi_{on}", steps=8)
+        p = run_train(["--yaml", y, "--set", f"training.fp8_gelu_epilogue={on}", "--set", "log.op_profile=true"],
+                      check=True)
+        logs[on] = read_log(tmp_path / f"runs/epi_{on}/log.h5")
+        m = re.search(r"^\s*fp8_transpose\s+([0-9.]+)\s", p.stdout, re.M)
+        assert m, p.stdout
+        transposes[on] = float(m.group(1))  # calls per step
+        training = yaml.safe_load(logs[on]["attrs"]["config_yaml"])["training"]
+        assert training["fp8_gelu_epilogue"] is (on == "true"), training
+    for k in ("loss", "grad_norm"):
+        assert np.array_equal(logs["true"][k], logs["false"][k]), k
+    assert logs["true"]["loss"][-1] < logs["true"]["loss"][0]
+    # the paths did differ: per layer, the epilogue's row-major GELU output is transposed in the backward
+    # (beside ln1's and ln2's), where the cast wrote its transpose in the forward
+    assert transposes == {"true": 6.0, "false": 4.0}, transposes
