@@ -182,6 +182,20 @@ TEST(GpuFp8, transpose_and_layernorm_match_the_cpu_emulation) {
     for (int c = 0; c < C; ++c) EXPECT_TRUE(tr[1][size_t(c) * N + r] == ln[1][size_t(r) * C + c]);
 }
 
+// n random FP8 codes below max_code (both signs)
+std::vector<uint8_t> random_codes(size_t n, int max_code) {
+  std::uniform_int_distribution<int> code(0, max_code);
+  std::vector<uint8_t> v(n);
+  for (auto& c : v) c = uint8_t(code(g_rng) | (g_rng() & 1 ? 0x80 : 0));
+  return v;
+}
+// bytes into b's memory
+void* put_bytes(Backend& b, const std::vector<uint8_t>& v) {
+  void* p = b.alloc(v.size());
+  b.copy_h2d(p, v.data(), v.size());
+  return p;
+}
+
 // The products on identical FP8 bytes: only the accumulation order (and, forward, Hopper's fast
 // accumulation) and the bf16 rounding of the output differ from the CPU's fp32 BLAS.
 constexpr double kTolFp8Matmul = 1.5e-2;
@@ -189,24 +203,15 @@ constexpr double kTolFp8Matmul = 1.5e-2;
 TEST(GpuFp8, matmuls_match_the_cpu_emulation) {
   Pair two;
   const int N = 128, IC = 192, OC = 256;
-  std::uniform_int_distribution<int> code(0, 0x77);  // finite codes of both formats, both signs
-  auto random_codes = [&](size_t n) {
-    std::vector<uint8_t> v(n);
-    for (auto& c : v) c = uint8_t(code(g_rng) | (g_rng() & 1 ? 0x80 : 0));
-    return v;
-  };
-  const auto a = random_codes(size_t(N) * IC), w = random_codes(size_t(OC) * IC), d = random_codes(size_t(N) * OC);
+  const int top = 0x77;  // finite codes of both formats
+  const auto a = random_codes(size_t(N) * IC, top), w = random_codes(size_t(OC) * IC, top),
+             d = random_codes(size_t(N) * OC, top);
   const auto bias = values(OC, 1.0f);
   std::vector<float> fwd[2], gelu[2], dinp[2], dgelu[2], dw[2];
   for (int side = 0; side < 2; ++side) {
     Backend& b = side ? *two.gpu : *two.cpu;
     const size_t e = dtype_size(b.act_dtype());
-    auto put = [&](const std::vector<uint8_t>& v) {
-      void* p = b.alloc(v.size());
-      b.copy_h2d(p, v.data(), v.size());
-      return p;
-    };
-    void *da = put(a), *dwt = put(w), *dd = put(d), *dbias = up(b, bias);
+    void *da = put_bytes(b, a), *dwt = put_bytes(b, w), *dd = put_bytes(b, d), *dbias = up(b, bias);
     void *out = b.alloc(e * N * OC), *pre = b.alloc(e * N * OC), *di = b.alloc(e * N * IC);
     void* g = up(b, std::vector<float>(size_t(OC) * IC, 0.25f));
     Meta ma(b, 8.0f), mw(b, 64.0f), md(b, 1024.0f);
@@ -243,13 +248,7 @@ TEST(GpuFp8, matmuls_match_the_cpu_emulation) {
 TEST(GpuFp8, gelu_output_in_fp8_matches_the_cpu_emulation) {
   Pair two;
   const int N = 128, IC = 192, OC = 256;
-  std::uniform_int_distribution<int> code(0, 0x6f);
-  auto random_codes = [&](size_t n) {
-    std::vector<uint8_t> v(n);
-    for (auto& c : v) c = uint8_t(code(g_rng) | (g_rng() & 1 ? 0x80 : 0));
-    return v;
-  };
-  const auto a = random_codes(size_t(N) * IC), w = random_codes(size_t(OC) * IC);
+  const auto a = random_codes(size_t(N) * IC, 0x6f), w = random_codes(size_t(OC) * IC, 0x6f);
   const auto bias = values(OC, 1.0f);
   std::vector<uint8_t> q[2];
   std::vector<float> pre[2];
@@ -257,13 +256,8 @@ TEST(GpuFp8, gelu_output_in_fp8_matches_the_cpu_emulation) {
   for (int side = 0; side < 2; ++side) {
     Backend& b = side ? *two.gpu : *two.cpu;
     const size_t e = dtype_size(b.act_dtype());
-    auto put = [&](const std::vector<uint8_t>& v) {
-      void* p = b.alloc(v.size());
-      b.copy_h2d(p, v.data(), v.size());
-      return p;
-    };
-    void *da = put(a), *dwt = put(w), *dbias = up(b, bias);
-    void *out = b.alloc(size_t(N) * OC), *dpre = b.alloc(e * N * OC), *scratch = b.alloc(e * N * OC);
+    void *da = put_bytes(b, a), *dwt = put_bytes(b, w), *dbias = up(b, bias);
+    void *out = b.alloc(size_t(N) * OC), *dpre = b.alloc(e * N * OC);
     Meta ma(b, 64.0f), mw(b, 64.0f), mo(b, 4.0f), big(b, 4.0f);
     const Fp8Tensor ta = ma.t(da, Fp8Format::E4M3), tw = mw.t(dwt, Fp8Format::E4M3);
     ASSERT_TRUE(b.fp8()->matmul_fwd_gelu_q(mo.t(out, Fp8Format::E4M3), ta, tw, dbias, N, IC, OC, dpre));
@@ -274,7 +268,7 @@ TEST(GpuFp8, gelu_output_in_fp8_matches_the_cpu_emulation) {
     b.copy_h2d(big.p + 8, &huge, 4);
     ASSERT_TRUE(b.fp8()->matmul_fwd_gelu_q(big.t(out, Fp8Format::E4M3), ta, tw, dbias, N, IC, OC, dpre));
     kept[side] = big.amax();
-    for (void* p : {da, dwt, dbias, out, dpre, scratch}) b.free(p);
+    for (void* p : {da, dwt, dbias, out, dpre}) b.free(p);
   }
   std::printf("  gelu amax cpu %.6g gpu %.6g\n", amax[0], amax[1]);
   ASSERT_TRUE(amax[0] > 1.0f && amax[0] * 4.0f < 448.0f) << "the test's scale must neither saturate nor underflow";
