@@ -56,12 +56,13 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "base/common.hpp"
+#include "bench/attention_bench.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/check.cuh"
 #include "kernels/common.cuh"
@@ -475,62 +476,20 @@ ShapeResult run_shape(const AttentionShape& s, CudnnAttention& attn, cudnnHandle
 // ---------------------------------------------------------------------------------------------------------
 // input and output
 
-std::vector<AttentionShape> parse_shapes(const std::string& text) {
-  std::vector<AttentionShape> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    AttentionShape s;
-    char c1 = 0, c2 = 0, c3 = 0;
-    std::stringstream is(item);
-    if (!(is >> s.B >> c1 >> s.T >> c2 >> s.NH >> c3 >> s.HS) || c1 != ':' || c2 != ':' || c3 != ':' || s.B <= 0 ||
-        s.T <= 0 || s.NH <= 0 || s.HS <= 0 || !is.eof())
-      throw gpt::input_error("--shapes: '" + item + "' is not B:T:NH:HS with positive integers");
-    out.push_back(s);
-  }
-  if (out.empty()) throw gpt::input_error("--shapes: no shape given");
-  return out;
-}
-
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\', o += c;
-    } else if (c == '\n') {
-      o += "\\n";
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(static_cast<unsigned char>(c)));
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
-std::string json_number(double v) {  // NaN (not measured) -> null
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-std::string json_numbers(const std::vector<double>& v) {  // empty (not measured) -> null
-  if (v.empty()) return "null";
-  std::string o = "[";
-  for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + json_number(v[i]);
-  return o + "]";
-}
-std::string json_graph(const GraphResult& r) {
-  std::string amax = "{";
-  for (size_t i = 0; i < r.amax.size(); ++i)
-    amax += (i ? ", " : "") + json_string(r.amax[i].first) + ": " + json_number(r.amax[i].second);
-  amax += "}";
-  return "{\"built\": " + std::string(r.built ? "true" : "false") + ", \"error\": " + json_string(r.error) +
-         ", \"plan\": " + json_string(r.plan) + ", \"ms\": " + json_number(r.ms) +
-         ", \"max_abs_diff\": " + json_numbers(r.max_abs_diff) + ", \"bf16_max_abs\": " + json_numbers(r.bf16_max_abs) +
-         ", \"nonfinite\": " + (r.nonfinite < 0 ? std::string("null") : std::to_string(r.nonfinite)) +
-         ", \"amax\": " + amax + "}";
+// r as JSON: what was not measured null (NaN as well: dump writes it so), amax {} when none was read
+nlohmann::ordered_json json_graph(const GraphResult& r) {
+  using nlohmann::ordered_json;
+  ordered_json amax = ordered_json::object();
+  for (const auto& [name, v] : r.amax) amax[name] = v;
+  const auto numbers = [](const std::vector<double>& v) { return v.empty() ? ordered_json() : ordered_json(v); };
+  return {{"built", r.built},
+          {"error", r.error},
+          {"plan", r.plan},
+          {"ms", r.ms},
+          {"max_abs_diff", numbers(r.max_abs_diff)},
+          {"bf16_max_abs", numbers(r.bf16_max_abs)},
+          {"nonfinite", r.nonfinite < 0 ? ordered_json() : ordered_json(r.nonfinite)},
+          {"amax", amax}};
 }
 
 std::string shape_label(const AttentionShape& s) {
@@ -587,32 +546,12 @@ void print_table(const std::vector<ShapeResult>& rs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, shapes_text = "64:1024:12:64,16:1024:25:64,64:1024:6:128";
-  bool deterministic = false;
+  gpt::bench::AttentionOptions o;
+  o.shapes = "64:1024:12:64,16:1024:25:64,64:1024:6:128";
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const bool has_value = i + 1 < argc;
-      if (a == "--json" && has_value) {
-        json_path = argv[++i];
-      } else if (a == "--shapes" && has_value) {
-        shapes_text = argv[++i];
-      } else if (a == "--deterministic") {
-        deterministic = true;
-      } else {
-        std::fprintf(stderr,
-                     "unknown or incomplete argument '%s'\nusage: %s [--json FILE] [--deterministic] "
-                     "[--shapes B:T:NH:HS,...]\n",
-                     a.c_str(), argv[0]);
-        return 1;
-      }
-    }
-    const std::vector<AttentionShape> shapes = parse_shapes(shapes_text);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-      std::printf("SKIP: no CUDA device\n");
-      return 0;
-    }
+    if (!gpt::bench::parse_args(argc, argv, o)) return 1;
+    const std::vector<AttentionShape> shapes = gpt::bench::parse_shapes(o.shapes);
+    if (gpt::bench::skip_without_device()) return 0;
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const size_t v = cudnnGetVersion();
@@ -621,7 +560,7 @@ int main(int argc, char** argv) {
     const std::string cc = std::to_string(prop.major) + "." + std::to_string(prop.minor);
     std::printf("%s (cc %s), cuDNN %s, cudnn-frontend %d.%d.%d%s\n\n", prop.name, cc.c_str(), cudnn_version.c_str(),
                 CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION,
-                deterministic ? ", deterministic backward" : "");
+                o.deterministic ? ", deterministic backward" : "");
 
     CudnnAttention attn(
         [](size_t n) {
@@ -629,7 +568,7 @@ int main(int argc, char** argv) {
           CUDA_CHECK(cudaMalloc(&p, n));
           return p;
         },
-        [](void* p) { cudaFree(p); }, deterministic, AttentionTune::kHeuristic);
+        [](void* p) { cudaFree(p); }, o.deterministic, AttentionTune::kHeuristic);
     cudnnHandle_t handle = nullptr;
     CUDNN_CHECK(cudnnCreate(&handle));
     std::unique_ptr<cudnnContext, cudnnStatus_t (*)(cudnnHandle_t)> handle_owner(handle, cudnnDestroy);
@@ -640,7 +579,7 @@ int main(int argc, char** argv) {
     std::vector<ShapeResult> results;
     for (const AttentionShape& s : shapes) {
       try {
-        results.push_back(run_shape(s, attn, handle, scalars.as<float>(), deterministic));
+        results.push_back(run_shape(s, attn, handle, scalars.as<float>(), o.deterministic));
       } catch (const std::exception& x) {  // the shape's buffers (out of memory), or a CUDA error left behind
         ShapeResult r;
         r.s = s;
@@ -650,24 +589,26 @@ int main(int argc, char** argv) {
     }
     print_table(results);
 
-    if (!json_path.empty()) {
-      std::string js = "{\"gpu\": " + json_string(prop.name) + ", \"cc\": " + json_string(cc) +
-                       ", \"cudnn_version\": " + json_string(cudnn_version) + ", \"cudnn_frontend_version\": " +
-                       json_string(std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
-                                   std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." +
-                                   std::to_string(CUDNN_FRONTEND_PATCH_VERSION)) +
-                       ", \"deterministic\": " + (deterministic ? "true" : "false") + ", \"shapes\": [";
-      for (size_t i = 0; i < results.size(); ++i) {
-        const ShapeResult& r = results[i];
-        js += std::string(i ? ", " : "") + "{\"B\": " + std::to_string(r.s.B) + ", \"T\": " + std::to_string(r.s.T) +
-              ", \"NH\": " + std::to_string(r.s.NH) + ", \"HS\": " + std::to_string(r.s.HS) +
-              ", \"fp8_fwd\": " + json_graph(r.fwd) + ", \"fp8_bwd\": " + json_graph(r.bwd) +
-              ", \"bf16_fwd_ms\": " + json_number(r.bf16_fwd_ms) + ", \"bf16_bwd_ms\": " + json_number(r.bf16_bwd_ms) +
-              ", \"bf16_error\": " + json_string(r.bf16_error) + "}";
-      }
-      js += "]}\n";
-      gpt::write_file_whole(json_path, js);
-    }
+    nlohmann::ordered_json shapes_js = nlohmann::ordered_json::array();
+    for (const ShapeResult& r : results)
+      shapes_js.push_back({{"B", r.s.B},
+                           {"T", r.s.T},
+                           {"NH", r.s.NH},
+                           {"HS", r.s.HS},
+                           {"fp8_fwd", json_graph(r.fwd)},
+                           {"fp8_bwd", json_graph(r.bwd)},
+                           {"bf16_fwd_ms", r.bf16_fwd_ms},
+                           {"bf16_bwd_ms", r.bf16_bwd_ms},
+                           {"bf16_error", r.bf16_error}});
+    gpt::bench::write_json(o.json_path,
+                           {{"gpu", std::string(prop.name)},
+                            {"cc", cc},
+                            {"cudnn_version", cudnn_version},
+                            {"cudnn_frontend_version", std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
+                                                           std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." +
+                                                           std::to_string(CUDNN_FRONTEND_PATCH_VERSION)},
+                            {"deterministic", o.deterministic},
+                            {"shapes", shapes_js}});
   } catch (const gpt::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.code();

@@ -15,12 +15,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/kernel_boundary.cuh"
 #include "base/common.hpp"
+#include "bench/attention_bench.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/check.cuh"
 #include "kernels/common.cuh"
@@ -62,70 +63,23 @@ struct Buffers {
   }
 };
 
-std::vector<AttentionShape> parse_shapes(const std::string& text) {
-  std::vector<AttentionShape> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    AttentionShape s;
-    char c1 = 0, c2 = 0, c3 = 0;
-    std::stringstream is(item);
-    if (!(is >> s.B >> c1 >> s.T >> c2 >> s.NH >> c3 >> s.HS) || c1 != ':' || c2 != ':' || c3 != ':' || s.B <= 0 ||
-        s.T <= 0 || s.NH <= 0 || s.HS <= 0 || !is.eof())
-      throw gpt::input_error("--shapes: '" + item + "' is not B:T:NH:HS with positive integers");
-    out.push_back(s);
-  }
-  if (out.empty()) throw gpt::input_error("--shapes: no shape given");
-  return out;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, shapes_text = "64:1024:12:64,16:1024:25:64";
-  bool knobs = false, deterministic = false;
+  gpt::bench::AttentionOptions o;
+  o.shapes = "64:1024:12:64,16:1024:25:64";
+  bool knobs = false;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const bool has_value = i + 1 < argc;
-      if (a == "--json" && has_value) {
-        json_path = argv[++i];
-      } else if (a == "--shapes" && has_value) {
-        shapes_text = argv[++i];
-      } else if (a == "--knobs") {
-        knobs = true;
-      } else if (a == "--deterministic") {
-        deterministic = true;
-      } else {
-        std::fprintf(stderr,
-                     "unknown or incomplete argument '%s'\nusage: %s [--json FILE] [--knobs] [--deterministic] "
-                     "[--shapes B:T:NH:HS,...]\n",
-                     a.c_str(), argv[0]);
-        return 1;
-      }
-    }
-    const std::vector<AttentionShape> shapes = parse_shapes(shapes_text);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-      std::printf("SKIP: no CUDA device\n");
-      return 0;
-    }
+    if (!gpt::bench::parse_args(argc, argv, o, {{"--knobs", &knobs}})) return 1;
+    const std::vector<AttentionShape> shapes = gpt::bench::parse_shapes(o.shapes);
+    if (gpt::bench::skip_without_device()) return 0;
     CudnnAttention attn(
         [](size_t n) {
           void* p = nullptr;
           CUDA_CHECK(cudaMalloc(&p, n));
           return p;
         },
-        [](void* p) { cudaFree(p); }, deterministic, knobs ? AttentionTune::kKnobs : AttentionTune::kPlans);
+        [](void* p) { cudaFree(p); }, o.deterministic, knobs ? AttentionTune::kKnobs : AttentionTune::kPlans);
     for (const AttentionShape& s : shapes) {
       Buffers b(s);
       attn.fwd(b.out, b.lse, b.qkv, s, nullptr);
@@ -133,20 +87,15 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaDeviceSynchronize());
     }
     // per graph: the heuristic's first plan against the fastest
-    std::string js = "{\"knobs\": " + std::string(knobs ? "true" : "false") +
-                     ", \"deterministic\": " + (deterministic ? "true" : "false") + ", \"plans\": [";
+    nlohmann::ordered_json plans = nlohmann::ordered_json::array();
     std::printf("%-32s %5s %9s %6s  %s\n", "graph", "rank", "ms", "chosen", "plan");
     const auto& t = attn.tuning();
     for (size_t i = 0; i < t.size(); ++i) {
       std::printf("%-32s %5d %9.4f %6s  %s\n", t[i].graph.c_str(), t[i].rank, t[i].ms, t[i].chosen ? "*" : "",
                   t[i].plan.c_str());
-      char buf[128];
-      std::snprintf(buf, sizeof buf, "\"rank\": %d, \"ms\": %.5f, \"chosen\": %s", t[i].rank, t[i].ms,
-                    t[i].chosen ? "true" : "false");
-      js += std::string(i ? ", " : "") + "{\"graph\": \"" + t[i].graph + "\", \"plan\": \"" +
-            json_escape(t[i].plan) + "\", " + buf + "}";
+      plans.push_back(
+          {{"graph", t[i].graph}, {"plan", t[i].plan}, {"rank", t[i].rank}, {"ms", t[i].ms}, {"chosen", t[i].chosen}});
     }
-    js += "]}\n";
     std::printf("\n%-32s %12s %12s %8s\n", "graph", "heuristic ms", "fastest ms", "gain");
     for (size_t i = 0; i < t.size(); ++i) {
       if (i > 0 && t[i].graph == t[i - 1].graph) continue;
@@ -161,7 +110,7 @@ int main(int argc, char** argv) {
       else
         std::printf("%-32s %12s %12.4f  (the heuristic's first plan did not run)\n", t[i].graph.c_str(), "-", best);
     }
-    if (!json_path.empty()) gpt::write_file_whole(json_path, js);
+    gpt::bench::write_json(o.json_path, {{"knobs", knobs}, {"deterministic", o.deterministic}, {"plans", plans}});
   } catch (const gpt::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.code();
