@@ -110,7 +110,8 @@ Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, const std
     if (std::find(seen.begin(), seen.end(), std::make_pair(id, stages)) != seen.end()) continue;
     seen.emplace_back(id, stages);
     cublasLtMatmulAlgo_t base;
-    if (cublasLtMatmulAlgoInit(handle, ct, CUDA_R_32F, types[0], types[1], types[2], types[3], int(id), &base) != CUBLAS_STATUS_SUCCESS)
+    if (cublasLtMatmulAlgoInit(handle, ct, CUDA_R_32F, types[0], types[1], types[2], types[3], int(id), &base) !=
+        CUBLAS_STATUS_SUCCESS)
       continue;
     size_t bytes = 0, w = 0;
     bool aligned = true;  // the operands' addresses meet the id's alignment needs
@@ -163,9 +164,8 @@ Candidates candidates(cublasLtHandle_t handle, cublasComputeType_t ct, const std
 // for the saved output.
 cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
-                             size_t elem_bytes, void* workspace,
-                             size_t workspace_bytes, const GemmArgs& g, const Candidates& cands, double search_s,
-                             cudaStream_t s) {
+                             size_t elem_bytes, void* workspace, size_t workspace_bytes, const GemmArgs& g,
+                             const Candidates& cands, double search_s, cudaStream_t s) {
   if (cands.heuristic.size() <= 1 && cands.variants.empty()) return cands.heuristic[0];
   constexpr int kReps = 3;
   constexpr size_t kFinalists = 8;
@@ -187,8 +187,7 @@ cublasLtMatmulAlgo_t fastest(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
     for (int r = 0; r <= reps; ++r) {
       if (r == 1) CUDA_CHECK(cudaEventRecord(e0, s));
       if (cublasLtMatmul(handle, desc, &alpha, g.A, la, g.B, lb, &beta, lc == ld ? g.D : nullptr, lc, g.D, ld, &algo,
-                         workspace,
-                         workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
+                         workspace, workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
         return -1.0f;
     }
     CUDA_CHECK(cudaEventRecord(e1, s));
@@ -295,8 +294,8 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     constexpr int kCandidates = 8;
     cublasLtMatmulHeuristicResult_t res[kCandidates] = {};
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->la, p->lb, p->c_layout(), p->ld, pref,
-                                                             autotune_ ? kCandidates : 1, res, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->la, p->lb, p->c_layout(), p->ld,
+                                                             pref, autotune_ ? kCandidates : 1, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
     p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
@@ -307,8 +306,7 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
       p->ok = !cands.heuristic.empty();
       if (p->ok)
         p->algo = fastest(handle_, p->desc, p->la, p->lb, p->c_layout(), p->ld, fp8_out ? 1 : f32 ? 4 : 2, workspace_,
-                          workspace_bytes_, g, cands,
-                        search_s_, s);
+                          workspace_bytes_, g, cands, search_s_, s);
     }
     it = plans_.emplace(key, std::move(p)).first;
   }
