@@ -242,6 +242,7 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
                    ptr_align(g.A), ptr_align(g.B), ptr_align(g.D), ptr_align(g.aux), ptr_align(g.bias),
                    g.a_type, g.b_type, g.fast_accum, g.d_type};
   const bool fp8 = g.a_type >= 0, fp8_out = g.d_type >= 0;
+  if (fp8_out && g.accumulate) return false;  // C would have to be read in D's type
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto p = std::make_unique<Plan>();
@@ -322,7 +323,6 @@ bool CublasLt::gemm(const GemmArgs& g, cudaStream_t s) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale, sizeof(void*)));
   }
   if (fp8_out) set_fp8_out(p.desc, g);
-  if (fp8_out && g.accumulate) return false;  // C would have to be read in D's type
   const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
   const cublasStatus_t st = cublasLtMatmul(handle_, p.desc, &alpha, g.A, p.la, g.B, p.lb, &beta, p.lc ? nullptr : g.D,
                                            p.c_layout(), g.D, p.ld, &p.algo, workspace_, workspace_bytes_, s);

@@ -104,18 +104,20 @@ TEST(Fp8, cast_transpose_and_column_sums) {
   EXPECT_TRUE(t2 == qt);
 }
 
+// n random finite FP8 codes of both formats, both signs
+std::vector<uint8_t> random_codes(std::mt19937& rng, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (auto& c : v) c = uint8_t(rng() % 0x70) | uint8_t(rng() & 0x80);
+  return v;
+}
+
 // GELU's output in FP8 from the forward product is the product with GELU, then the cast: the same bytes,
 // the same pre-activation and the same amax (the model's fc output takes either path)
 TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast) {
   auto be = make_cpu_backend(BackendOptions{});
   const int N = 8, IC = 16, OC = 24;
   std::mt19937 rng(11);
-  auto codes = [&](size_t n) {
-    std::vector<uint8_t> v(n);
-    for (auto& c : v) c = uint8_t(rng() % 0x70) | uint8_t(rng() & 0x80);
-    return v;
-  };
-  auto a = codes(size_t(N) * IC), w = codes(size_t(OC) * IC);
+  auto a = random_codes(rng, size_t(N) * IC), w = random_codes(rng, size_t(OC) * IC);
   std::vector<float> bias(OC);
   for (int o = 0; o < OC; ++o) bias[o] = 0.25f * float(o % 5) - 0.5f;
   Meta ma(2.0f), mw(0.5f), m1(4.0f), m2(4.0f);
@@ -136,12 +138,7 @@ TEST(Fp8, products_use_the_dequantized_operands) {
   auto be = make_cpu_backend(BackendOptions{});
   const int N = 8, IC = 16, OC = 32;
   std::mt19937 rng(9);
-  auto codes = [&](size_t n) {
-    std::vector<uint8_t> v(n);
-    for (auto& c : v) c = uint8_t(rng() % 0x70) | uint8_t(rng() & 0x80);
-    return v;
-  };
-  const auto a = codes(size_t(N) * IC), w = codes(size_t(OC) * IC);
+  const auto a = random_codes(rng, size_t(N) * IC), w = random_codes(rng, size_t(OC) * IC);
   Meta ma(2.0f), mw(0.5f);
   std::vector<float> out(size_t(N) * OC), dw(size_t(OC) * IC, 1.0f);
   be->fp8()->matmul_fwd(out.data(), ma.t(const_cast<uint8_t*>(a.data()), Fp8Format::E4M3),
@@ -155,7 +152,7 @@ TEST(Fp8, products_use_the_dequantized_operands) {
       EXPECT_NEAR(out[size_t(r) * OC + o], s, 1e-3 * (1 + std::fabs(s)));
     }
   // dw (OC, IC) += dout_t (OC, N) @ inp_t (IC, N)^T with w's bytes as dout_t (OC x N = 32 x 8 of them)
-  const auto dt = codes(size_t(OC) * N), it = codes(size_t(IC) * N);
+  const auto dt = random_codes(rng, size_t(OC) * N), it = random_codes(rng, size_t(IC) * N);
   be->fp8()->matmul_dw(dw.data(), ma.t(const_cast<uint8_t*>(dt.data()), Fp8Format::E5M2),
                        mw.t(const_cast<uint8_t*>(it.data()), Fp8Format::E4M3), N, IC, OC);
   for (int o = 0; o < OC; ++o)
