@@ -88,16 +88,31 @@ launcher_cmd() {
 # exits 1 whatever the ranks do, and passes the ranks SIGTERM only to SIGKILL them soon after
 # (docs/FORMATS.md, "Exit status"). Returns CMD's exit status.
 run_forwarding() {
-    local pid rc rc2
+    local pid="" rc rc2 sig resender=""
     STOP_SIGNAL=""
+    # The traps go in before CMD starts: a signal that found none would end this shell (or, an INT while it
+    # waits for a command, be dropped) and the run would go on. One that comes before $pid is set waits for it.
+    for sig in USR1 TERM INT; do
+        # shellcheck disable=SC2064
+        trap "forward_stop $sig" "$sig"
+        # bash cannot trap a signal that was ignored when it started (SIGINT in a background job of a shell
+        # without job control), and says nothing: say it here.
+        [[ $(trap -p "$sig") == *forward_stop* ]] ||
+            log "warning: SIG$sig was ignored when this shell started: it cannot be trapped, and will not stop the run"
+    done
     "$@" &
     pid=$!
-    # shellcheck disable=SC2064
-    trap "STOP_SIGNAL=USR1; log 'got SIGUSR1: asking the run to checkpoint'; kill -USR1 $pid 2>/dev/null" USR1
-    # shellcheck disable=SC2064
-    trap "STOP_SIGNAL=TERM; log 'got SIGTERM: asking the run to checkpoint'; kill -USR1 $pid 2>/dev/null" TERM
-    # shellcheck disable=SC2064
-    trap "STOP_SIGNAL=INT; log 'got SIGINT: asking the run to checkpoint'; kill -USR1 $pid 2>/dev/null" INT
+    if [[ -n "$STOP_SIGNAL" ]]; then
+        # The signal came while CMD was being started. A USR1 sent at once is mostly lost: until it execs, CMD
+        # is a fork of this shell and has its traps. mpirun also drops one that comes before it has started the
+        # ranks. So send it now and again for a while (a rank it reaches before its handler dies of it: 138).
+        # No output: a sleep it leaves behind holds no pipe of the job's.
+        (for s in 0 0.1 0.2 0.4 0.8 1.6 3.2 6.4; do
+            sleep "$s"
+            kill -USR1 "$pid" 2>/dev/null || exit 0
+        done) >/dev/null 2>&1 &
+        resender=$!
+    fi
     while :; do
         wait "$pid"
         rc=$?
@@ -111,8 +126,20 @@ run_forwarding() {
         fi
         break
     done
+    if [[ -n "$resender" ]]; then
+        kill "$resender" 2>/dev/null
+        wait "$resender" 2>/dev/null
+    fi
     trap - USR1 TERM INT
     return "$rc"
+}
+
+# The trap of run_forwarding for SIG$1: notes it, and passes it on as USR1 once CMD has been started
+# ($pid: run_forwarding's own, empty until then).
+forward_stop() {
+    STOP_SIGNAL=$1
+    log "got SIG$1: asking the run to checkpoint"
+    if [[ -n "${pid:-}" ]]; then kill -USR1 "$pid" 2>/dev/null; fi
 }
 
 # run_train ARGS...: runs ./train ARGS on the job's ranks with signal forwarding; 75 (checkpointed) after a

@@ -59,26 +59,83 @@ def test_term_or_int_to_mpirun_checkpoints_but_exits_1(tmp_path, sig):
     stopped_and_checkpointed(tmp_path / "runs/t")
 
 
+def slurm_shell(script, *args):
+    """bash -c SCRIPT ARGS, with slurm/lib.sh set to run mpirun with 2 ranks. SIGINT is at its default, as Slurm starts
+    a batch script: a test run in the background of a shell without job control (`pytest ... &` in a script)
+    inherits it ignored, and bash cannot trap a signal that was ignored when it started. A session of its own, so
+    that end_session() also ends a run that the shell has left behind."""
+    env = dict(os.environ, **ENV, REPO_DIR=str(ROOT), TRAIN_BIN=str(TRAIN), LAUNCHER="mpirun", SLURM_NTASKS="2",
+               MPIRUN_ARGS="--allow-run-as-root --oversubscribe", MPIRUN_KILL_WAIT_S="2")
+    return subprocess.Popen(["bash", "-c", script, "bash", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def end_session(proc):
+    """Kills what is left in the session of slurm_shell's shell: on a failure, mpirun that it left running."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_slurm_scripts_turn_term_and_int_into_usr1(tmp_path, sig):
     """run_train of slurm/lib.sh (what train.sh and sweep_point.sbatch run) with the mpirun launcher: the signal
     reaches only its shell, as `scancel --batch` or a preemption's would; the run stops with 75 and the shell
     does not requeue it."""
     y = long_run(tmp_path)
-    env = dict(os.environ, **ENV, REPO_DIR=str(ROOT), TRAIN_BIN=str(TRAIN), LAUNCHER="mpirun", SLURM_NTASKS="2",
-               MPIRUN_ARGS="--allow-run-as-root --oversubscribe", MPIRUN_KILL_WAIT_S="2")
-    script = 'source "$REPO_DIR/slurm/lib.sh"; run_train --yaml "$1"; echo "run_train returned $?"'
-    proc = subprocess.Popen(["bash", "-c", script, "bash", str(y)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    proc = slurm_shell('source "$REPO_DIR/slurm/lib.sh"; run_train --yaml "$1"; echo "run_train returned $?"', y)
     try:
         wait_for(proc, "step    200/")
         proc.send_signal(sig)  # the shell alone
         out, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        end_session(proc)
     name = sig.name[3:]
     assert f"got SIG{name}: asking the run to checkpoint" in err, err[-3000:]
     assert f"train exited {EXIT_CHECKPOINTED} (after SIG{name})" in err and "not requeued" in err, err[-3000:]
     assert "run_train returned 0" in out, out[-2000:]
     stopped_and_checkpointed(tmp_path / "runs/t")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("before", ['"$@"', "pid=$!"], ids=["launcher_not_started", "pid_not_known"])
+def test_slurm_scripts_pass_on_a_signal_that_comes_as_the_run_starts(tmp_path, sig, before):
+    """The same with the signal reaching the shell as run_forwarding starts the launcher: a DEBUG trap sends it just
+    before the command that starts it, or just after (before its pid is known). The shell must neither die of it
+    nor drop it (the run would go on without a stop): it passes it on once the launcher exists. The launcher
+    then exits 75, or 138 where the USR1 reaches it or the ranks before their handler; both are a stop, not
+    requeued."""
+    y = long_run(tmp_path)
+    script = r"""source "$REPO_DIR/slurm/lib.sh"
+    test_sig=$2 test_before=$3
+    set -T  # functions run the DEBUG trap too
+    trap '[[ -z ${sent:-} && $BASH_COMMAND == "$test_before" ]] && {
+        sent=1; log "test: SIG$test_sig to this shell"; kill -s "$test_sig" $$; }' DEBUG
+    run_train --yaml "$1"; echo "run_train returned $?" """
+    name = sig.name[3:]
+    proc = slurm_shell(script, y, name, before)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        end_session(proc)
+    assert f"test: SIG{name} to this shell" in err, f"no command `{before}` in run_forwarding?\n{err[-3000:]}"
+    assert f"got SIG{name}: asking the run to checkpoint" in err, err[-3000:]
+    m = re.search(rf"train exited (\d+) \(after SIG{name}\)", err)
+    assert m and m.group(1) in ("75", "138") and "not requeued" in err, err[-3000:]
+    assert "run_train returned 0" in out, out[-2000:]
+    if m.group(1) == "75":
+        stopped_and_checkpointed(tmp_path / "runs/t")
+
+
+def test_slurm_scripts_say_when_sigint_cannot_be_trapped():
+    """A shell that started with SIGINT ignored (a background job of a shell without job control) cannot trap it,
+    and a SIGINT will not stop the run: run_forwarding says so rather than fail in silence."""
+    p = subprocess.run(["bash", "-c", 'source "$REPO_DIR/slurm/lib.sh"; run_forwarding true; echo "returned $?"'],
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ, REPO_DIR=str(ROOT)),
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert "warning: SIGINT was ignored when this shell started" in p.stderr, p.stderr
+    assert "SIGTERM" not in p.stderr and "SIGUSR1" not in p.stderr, p.stderr
+    assert "returned 0" in p.stdout, p.stdout + p.stderr
