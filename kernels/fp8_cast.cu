@@ -20,16 +20,36 @@ __device__ __forceinline__ bool is_aligned_dev(const void* p, int bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
-__device__ __forceinline__ uint8_t quantize(float v, fp8::Format f) {
-  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2));
+__device__ __forceinline__ uint16_t quantize2(float a, float b, fp8::Format f) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
 }
-// tanhf, as the CPU emulation's std::tanh (1 - 2 / (e^2u + 1) through __expf measured 34% slower for the
-// whole cast on an H200: 17.6 against 13.1 ms a step at GPT-2 1558M)
+// GELU without tanh: with u = k (x + a x^3), 0.5 (1 + tanh u) = sigmoid(2u) = s and 0.5 (1 - tanh u) =
+// sigmoid(-2u) = e s, e = exp(-2u); so gelu(x) = x s and gelu'(x) = s (1 + 2 k x (1 + 3 a x^2) e s).
+// One exponential and one reciprocal on the multi-function unit: the exact tanhf made the derivative's
+// cast issue-bound on an H200 (83% of issue slots, 2.7 TB/s for GPT-2 1558M's fc gradient), and no term
+// cancels (the tanh form's 1 + t loses its digits where t nears -1, which an approximate tanh turns into
+// FP8 codes off by several steps). e is capped (x below about -10) so that e s stays finite.
+struct GeluTerms {
+  float s, es;  // sigmoid(2u), sigmoid(-2u)
+};
+__device__ __forceinline__ GeluTerms gelu_terms(float x, float x2) {
+  constexpr float k = 0.7978845608028654f, a = 0.044715f;
+  const float e = __expf(fminf(-2.0f * k * x * (1.0f + a * x2), 80.0f));
+  const float s = __fdividef(1.0f, 1.0f + e);
+  return {s, e * s};
+}
+__device__ __forceinline__ float gelu(float x) { return x * gelu_terms(x, x * x).s; }
 __device__ __forceinline__ float gelu_grad(float x) {
-  constexpr float k = 0.7978845608028654f;
-  const float cube = 0.044715f * x * x * x;
-  const float t = tanhf(k * (x + cube));
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+  constexpr float k = 0.7978845608028654f, a = 0.044715f;
+  const float x2 = x * x;
+  const GeluTerms g = gelu_terms(x, x2);
+  return g.s * (1.0f + 2.0f * k * x * (1.0f + 3.0f * a * x2) * g.es);
+}
+// |v| as bits, NaN above infinity: non-negative floats order as their bit patterns, so a running
+// integer max is the amax (abs_bits_to_amax turns a NaN into infinity)
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+__device__ __forceinline__ float abs_bits_to_amax(unsigned m) {
+  return m > 0x7f800000u ? INFINITY : __uint_as_float(m);
 }
 // max |v| over the block (a NaN counts as infinity), folded into *amax: non-negative floats order as
 // their bit patterns
@@ -64,43 +84,52 @@ __device__ __forceinline__ void write_transposed(uint8_t (*qs)[kTileC + kPad], u
     }
   }
 }
-template <class X, bool GELU, bool SUMS>
+// ACT: what v is (Fp8CastArgs::act)
+template <class X, Fp8CastAct ACT, bool SUMS>
 __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
   __shared__ uint8_t qs[kTileR][kTileC + kPad];
   __shared__ float part[SUMS ? kWarps : 1][SUMS ? kTileC : 1];
   const int r0 = blockIdx.y * kTileR, c0 = blockIdx.x * kTileC;
   const int tc = (threadIdx.x % 8) * 8, c = c0 + tc;
   const float s = *a.scale;
-  float m = 0.0f;
+  unsigned m = 0;
   float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   // every load of the thread's rows first, then the arithmetic (kPasses rows 32 apart)
-  Vec<X, 8> xv[kPasses], gv[kPasses];
+  Vec<X, 8> xv[kPasses], gv[ACT == Fp8CastAct::kGeluGrad ? kPasses : 1];
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     const int r = r0 + threadIdx.x / 8 + 32 * p;
     if (r < a.N && c < a.C) {
       xv[p] = ldv<X, 8>(a.x + size_t(r) * a.C + c);
-      if constexpr (GELU) gv[p] = ldv<X, 8>(a.gelu_in + size_t(r) * a.C + c);
+      if constexpr (ACT == Fp8CastAct::kGeluGrad) gv[p] = ldv<X, 8>(a.gelu_in + size_t(r) * a.C + c);
     }
   }
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     const int tr = threadIdx.x / 8 + 32 * p, r = r0 + tr;
     const bool in = r < a.N && c < a.C;
-    uint8_t q[8];
+    uint32_t q[2];  // the 8 bytes, converted two at a time
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      float v = 0.0f;
-      if (in) {
-        v = to_f(xv[p].v[k]);
-        if constexpr (GELU) v *= gelu_grad(to_f(gv[p].v[k]));
+    for (int h = 0; h < 2; ++h) {
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int k = 4 * h + j;
+        v[j] = 0.0f;
+        if (in) {
+          v[j] = to_f(xv[p].v[k]);
+          if constexpr (ACT == Fp8CastAct::kGelu) v[j] = gelu(v[j]);
+          if constexpr (ACT == Fp8CastAct::kGeluGrad) v[j] *= gelu_grad(to_f(gv[p].v[k]));
+        }
+        m = max(m, abs_bits(v[j]));
+        if constexpr (SUMS) sum[k] += v[j];
       }
-      m = isnan(v) ? INFINITY : fmaxf(m, fabsf(v));
-      q[k] = quantize(v * s, a.fmt);
-      qs[tr][tc + k] = q[k];
-      if constexpr (SUMS) sum[k] += v;
+      q[h] = uint32_t(quantize2(v[0] * s, v[1] * s, a.fmt)) | uint32_t(quantize2(v[2] * s, v[3] * s, a.fmt)) << 16;
     }
-    if (in && a.out) *reinterpret_cast<uint2*>(a.out + size_t(r) * a.C + c) = *reinterpret_cast<const uint2*>(q);
+    const uint8_t* qb = reinterpret_cast<const uint8_t*>(q);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) qs[tr][tc + k] = qb[k];
+    if (in && a.out) *reinterpret_cast<uint2*>(a.out + size_t(r) * a.C + c) = make_uint2(q[0], q[1]);
   }
   if constexpr (SUMS) {  // lanes l, l + 8, l + 16, l + 24 hold the same columns
 #pragma unroll
@@ -122,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
       a.scratch[size_t(blockIdx.y) * a.C + c0 + threadIdx.x] = t;
     }
   }
-  block_amax(m, a.amax);
+  block_amax(abs_bits_to_amax(m), a.amax);
 }
 
 __global__ void __launch_bounds__(kThreads) fp8_transpose_kernel(uint8_t* __restrict__ dst,
@@ -175,17 +204,22 @@ size_t fp8_cast_scratch_bytes(int N, int C) { return size_t(ceil_div(N, kTileR))
 
 template <class X>
 void fp8_cast(const Fp8CastArgs<X>& a, cudaStream_t s) {
-  if (a.C % 8 || a.N % 8 || !is_aligned(a.x, 16) || (a.gelu_in && !is_aligned(a.gelu_in, 16)))
+  const bool grad = a.act == Fp8CastAct::kGeluGrad;
+  if (a.C % 8 || a.N % 8 || !is_aligned(a.x, 16) || (grad && (!a.gelu_in || !is_aligned(a.gelu_in, 16))))
     throw KernelError(KernelError::Kind::kUnsupported, "fp8_cast: rows must be 16-byte vectors (C, N multiples of 8)");
   const dim3 grid = tiles(a.N, a.C);
-  if (a.gelu_in && a.colsum)
-    fp8_cast_kernel<X, true, true><<<grid, kThreads, 0, s>>>(a);
-  else if (a.gelu_in)
-    fp8_cast_kernel<X, true, false><<<grid, kThreads, 0, s>>>(a);
+  if (grad && a.colsum)
+    fp8_cast_kernel<X, Fp8CastAct::kGeluGrad, true><<<grid, kThreads, 0, s>>>(a);
+  else if (grad)
+    fp8_cast_kernel<X, Fp8CastAct::kGeluGrad, false><<<grid, kThreads, 0, s>>>(a);
+  else if (a.act == Fp8CastAct::kGelu && a.colsum)
+    fp8_cast_kernel<X, Fp8CastAct::kGelu, true><<<grid, kThreads, 0, s>>>(a);
+  else if (a.act == Fp8CastAct::kGelu)
+    fp8_cast_kernel<X, Fp8CastAct::kGelu, false><<<grid, kThreads, 0, s>>>(a);
   else if (a.colsum)
-    fp8_cast_kernel<X, false, true><<<grid, kThreads, 0, s>>>(a);
+    fp8_cast_kernel<X, Fp8CastAct::kNone, true><<<grid, kThreads, 0, s>>>(a);
   else
-    fp8_cast_kernel<X, false, false><<<grid, kThreads, 0, s>>>(a);
+    fp8_cast_kernel<X, Fp8CastAct::kNone, false><<<grid, kThreads, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
   if (a.colsum) {
     add_partial_rows_kernel<float, false><<<partial_rows_grid(a.C), dim3(32, 32), 0, s>>>(a.colsum, nullptr, a.C,

@@ -1,6 +1,6 @@
 // FP8 casts (fp8_cast.cu): a tensor quantized with its per-tensor scale, row-major and/or transposed in
-// one pass, its amax folded in, optionally through GELU's derivative and with its column sums (a bias
-// gradient); the byte transpose; the delayed-scaling update at a step's end. Scales and amaxes are
+// one pass, its amax folded in, optionally through GELU or GELU's derivative and with its column sums (a
+// bias gradient); the byte transpose; the delayed-scaling update at a step's end. Scales and amaxes are
 // device pointers (base/fp8_math.hpp has the rule the scales follow).
 #pragma once
 #include <cuda_runtime.h>
@@ -13,10 +13,14 @@
 
 namespace gpt::kern {
 
+// What a cast quantizes: v = x; v = gelu_tanh(x) (x a product's output before GELU); or v = x *
+// gelu_tanh'(gelu_in) (x the gradient of GELU's output)
+enum class Fp8CastAct { kNone, kGelu, kGeluGrad };
 template <class X>
 struct Fp8CastArgs {
   const X* x = nullptr;        // (N, C)
-  const X* gelu_in = nullptr;  // (N, C) or null: v = x * gelu_tanh'(gelu_in), else v = x
+  Fp8CastAct act = Fp8CastAct::kNone;
+  const X* gelu_in = nullptr;  // (N, C) with kGeluGrad
   uint8_t* out = nullptr;      // (N, C) or null
   uint8_t* out_t = nullptr;    // (C, N) or null
   const float* scale = nullptr;

@@ -49,6 +49,10 @@ class Fp8Ops {
   // of v before rounding (the bias gradient of the product whose output gradient v is).
   virtual void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
                     int C) = 0;
+  // Quantizes v = gelu_tanh(pre) (pre (N, C): a product's output before GELU) into q.data (N, C) and/or
+  // q_t (C, N), as cast() does: GELU's output in FP8 for the next product, the same bytes wherever it is
+  // made (the forward, or recomputation in the backward).
+  virtual void cast_gelu(const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) = 0;
   // dst (C, N) = src (N, C), bytes
   virtual void transpose(void* dst, const void* src, int N, int C) = 0;
   // out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC, nullable), fp32 accumulation, act dtype out.

@@ -34,28 +34,34 @@ void Block::forward(const LayerCtx& c, const BucketView& w, uint64_t version, co
   attproj_.forward(c, w, version, io.scratch_c, {a.atty, false}, nullptr, train, train ? a.atty_t : nullptr);
   const Fp8Tensor ln2_q = fc_.fp8() ? fc_.input_q(a.ln2, train) : Fp8Tensor{};
   ln2_.forward(c, w, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, io.res_in, io.scratch_c, fc_.fp8() ? &ln2_q : nullptr);
-  // fc with GELU fused (pre-activation kept in fch). GELU's output is what fcproj's weight gradient
-  // needs: kept as it is in bf16. FP8 keeps it in FP8: written so by fc's epilogue, or, with recompute
-  // (which casts it again from fch in the backward: the forward must quantize the same values), cast
-  // from a bf16 scratch copy and kept transposed.
+  // fc, GELU, fcproj. fc's output before GELU is kept (fch) for GELU's derivative; what fcproj's weight
+  // gradient needs is GELU's output: kept as it is in bf16. FP8 keeps it as FP8 bytes, made in one of two
+  // ways: by fc's epilogue (the policy's choice, nothing recomputed), or by fcproj's input cast, which
+  // applies GELU to fch on the way and keeps the bytes transposed (recomputation casts fch the same way
+  // again: the same bytes).
   if (gelu_in_fp8(c)) {
     fc_.forward_gelu_q(c, w, version, fcproj_.input_q(a.fch_gelu, train), {a.ln2, true}, a.fch, train, io.dbig);
     fcproj_.forward(c, w, version, io.scratch_c, {a.fch_gelu, true}, nullptr, train, nullptr);
     return;
   }
-  void* gelu = fcproj_.fp8() ? io.dbig : a.fch_gelu;
-  fc_.forward(c, w, version, gelu, {a.ln2, fc_.fp8()}, a.fch, train, nullptr);
-  fcproj_.forward(c, w, version, io.scratch_c, {gelu, false}, nullptr, train,
-                  train && c.recompute < 1 ? a.fch_gelu : nullptr);
+  if (fcproj_.fp8()) {
+    fc_.forward(c, w, version, a.fch, {a.ln2, fc_.fp8()}, nullptr, train, nullptr);
+    fcproj_.forward(c, w, version, io.scratch_c, {a.fch, false, true}, nullptr, train,
+                    train && c.recompute < 1 ? a.fch_gelu : nullptr);
+    return;
+  }
+  fc_.forward(c, w, version, a.fch_gelu, {a.ln2, fc_.fp8()}, a.fch, train, nullptr);
+  fcproj_.forward(c, w, version, io.scratch_c, {a.fch_gelu, false}, nullptr, train, nullptr);
 }
 
 void Block::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, const BlockActs& a,
                      const BlockIo& io) const {
   // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-  if (c.recompute >= 1) {  // GELU's output again (FP8: cast with the forward's scale, the same bytes)
-    void* gelu = fcproj_.fp8() ? io.dbig : a.fch_gelu;
-    c.be.gelu_fwd(gelu, a.fch, size_t(c.N) * 4 * C_);
-    fcproj_.recompute_saved(c, a.fch_gelu, gelu);
+  if (c.recompute >= 1) {  // GELU's output again (FP8: cast from fch with the forward's scale, the same bytes)
+    if (fcproj_.fp8())
+      fcproj_.recompute_saved(c, a.fch_gelu, {a.fch, false, true});
+    else
+      c.be.gelu_fwd(a.fch_gelu, a.fch, size_t(c.N) * 4 * C_);
   }
   // GELU's derivative: in fcproj's input-gradient epilogue where it has one (bf16), else in the cast of
   // fc's output gradient (FP8: cuBLASLt's DGELU epilogue on FP8 operands measured 5x slower than the plain

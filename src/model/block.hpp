@@ -22,14 +22,14 @@ struct BlockActs {
   void* ln2;                  // (N, C): FP8 bytes when fc is FP8
   float *ln2_mean, *ln2_rstd; // (N)
   void* fch;                  // (N, 4C) before GELU
-  void* fch_gelu;             // (N, 4C) GELU's output; FP8 bytes when fcproj is FP8 (transposed (4C, N) with recompute)
+  void* fch_gelu;             // (N, 4C) GELU's output; FP8 bytes when fcproj is FP8: transposed (4C, N), or (N, 4C) from fc's epilogue
 };
 
 // What a block pass borrows from the model besides its activations.
 struct BlockIo {
   const void* res_in;  // (N, C) the residual stream into the block (the embeddings for layer 0)
   void* scratch_c;     // (N, C) forward: each projection's output before its residual add
-  void* dbig;          // (N, 4C) forward: fc's output before its FP8 cast; backward: dfch and dqkv
+  void* dbig;          // (N, 4C) forward: fc's GELU output when its epilogue cannot write FP8; backward: dfch, dqkv
   void* dres;          // (N, C) backward: d(loss)/d(residual stream), in and out
   float* dres_colsum;  // (C) its column sums: the next projection's bias gradient
   void* dtmp;          // (N, C) backward: a LayerNorm's output gradient

@@ -9,7 +9,7 @@ namespace gpt {
 // Activations. Per layer (L of each unless shared by recompute): BlockActs (model/block.hpp), and
 // res3 (B,T,C) = the residual after the MLP.
 // recompute >= 1 keeps one shared fch_gelu; recompute 2 also one shared ln1 and ln2.
-// FP8 products: ln1, ln2 are FP8 bytes (N,C); fch_gelu FP8 (N,4C) (transposed (4C,N) with recompute);
+// FP8 products: ln1, ln2 are FP8 bytes (N,C); fch_gelu FP8 (4C,N) transposed ((N,4C) from fc's epilogue);
 // atty_t (C,N) FP8 besides atty; the layer's weights in FP8 with their transposes; FP8 scratch for the products' operands.
 // FP8 classifier: lnf is FP8 bytes (N,C); wte in FP8 with its transpose; scratch for the chunk's logit
 // gradient (chunk,Vp) and its lnf rows transposed (C,chunk) (the gradient's transpose reuses the logits).

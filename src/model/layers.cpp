@@ -36,13 +36,21 @@ Fp8Tensor Linear::input_fp8(const LayerCtx& c, const BucketView& w, uint64_t par
   q_.cast_weight(c, w.at(w_), params_version);
   if (in.quantized) return input_q(const_cast<void*>(in.x), train);
   Fp8Tensor x = input_q(c.q_in, train);
-  c.f().cast(x, keep_t, in.x, nullptr, nullptr, c.N, in_);
+  cast_input(c, x, keep_t, in);
   return x;
+}
+
+void Linear::cast_input(const LayerCtx& c, const Fp8Tensor& x, void* keep_t, Input in) const {
+  if (in.gelu)
+    c.f().cast_gelu(x, keep_t, in.x, c.N, in_);
+  else
+    c.f().cast(x, keep_t, in.x, nullptr, nullptr, c.N, in_);
 }
 
 void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
                      void* pre_gelu, bool train, void* keep_t) const {
   if (!q_.on()) {
+    if (in.gelu) throw Error(kExitFailure, "internal error: only an FP8 product applies GELU to its input");
     c.be.matmul_fwd(out, in.x, w.at(w_), w.at(b_), c.N, in_, out_, pre_gelu);
     return;
   }
@@ -60,8 +68,8 @@ void Linear::forward_gelu_q(const LayerCtx& c, const BucketView& w, uint64_t par
   c.f().cast(out_q, nullptr, scratch, nullptr, nullptr, c.N, out_);
 }
 
-void Linear::recompute_saved(const LayerCtx& c, void* keep_t, const void* x) const {
-  if (q_.on()) c.f().cast(input_q(nullptr, false), keep_t, x, nullptr, nullptr, c.N, in_);
+void Linear::recompute_saved(const LayerCtx& c, void* keep_t, Input in) const {
+  if (q_.on()) cast_input(c, input_q(nullptr, false), keep_t, in);
 }
 
 // FP8: the output gradient cast once (row-major for the input gradient, transposed for the weight

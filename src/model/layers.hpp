@@ -99,9 +99,11 @@ class Linear {
   void set_weight_cache(void* p) { q_.set_weight_cache(p); }
 
   // The input as the forward got it: x in the activation dtype, or already FP8 (written with input_q).
+  // gelu (FP8 only): x is the previous product's output before GELU, applied in this product's cast.
   struct Input {
     const void* x;
     bool quantized;
+    bool gelu = false;
   };
   // out = x W^T + b; with pre_gelu: pre_gelu = that, out = gelu_tanh(pre_gelu). FP8 with an input in
   // the activation dtype: it is cast first, and its transposed bytes go to keep_t when given (what the
@@ -130,14 +132,16 @@ class Linear {
   void backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
                 Saved in, const float* dout_colsum, const void* gelu_dinp, const void* gelu_dout) const;
   // FP8: the forward's input cast again with the forward's scale (recomputation): transposed bytes to
-  // keep_t, from x in the activation dtype. No-op in bf16.
-  void recompute_saved(const LayerCtx& c, void* keep_t, const void* x) const;
+  // keep_t, from in.x in the activation dtype (through GELU with in.gelu). No-op in bf16.
+  void recompute_saved(const LayerCtx& c, void* keep_t, Input in) const;
 
  private:
   size_t w_, b_;  // offsets in the bucket
   int in_, out_;
   Fp8Tensor input_fp8(const LayerCtx& c, const BucketView& w, uint64_t params_version, Input in, bool train,
                       void* keep_t) const;
+  // in.x cast into x.data (row-major) and/or keep_t (transposed)
+  void cast_input(const LayerCtx& c, const Fp8Tensor& x, void* keep_t, Input in) const;
 
   Fp8Product q_;  // W (out, in)
 };

@@ -113,7 +113,7 @@ std::vector<uint8_t> random_codes(std::mt19937& rng, size_t n) {
 
 // GELU's output in FP8 from the forward product is the product with GELU, then the cast: the same bytes,
 // the same pre-activation and the same amax (the model's fc output takes either path)
-TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast) {
+TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast_or_gelu_in_the_cast) {
   auto be = make_cpu_backend(BackendOptions{});
   const int N = 8, IC = 16, OC = 24;
   std::mt19937 rng(11);
@@ -132,6 +132,15 @@ TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast) {
   EXPECT_TRUE(pre1 == pre2);
   EXPECT_GT(m1.v[2], 0.0f);
   EXPECT_EQ(m1.v[2], m2.v[2]);
+  // GELU applied in the cast of the product's output before it (what fcproj's input cast does), row-major
+  // and transposed: the same bytes and amax
+  Meta m3(4.0f);
+  std::vector<uint8_t> q3(gelu.size()), q3t(gelu.size());
+  be->fp8()->cast_gelu(m3.t(q3.data(), Fp8Format::E4M3), q3t.data(), pre1.data(), N, OC);
+  EXPECT_TRUE(q3 == q1);
+  EXPECT_EQ(m3.v[2], m1.v[2]);
+  for (int r = 0; r < N; ++r)
+    for (int c = 0; c < OC; ++c) EXPECT_TRUE(q3t[size_t(c) * N + r] == q1[size_t(r) * OC + c]);
 }
 
 TEST(Fp8, products_use_the_dequantized_operands) {

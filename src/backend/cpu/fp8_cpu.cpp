@@ -47,6 +47,14 @@ class CpuFp8Ops final : public Fp8Ops {
     WallScope t(tally_, gelu_in ? "fp8_cast +dgelu" : "fp8_cast");
     quantize(q, q_t, static_cast<const float*>(x), static_cast<const float*>(gelu_in), colsum, N, C);
   }
+  void cast_gelu(const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) override {
+    WallScope t(tally_, "fp8_cast +gelu");
+    gelu_.resize(size_t(N) * C);
+    const float* x = static_cast<const float*>(pre);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = cpu::gelu(x[i]);
+    quantize(q, q_t, gelu_.data(), nullptr, nullptr, N, C);
+  }
   void transpose(void* dst, const void* src, int N, int C) override {
     WallScope t(tally_, "fp8_transpose");
     const uint8_t* s = static_cast<const uint8_t*>(src);

@@ -36,11 +36,16 @@ class CudaFp8Ops final : public Fp8Ops {
   void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
             int C) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, gelu_in ? "fp8_cast +dgelu" : (colsum ? "fp8_cast +dbias" : "fp8_cast"));
-    kern::Fp8CastArgs<bf16> a;
-    a.x = static_cast<const bf16*>(x), a.gelu_in = static_cast<const bf16*>(gelu_in);
-    a.out = static_cast<uint8_t*>(q.data), a.out_t = static_cast<uint8_t*>(q_t);
-    a.scale = q.scale, a.amax = q.amax, a.fmt = q.fmt, a.colsum = colsum, a.N = N, a.C = C;
+    kern::Fp8CastArgs<bf16> a = cast_args(q, q_t, x, N, C);
+    if (gelu_in) a.act = kern::Fp8CastAct::kGeluGrad, a.gelu_in = static_cast<const bf16*>(gelu_in);
+    a.colsum = colsum;
     if (colsum) a.scratch = static_cast<float*>(c_.scratch(kern::fp8_cast_scratch_bytes(N, C)));
+    kernel_boundary([&] { kern::fp8_cast<bf16>(a, c_.stream); });
+  }
+  void cast_gelu(const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_cast +gelu");
+    kern::Fp8CastArgs<bf16> a = cast_args(q, q_t, pre, N, C);
+    a.act = kern::Fp8CastAct::kGelu;
     kernel_boundary([&] { kern::fp8_cast<bf16>(a, c_.stream); });
   }
   void transpose(void* dst, const void* src, int N, int C) override {
@@ -108,6 +113,14 @@ class CudaFp8Ops final : public Fp8Ops {
   }
 
  private:
+  // a cast of x (N, C) into q.data and/or q_t
+  static kern::Fp8CastArgs<bf16> cast_args(const Fp8Tensor& q, void* q_t, const void* x, int N, int C) {
+    kern::Fp8CastArgs<bf16> a;
+    a.x = static_cast<const bf16*>(x);
+    a.out = static_cast<uint8_t*>(q.data), a.out_t = static_cast<uint8_t*>(q_t);
+    a.scale = q.scale, a.amax = q.amax, a.fmt = q.fmt, a.N = N, a.C = C;
+    return a;
+  }
   CudaFp8Context c_;
 };
 
