@@ -8,7 +8,7 @@ run cut short keeps those before it) and prints the table.
 
 Variants of this trainer: the recompute level, then "fp8" for training.precision fp8 (bf16 without it),
 "cls" after it for training.fp8_classifier (the classifier's products in FP8 too), "cast" after that for
-training.fp8_gelu_epilogue false (GELU's output in bf16, then cast to FP8), "det" for
+training.fp8_gelu_epilogue false (GELU applied in fcproj's input cast), "det" for
 training.deterministic (bit-reproducible steps) or "prof" for a run with log.op_profile whose per-op table
 is kept (its step times include the profiler's events, so it does not count as a throughput figure), e.g.
 0, 1, 0fp8, 0fp8cls, 0fp8clscast, 0det, 0fp8prof, 0fp8clsprof. --matmul-search S sets this trainer's training.matmul_search_s

@@ -81,8 +81,9 @@ std::vector<Field> fields_of(Config& c) {
        "in bf16"},
       {"training.fp8_gelu_epilogue", &t.fp8_gelu_epilogue,
        "precision fp8: GELU's output, fcproj's FP8 input, is written in FP8 by the fc product's cuBLASLt "
-       "epilogue (its amax folded in per call); false: written in bf16, then cast (as with recompute >= 1, "
-       "which casts it again from the pre-activation in the backward)"},
+       "epilogue (its amax folded in per call); false: fc writes its output before GELU in bf16 and fcproj's "
+       "input cast applies GELU on the way to FP8, keeping the bytes transposed for the weight gradient (as "
+       "with recompute >= 1, which casts them again the same way in the backward)"},
       {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
       {"training.stochastic_rounding", &t.stochastic_rounding, "round bf16 parameter writes stochastically"},
       {"training.micro_batch", &t.micro_batch,
