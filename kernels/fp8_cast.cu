@@ -9,6 +9,8 @@
 
 #include "fp8_cast.cuh"
 
+#include "base/gelu_logistic.hpp"
+
 namespace gpt::kern {
 
 namespace {
@@ -23,28 +25,9 @@ __device__ __forceinline__ bool is_aligned_dev(const void* p, int bytes) {
 __device__ __forceinline__ uint16_t quantize2(float a, float b, fp8::Format f) {
   return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
 }
-// GELU without tanh: with u = k (x + a x^3), 0.5 (1 + tanh u) = sigmoid(2u) = s and 0.5 (1 - tanh u) =
-// sigmoid(-2u) = e s, e = exp(-2u); so gelu(x) = x s and gelu'(x) = s (1 + 2 k x (1 + 3 a x^2) e s).
-// One exponential and one reciprocal on the multi-function unit: the exact tanhf made the derivative's
-// cast issue-bound on an H200 (83% of issue slots, 2.7 TB/s for GPT-2 1558M's fc gradient), and no term
-// cancels (the tanh form's 1 + t loses its digits where t nears -1, which an approximate tanh turns into
-// FP8 codes off by several steps). e is capped (x below about -10) so that e s stays finite.
-struct GeluTerms {
-  float s, es;  // sigmoid(2u), sigmoid(-2u)
-};
-__device__ __forceinline__ GeluTerms gelu_terms(float x, float x2) {
-  constexpr float k = 0.7978845608028654f, a = 0.044715f;
-  const float e = __expf(fminf(-2.0f * k * x * (1.0f + a * x2), 80.0f));
-  const float s = __fdividef(1.0f, 1.0f + e);
-  return {s, e * s};
-}
-__device__ __forceinline__ float gelu(float x) { return x * gelu_terms(x, x * x).s; }
-__device__ __forceinline__ float gelu_grad(float x) {
-  constexpr float k = 0.7978845608028654f, a = 0.044715f;
-  const float x2 = x * x;
-  const GeluTerms g = gelu_terms(x, x2);
-  return g.s * (1.0f + 2.0f * k * x * (1.0f + 3.0f * a * x2) * g.es);
-}
+// GELU and its derivative through the logistic function (base/gelu_logistic.hpp), as the CPU emulation
+// computes them: one exponential and one reciprocal on the multi-function unit (the exact tanhf made the
+// derivative's cast issue-bound on an H200: 83% of issue slots, 2.7 TB/s for GPT-2 1558M's fc gradient).
 // |v| as bits, NaN above infinity: non-negative floats order as their bit patterns, so a running
 // integer max is the amax (abs_bits_to_amax turns a NaN into infinity)
 __device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
@@ -118,8 +101,8 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
         v[j] = 0.0f;
         if (in) {
           v[j] = to_f(xv[p].v[k]);
-          if constexpr (ACT == Fp8CastAct::kGelu) v[j] = gelu(v[j]);
-          if constexpr (ACT == Fp8CastAct::kGeluGrad) v[j] *= gelu_grad(to_f(gv[p].v[k]));
+          if constexpr (ACT == Fp8CastAct::kGelu) v[j] = gelu_logistic(v[j]);
+          if constexpr (ACT == Fp8CastAct::kGeluGrad) v[j] *= gelu_logistic_grad(to_f(gv[p].v[k]));
         }
         m = max(m, abs_bits(v[j]));
         if constexpr (SUMS) sum[k] += v[j];

@@ -46,7 +46,8 @@ class Fp8Ops {
                              const void* b, const void* w, const void* bias, int N, int C) = 0;
   // Quantizes v = x (N, C), or v = x * gelu_tanh'(gelu_in) with gelu_in non-null, into q.data (N, C)
   // and/or q_t (C, N) (either nullable). colsum (C, fp32, nullable) is overwritten with the column sums
-  // of v before rounding (the bias gradient of the product whose output gradient v is).
+  // of v before rounding (the bias gradient of the product whose output gradient v is). GELU here and
+  // in cast_gelu is computed as base/gelu_logistic.hpp does, on every backend.
   virtual void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
                     int C) = 0;
   // Quantizes v = gelu_tanh(pre) (pre (N, C): a product's output before GELU) into q.data (N, C) and/or

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/gelu.hpp"
 #include "backend/cpu/xent.hpp"
+#include "base/gelu_logistic.hpp"
 
 namespace gpt {
 namespace {
@@ -52,7 +53,7 @@ class CpuFp8Ops final : public Fp8Ops {
     gelu_.resize(size_t(N) * C);
     const float* x = static_cast<const float*>(pre);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = cpu::gelu(x[i]);
+    for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = gelu_logistic(x[i]);
     quantize(q, q_t, gelu_.data(), nullptr, nullptr, N, C);
   }
   void transpose(void* dst, const void* src, int N, int C) override {
@@ -164,7 +165,7 @@ class CpuFp8Ops final : public Fp8Ops {
     for (int r = 0; r < N; ++r)
       for (int c = 0; c < C; ++c) {
         const size_t i = size_t(r) * C + c;
-        const float v = g ? x[i] * cpu::gelu_grad(g[i]) : x[i];
+        const float v = g ? x[i] * gelu_logistic_grad(g[i]) : x[i];
         amax = std::isnan(v) ? INFINITY : std::max(amax, std::fabs(v));
         const uint8_t b = fp8_encode(v * s, q.fmt);
         if (out) out[i] = b;
@@ -177,7 +178,7 @@ class CpuFp8Ops final : public Fp8Ops {
       double sum = 0;
       for (int r = 0; r < N; ++r) {
         const size_t i = size_t(r) * C + c;
-        sum += g ? x[i] * cpu::gelu_grad(g[i]) : x[i];
+        sum += g ? x[i] * gelu_logistic_grad(g[i]) : x[i];
       }
       colsum[c] = float(sum);
     }
