@@ -74,8 +74,8 @@ log: {{every: 1, progress: false}}
 # policy name: what follows `precision:` in the run's training map
 POLICIES = {"fp8": "fp8", "fp8 + classifier": "fp8, fp8_classifier: true",
             "fp8, e4m3 gradients": "fp8, fp8_grad_format: e4m3",
-            "fp8, GELU cast": "fp8, fp8_gelu_epilogue: false",
-            "fp8 + classifier, GELU cast": "fp8, fp8_classifier: true, fp8_gelu_epilogue: false"}
+            "fp8, GELU epilogue": "fp8, fp8_gelu_epilogue: true",
+            "fp8 + classifier, GELU epilogue": "fp8, fp8_classifier: true, fp8_gelu_epilogue: true"}
 WINDOWS = ((1, 10), (11, 50), (51, 100), (101, 200))
 
 

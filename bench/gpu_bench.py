@@ -7,11 +7,11 @@ run cut short keeps those before it) and prints the table.
                                [--no-torch] [--no-torch-bf16] [--torch-fp8 tensorwise,rowwise] [--matmul-search S]
 
 Variants of this trainer: the recompute level, then "fp8" for training.precision fp8 (bf16 without it),
-"cls" after it for training.fp8_classifier (the classifier's products in FP8 too), "cast" after that for
-training.fp8_gelu_epilogue false (GELU applied in fcproj's input cast), "det" for
+"cls" after it for training.fp8_classifier (the classifier's products in FP8 too), "epi" after that for
+training.fp8_gelu_epilogue true (GELU's FP8 output from fc's epilogue; "cast" writes false, the default), "det" for
 training.deterministic (bit-reproducible steps) or "prof" for a run with log.op_profile whose per-op table
 is kept (its step times include the profiler's events, so it does not count as a throughput figure), e.g.
-0, 1, 0fp8, 0fp8cls, 0fp8clscast, 0det, 0fp8prof, 0fp8clsprof. --matmul-search S sets this trainer's training.matmul_search_s
+0, 1, 0fp8, 0fp8cls, 0fp8clsepi, 0det, 0fp8prof, 0fp8clsprof. --matmul-search S sets this trainer's training.matmul_search_s
 (seconds per matmul shape for cuBLASLt configurations beyond the heuristic's).
 
 PyTorch: the bf16 baseline, and with --torch-fp8 one more run per torchao float8 recipe (pytorch_gpt2.py
@@ -47,24 +47,26 @@ def run(cmd, log):
 
 
 def check_variants(ap, variants):
-    """--variants: each a recompute level followed by fp8, fp8cls, fp8cast, fp8clscast, det or prof (an
-    argparse error otherwise)."""
+    """--variants: each a recompute level followed by fp8 or fp8cls (then optionally epi or cast), det or
+    prof (an argparse error otherwise)."""
     for v in variants.split(","):
-        if not v[:1].isdigit() or ("cls" in v and "fp8cls" not in v) or ("cast" in v and "fp8" not in v):
-            ap.error(f"--variants: {v!r} is not a recompute level followed by fp8, fp8cls, fp8cast, fp8clscast, "
+        if (not v[:1].isdigit() or ("cls" in v and "fp8cls" not in v) or
+                (("cast" in v or "epi" in v) and "fp8" not in v) or ("cast" in v and "epi" in v)):
+            ap.error(f"--variants: {v!r} is not a recompute level followed by fp8 or fp8cls (then epi or cast), "
                      "det or prof")
 
 
 def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     recompute = int(variant[0])
     det, prof, fp8, cls = "det" in variant, "prof" in variant, "fp8" in variant, "cls" in variant
-    cast = "cast" in variant
+    cast, epi = "cast" in variant, "epi" in variant
+    gelu = f" fp8_gelu_epilogue: {str(epi).lower()}," if cast or epi else ""
     name = f"{preset}_b{mb}_r{variant}"
     yaml = out / f"{name}.yaml"
     yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
 model: {{preset: {preset}}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
-training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"},{" fp8_classifier: true," if cls else ""}{" fp8_gelu_epilogue: false," if cast else ""} micro_batch: {mb},
+training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"},{" fp8_classifier: true," if cls else ""}{gelu} micro_batch: {mb},
            seq_len: 1024, steps: {steps}, lr: 6.0e-4,
            warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute},
            deterministic: {str(det).lower()}, matmul_search_s: {search}}}
@@ -72,7 +74,7 @@ eval: {{batches: 0}}
 log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
 """)
     rc = run([train, "--yaml", yaml], out / f"{name}.log")
-    impl = ("this" + (" fp8" if fp8 else "") + (" +classifier" if cls else "") + (" GELU cast" if cast else "") +
+    impl = ("this" + (" fp8" if fp8 else "") + (" +classifier" if cls else "") + (" GELU cast" if cast else "") + (" GELU epilogue" if epi else "") +
             (" (deterministic)" if det else "") +
             (" (op profile)" if prof else ""))
     r = {"impl": impl, "variant": variant, "preset": preset, "micro_batch": mb, "recompute": recompute,
@@ -80,7 +82,7 @@ log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
     if prof:
         text = (out / f"{name}.log").read_text()
         table = text[text.find("op profile over"):]
-        suffix = ("_fp8" if fp8 else "") + ("cls" if cls else "") + ("cast" if cast else "")
+        suffix = ("_fp8" if fp8 else "") + ("cls" if cls else "") + ("cast" if cast else "") + ("epi" if epi else "")
         (out / f"op_profile_{preset}_b{mb}{suffix}.txt").write_text(table)
         print(table, flush=True)
     logp = out / "runs" / name / "log.h5"

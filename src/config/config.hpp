@@ -82,7 +82,7 @@ struct TrainingConfig {
   int fp8_amax_history = 16;
   int fp8_margin = 0;
   bool fp8_classifier = false;
-  bool fp8_gelu_epilogue = true;
+  bool fp8_gelu_epilogue = false;
   bool master_weights = true;
   bool stochastic_rounding = true;
   MicroBatch micro_batch;

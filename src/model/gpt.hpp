@@ -20,7 +20,7 @@ namespace gpt {
 struct PrecisionPolicy {
   bool fp8_linear = false;      // the four block products of every layer
   bool fp8_classifier = false;  // the tied classifier's three products (training.fp8_classifier)
-  bool fp8_gelu_epilogue = true; // FP8 GELU output from fc's epilogue (training.fp8_gelu_epilogue)
+  bool fp8_gelu_epilogue = false;  // FP8 GELU output from fc's epilogue (training.fp8_gelu_epilogue)
   bool any_fp8() const { return fp8_linear || fp8_classifier; }
 };
 

@@ -60,7 +60,7 @@ POLICIES = {
     "e4m3": (["training.fp8_grad_format=e4m3"], "e4m3", 24),
     "classifier": (["training.fp8_classifier=true"], "e5m2", 27),
     "recompute2": (["training.recompute=2"], "e5m2", 24),
-    "gelu_cast": (["training.fp8_gelu_epilogue=false"], "e5m2", 24),
+    "gelu_epilogue": (["training.fp8_gelu_epilogue=true"], "e5m2", 24),
 }
 
 

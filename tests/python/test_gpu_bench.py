@@ -151,19 +151,22 @@ def test_fp8_classifier_variants(bench, tmp_path, capsys):
     assert e.value.code == 2 and "'0cls'" in capsys.readouterr().err and len(bench.commands) == n
 
 
-def test_gelu_cast_variant(bench, tmp_path, capsys):
-    """"cast" after fp8 (or fp8cls) writes training.fp8_gelu_epilogue: false, its own row and op profile;
-    other variants leave the key out (the trainer's default, the epilogue); "cast" without fp8 is refused."""
-    bench.main(["--out", str(tmp_path), "--configs", "d12:64", "--variants", "0fp8cls,0fp8clscast,0fp8castprof",
-                "--no-torch", "--train", "/bin/false"])
-    for variant, cast in [("0fp8cls", False), ("0fp8clscast", True), ("0fp8castprof", True)]:
+def test_gelu_variants(bench, tmp_path, capsys):
+    """"epi" after fp8 (or fp8cls) writes training.fp8_gelu_epilogue: true, "cast" false, each with its own row
+    and op profile; other variants leave the key out (the trainer's default, the cast); "epi" or "cast"
+    without fp8, or both, are refused."""
+    bench.main(["--out", str(tmp_path), "--configs", "d12:64", "--variants",
+                "0fp8cls,0fp8clsepi,0fp8castprof,0fp8epiprof", "--no-torch", "--train", "/bin/false"])
+    for variant, key in [("0fp8cls", None), ("0fp8clsepi", True), ("0fp8castprof", False), ("0fp8epiprof", True)]:
         t = yaml.safe_load((tmp_path / f"d12_b64_r{variant}.yaml").read_text())["training"]
-        assert t["precision"] == "fp8" and t.get("fp8_gelu_epilogue", True) is not cast, variant
-        assert cast or "fp8_gelu_epilogue" not in t, variant
+        assert t["precision"] == "fp8" and t.get("fp8_gelu_epilogue") is key, variant
     by = {r["impl"]: r for r in json.loads((tmp_path / "results.json").read_text())}
-    assert list(by) == ["this fp8 +classifier", "this fp8 +classifier GELU cast", "this fp8 GELU cast (op profile)"]
+    assert list(by) == ["this fp8 +classifier", "this fp8 +classifier GELU epilogue",
+                        "this fp8 GELU cast (op profile)", "this fp8 GELU epilogue (op profile)"]
     assert (tmp_path / "op_profile_d12_b64_fp8cast.txt").exists()
-    n = len(bench.commands)
-    with pytest.raises(SystemExit) as e:
-        bench.main(["--out", str(tmp_path), "--variants", "0cast", "--no-torch"])
-    assert e.value.code == 2 and "'0cast'" in capsys.readouterr().err and len(bench.commands) == n
+    assert (tmp_path / "op_profile_d12_b64_fp8epi.txt").exists()
+    for bad in ("0cast", "0epi", "0fp8castepi"):
+        n = len(bench.commands)
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--out", str(tmp_path), "--variants", bad, "--no-torch"])
+        assert e.value.code == 2 and f"'{bad}'" in capsys.readouterr().err and len(bench.commands) == n

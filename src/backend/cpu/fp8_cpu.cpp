@@ -71,13 +71,12 @@ class CpuFp8Ops final : public Fp8Ops {
     dequantize(b_, w, size_t(OC) * IC);
     be_.matmul_fwd(out, a_.data(), b_.data(), bias, N, IC, OC, pre_gelu);
   }
-  // the product with GELU in fp32, then quantized as cast() does: the same bytes as matmul_fwd + cast
+  // the product in fp32 into pre_gelu, then GELU's cast: the same bytes as the cast of GELU's input
+  // (training.fp8_gelu_epilogue false, recomputation)
   bool matmul_fwd_gelu_q(const Fp8Tensor& out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N,
                          int IC, int OC, void* pre_gelu) override {
-    gelu_.resize(size_t(N) * OC);
-    matmul_fwd(gelu_.data(), inp, w, bias, N, IC, OC, pre_gelu);
-    WallScope t(tally_, "fp8_cast");
-    quantize(out, nullptr, gelu_.data(), nullptr, nullptr, N, OC);
+    matmul_fwd(pre_gelu, inp, w, bias, N, IC, OC, nullptr);
+    cast_gelu(out, nullptr, pre_gelu, N, OC);
     return true;
   }
   void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
