@@ -17,13 +17,16 @@
 
 namespace gpt {
 
+// gelu(x) = 0.5 x (1 + tanh(kGeluScale (x + kGeluCubic x^3)))
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
 struct GeluTerms {
   float s, es;  // sigmoid(2u), sigmoid(-2u)
 };
 
 GPT_GELU_HD GeluTerms gelu_logistic_terms(float x, float x2) {
-  constexpr float k = 0.7978845608028654f, a = 0.044715f;  // sqrt(2/pi), the cubic's weight
-  const float arg = fminf(-2.0f * k * x * (1.0f + a * x2), 80.0f);
+  const float arg = fminf(-2.0f * kGeluScale * x * (1.0f + kGeluCubic * x2), 80.0f);
 #if defined(__CUDA_ARCH__)
   const float e = __expf(arg);
   const float s = __fdividef(1.0f, 1.0f + e);
@@ -35,10 +38,9 @@ GPT_GELU_HD GeluTerms gelu_logistic_terms(float x, float x2) {
 }
 GPT_GELU_HD float gelu_logistic(float x) { return x * gelu_logistic_terms(x, x * x).s; }
 GPT_GELU_HD float gelu_logistic_grad(float x) {
-  constexpr float k = 0.7978845608028654f, a = 0.044715f;
   const float x2 = x * x;
   const GeluTerms g = gelu_logistic_terms(x, x2);
-  return g.s * (1.0f + 2.0f * k * x * (1.0f + 3.0f * a * x2) * g.es);
+  return g.s * (1.0f + 2.0f * kGeluScale * x * (1.0f + 3.0f * kGeluCubic * x2) * g.es);
 }
 
 }  // namespace gpt
