@@ -161,6 +161,21 @@ __global__ void __launch_bounds__(kThreads) fp8_transpose_kernel(uint8_t* __rest
   write_transposed(qs, dst, r0, c0, N, C);
 }
 
+__global__ void __launch_bounds__(kThreads) fp8_quantize_kernel(uint8_t* __restrict__ out, const bf16* __restrict__ x,
+                                                                 size_t n, const float* scale, float* amax,
+                                                                 fp8::Format fmt) {
+  const float s = *scale;
+  unsigned m = 0;
+  for (size_t i = 2 * (blockIdx.x * size_t(blockDim.x) + threadIdx.x); i < n; i += 2 * size_t(gridDim.x) * blockDim.x) {
+    const float a = to_f(x[i]), b = i + 1 < n ? to_f(x[i + 1]) : 0.0f;
+    m = max(m, max(abs_bits(a), abs_bits(b)));
+    const uint16_t q = quantize2(a * s, b * s, fmt);
+    out[i] = uint8_t(q & 0xff);
+    if (i + 1 < n) out[i + 1] = uint8_t(q >> 8);
+  }
+  block_amax(abs_bits_to_amax(m), amax);
+}
+
 __global__ void fp8_scales_kernel(Fp8ScalesLaunch a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= a.n) return;
@@ -211,6 +226,13 @@ void fp8_cast(const Fp8CastArgs<X>& a, cudaStream_t s) {
   }
 }
 template void fp8_cast<bf16>(const Fp8CastArgs<bf16>&, cudaStream_t);
+
+void fp8_quantize(uint8_t* out, const bf16* x, size_t n, const float* scale, float* amax, fp8::Format fmt,
+                  cudaStream_t s) {
+  if (n == 0) return;
+  fp8_quantize_kernel<<<elementwise_grid(ceil_div(long(n), 2), 8), kThreads, 0, s>>>(out, x, n, scale, amax, fmt);
+  CUDA_CHECK_LAUNCH();
+}
 
 void fp8_transpose(uint8_t* dst, const uint8_t* src, int N, int C, cudaStream_t s) {
   if (C % 8 || N % 8) throw KernelError(KernelError::Kind::kUnsupported, "fp8_transpose: N and C must be multiples of 8");

@@ -34,6 +34,9 @@ size_t fp8_cast_scratch_bytes(int N, int C);
 template <class X>
 void fp8_cast(const Fp8CastArgs<X>& a, cudaStream_t s);
 
+// out (n) = fp8(x * scale), max |x| folded into *amax (nullable): n consecutive elements, no layout
+void fp8_quantize(uint8_t* out, const bf16* x, size_t n, const float* scale, float* amax, fp8::Format fmt,
+                  cudaStream_t s);
 // dst (C, N) = src (N, C), bytes; N and C multiples of 8
 void fp8_transpose(uint8_t* dst, const uint8_t* src, int N, int C, cudaStream_t s);
 // *amax = max(*amax, *slot) (a NaN in slot counts as infinity): an amax a library wrote for one call,

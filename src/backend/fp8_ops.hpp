@@ -54,6 +54,9 @@ class Fp8Ops {
   // q_t (C, N), as cast() does: GELU's output in FP8 for the next product, the same bytes wherever it is
   // made (the forward, or recomputation in the backward).
   virtual void cast_gelu(const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) = 0;
+  // Quantizes n consecutive elements x (no layout: a piece of a weight, cast where it is kept) into
+  // q.data (n), folding max |x| into *q.amax: the bytes cast() gives those elements.
+  virtual void quantize(const Fp8Tensor& q, const void* x, size_t n) = 0;
   // dst (C, N) = src (N, C), bytes
   virtual void transpose(void* dst, const void* src, int N, int C) = 0;
   // out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC, nullable), fp32 accumulation, act dtype out.

@@ -83,6 +83,7 @@ struct TrainingConfig {
   int fp8_margin = 0;
   bool fp8_classifier = false;
   bool fp8_gelu_epilogue = false;
+  bool fp8_weight_gather = true;
   bool master_weights = true;
   bool stochastic_rounding = true;
   MicroBatch micro_batch;

@@ -85,6 +85,11 @@ std::vector<Field> fields_of(Config& c) {
        "input cast applies GELU on the way to FP8, keeping the bytes transposed for the weight gradient (as "
        "with recompute >= 1, which casts them again the same way in the backward); 0.5-1% faster a step on an "
        "H200 at GPT-2 124M and 1558M (bench/RESULTS.md)"},
+      {"training.fp8_weight_gather", &t.fp8_weight_gather,
+       "precision fp8 at zero_stage 3: each rank casts its own piece of the block products' weights to FP8 "
+       "and the pieces are all-gathered as FP8 bytes (half the bytes of bf16), once per optimizer step; the "
+       "backward uses the FP8 copies and gathers only the LayerNorm weights and biases. false: the weights are "
+       "gathered in bf16 before every use and cast on every rank (the same FP8 bytes either way)"},
       {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
       {"training.stochastic_rounding", &t.stochastic_rounding, "round bf16 parameter writes stochastically"},
       {"training.micro_batch", &t.micro_batch,

@@ -24,7 +24,9 @@ namespace gpt {
   X(elapsed_s, "s", false, "wall clock since the run's first step (continued across resumes)")          \
   X(tokens, "tokens", true, "tokens trained on up to and including this step, all ranks")               \
   X(fp8_saturated, "tensors", true, "precision fp8: scaled tensors whose values were clipped since the last row") \
-  X(peak_memory, "bytes", true, "peak device memory of rank 0 so far (CPU: the process's peak RSS)")
+  X(peak_memory, "bytes", true, "peak device memory of rank 0 so far (CPU: the process's peak RSS)")       \
+  X(gathered_bytes, "bytes", true, "bytes rank 0 received from the other ranks through all-gathers in the " \
+    "step: ZeRO-3's parameter gathers, ZeRO-1/2's after the update (0 on one rank)")
 
 #define GPT_EVAL_METRICS(X)                                                                               \
   X(step, "steps", true, "optimizer steps completed when the evaluation ran")                           \

@@ -27,6 +27,19 @@ void Block::set_weight_cache(void* p) {
   }
 }
 
+bool Block::fp8_weights_current(uint64_t params_version) const {
+  for (const Linear* x : {&qkv_, &attproj_, &fc_, &fcproj_})
+    if (!x->weight_current(params_version)) return false;
+  return true;
+}
+
+std::vector<Fp8WeightRange> Block::fp8_weights() const {
+  std::vector<Fp8WeightRange> r;
+  for (const Linear* x : {&qkv_, &attproj_, &fc_, &fcproj_})
+    if (x->fp8()) r.push_back(x->fp8_weight());
+  return r;
+}
+
 void Block::forward(const LayerCtx& c, const BucketView& w, uint64_t version, const BlockActs& a,
                     const BlockIo& io, bool train) const {
   qkv_.forward(c, w, version, a.qkv, {a.ln1, qkv_.fp8()}, nullptr, train, nullptr);

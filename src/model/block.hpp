@@ -42,6 +42,10 @@ class Block {
   // The FP8 weight copies of the block's products, bytes (the model allocates them)
   size_t weight_cache_bytes() const;
   void set_weight_cache(void* p);
+  // Whether every FP8 weight copy holds this version of the parameters with the current scales (true
+  // without FP8 products); the FP8 products' weights in the layer's bucket, with their scaling
+  bool fp8_weights_current(uint64_t params_version) const;
+  std::vector<Fp8WeightRange> fp8_weights() const;
   // ln1(res_in) is in a.ln1 already; leaves fcproj's output in io.scratch_c.
   void forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, const BlockActs& a,
                const BlockIo& io, bool train) const;

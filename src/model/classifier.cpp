@@ -41,7 +41,7 @@ void Classifier::forward(const LayerCtx& c, const BucketView& w, const BucketVie
   // FP8: logits from FP8 operands -> losses; training: dlogits as FP8 bytes -> dx (from wte transposed)
   // and dwte (from dlogits and x, both transposed)
   Fp8Ops& f = c.f();
-  q_.cast_weight(c, w.at(wte_), params_version);
+  q_.cast_weight(c, w, wte_, params_version);
   for (int r0 = 0; r0 < N; r0 += chunk_) {
     const int n = std::min(chunk_, N - r0);
     const Fp8Tensor x = input_q(static_cast<char*>(a.x) + size_t(r0) * C_, g != nullptr);
@@ -68,7 +68,7 @@ void Classifier::logits_row(const LayerCtx& c, const BucketView& w, uint64_t par
     const void* x = static_cast<const char*>(a.x) + e * size_t(row) * C_;
     c.be.matmul_fwd(a.logits, x, w.at(wte_), nullptr, 1, C_, Vp_, nullptr);
   } else {
-    q_.cast_weight(c, w.at(wte_), params_version);
+    q_.cast_weight(c, w, wte_, params_version);
     const int r0 = row - row % kFp8RowGroup, n = std::min(kFp8RowGroup, c.N - r0);
     const Fp8Tensor x = input_q(static_cast<char*>(a.x) + size_t(r0) * C_, false);
     c.f().matmul_fwd(a.logits, x, q_.weight(false), nullptr, n, C_, Vp_, nullptr);

@@ -76,6 +76,7 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
          const PrecisionPolicy& policy, Fp8Scaling* fp8)
     : d_(d), layout_(layout), be_(be), B_(B), T_(T), chunk_rows_(int(std::min(size_t(B) * T, kMaxChunkRows))),
       ctx_{be},
+      fp8_(fp8),
       blocks_(make_blocks(layout, LayerPrecision{policy.fp8_linear ? fp8 : nullptr, policy.fp8_gelu_epilogue})),
       lnf_(layout, -1, "lnfw", "lnfb", d.n_embd),
       head_(layout, chunk_rows_, LayerPrecision{policy.fp8_classifier ? fp8 : nullptr}),
@@ -163,7 +164,7 @@ GPT::~GPT() {
 }
 
 BucketView GPT::params_of(ParamStore& ps, int b) const {
-  return {static_cast<char*>(const_cast<void*>(ps.params(b))), dtype_size(be_.act_dtype())};
+  return {static_cast<char*>(const_cast<void*>(ps.params(b))), dtype_size(be_.act_dtype()), ps.gathers_fp8(b)};
 }
 BucketView GPT::grads_of(ParamStore& ps, int b) const {
   return {static_cast<char*>(ps.grads(b)), dtype_size(be_.act_dtype())};
@@ -183,13 +184,22 @@ void GPT::trunk(ParamStore& ps, const int* tokens, bool train) {
   const int C = d_.n_embd, L = d_.n_layer;
   Acts& a = *a_;
   be_.copy_h2d(a.tokens, tokens, sizeof(int) * size_t(ctx_.N));
+  // A store that gathers FP8 weights as FP8 is asked for them when a layer's copies are out of date (once
+  // per change of the parameters or scales), a layer ahead like the parameters
+  const uint64_t version = ps.params_version(), scales = fp8_ ? fp8_->scales_version() : 0;
+  auto fp8_stale = [&](int l) {
+    return ps.gathers_fp8(layout_.layer_bucket(l)) && !blocks_[l].fp8_weights_current(version);
+  };
   ps.prefetch(layout_.layer_bucket(0));
+  if (fp8_stale(0)) ps.prefetch_fp8(layout_.layer_bucket(0), scales);
   const BucketView we = params_of(ps, 0);
   be_.encoder_fwd(a.encoded, a.tokens, we.at(wte_), we.at(wpe_), B_, T_, C);
   for (int l = 0; l < L; ++l) {
     const int b = layout_.layer_bucket(l);
     ps.prefetch(l + 1 < L ? b + 1 : layout_.final_bucket());
-    const BucketView w = params_of(ps, b);
+    if (l + 1 < L && fp8_stale(l + 1)) ps.prefetch_fp8(b + 1, scales);
+    BucketView w = params_of(ps, b);
+    if (fp8_stale(l)) w.fp8 = static_cast<const uint8_t*>(ps.fp8_params(b, scales));
     const BlockActs& x = a.block[l];
     if (l == 0) {
       const Fp8Tensor q = blocks_[0].ln1_fp8() ? blocks_[0].ln1_q(x.ln1, train) : Fp8Tensor{};

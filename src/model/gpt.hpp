@@ -56,6 +56,9 @@ class GPT {
   int vocab_size() const { return d_.vocab_size; }
   size_t stored_bytes() const { return stored_bytes_; }    // activations kept for backward
   size_t scratch_bytes() const { return scratch_bytes_; }  // logits chunk, gradient scratch, inputs
+  // Layer l's FP8 products' weights in its bucket with their scaling (empty without FP8 products): what
+  // a store that gathers FP8 weights as FP8 casts (ParamStore::fp8_params)
+  std::vector<Fp8WeightRange> fp8_weights(int l) const { return blocks_[l].fp8_weights(); }
 
  private:
   struct Acts;
@@ -73,6 +76,7 @@ class GPT {
   int B_, T_;
   int chunk_rows_;
   LayerCtx ctx_;
+  Fp8Scaling* fp8_;  // null without FP8 layers
   std::vector<Block> blocks_;
   LayerNorm lnf_;
   Classifier head_;   // registers its FP8 tensors after the blocks'

@@ -10,11 +10,18 @@ const TensorInfo& layer_tensor(const ParamLayout& L, int layer, const char* name
 
 // ---- Fp8Product
 
-void Fp8Product::cast_weight(const LayerCtx& c, const void* w, uint64_t params_version) const {
-  const std::pair<uint64_t, uint64_t> key{params_version, fp8_->scales_version()};
-  if (key_ == key) return;
-  c.f().cast(weight(false), weight(true).data, w, nullptr, nullptr, rows_, cols_);
-  key_ = key;
+void Fp8Product::cast_weight(const LayerCtx& c, const BucketView& w, size_t offset, uint64_t params_version) const {
+  if (current(params_version)) return;
+  const Fp8Tensor q = weight(false);
+  if (w.fp8) {
+    c.be.copy_d2d(q.data, w.fp8 + offset, size_t(rows_) * cols_);
+    c.f().transpose(weight(true).data, q.data, rows_, cols_);
+  } else if (w.fp8_only) {
+    throw Error(kExitFailure, "internal error: an FP8 weight copy out of date without the store's FP8 bytes");
+  } else {
+    c.f().cast(q, weight(true).data, w.at(offset), nullptr, nullptr, rows_, cols_);
+  }
+  key_ = key(params_version);
 }
 
 // ---- Linear
@@ -33,7 +40,7 @@ Linear::Linear(const ParamLayout& L, int layer, const char* weight, const char* 
 // (row-major for this product, transposed for its weight gradient into keep_t when given).
 Fp8Tensor Linear::input_fp8(const LayerCtx& c, const BucketView& w, uint64_t params_version, Input in, bool train,
                             void* keep_t) const {
-  q_.cast_weight(c, w.at(w_), params_version);
+  q_.cast_weight(c, w, w_, params_version);
   if (in.quantized) return input_q(const_cast<void*>(in.x), train);
   Fp8Tensor x = input_q(c.q_in, train);
   cast_input(c, x, keep_t, in);

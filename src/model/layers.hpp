@@ -16,6 +16,7 @@
 
 #include "backend/backend.hpp"
 #include "model/fp8_scaling.hpp"
+#include "model/param_store.hpp"
 #include "model/params.hpp"
 
 namespace gpt {
@@ -37,6 +38,11 @@ struct LayerCtx {
 struct BucketView {
   char* base = nullptr;
   size_t esz = 0;  // element size (the activation dtype's)
+  // Parameters only: the store gathers this bucket's FP8 weights as FP8 (ParamStore::fp8_params), so
+  // their act-dtype values are not there; fp8: the gathered bytes (one an element, at each weight's
+  // offset), when the model asked for them because its FP8 copies were out of date
+  bool fp8_only = false;
+  const uint8_t* fp8 = nullptr;
   void* at(size_t offset) const { return base + offset * esz; }
 };
 
@@ -73,13 +79,19 @@ class Fp8Product {
   // Bytes of the weight copies: 2 * rows * cols; 0 without FP8.
   size_t weight_cache_bytes() const { return fp8_ ? 2 * size_t(rows_) * cols_ : 0; }
   void set_weight_cache(void* p) { w8_ = p; }
-  // w (rows, cols) in the activation dtype -> both copies, unless they hold these parameters and scales.
-  void cast_weight(const LayerCtx& c, const void* w, uint64_t params_version) const;
+  // Whether both copies hold the parameters of this version cast with the current scales.
+  bool current(uint64_t params_version) const { return key_ == key(params_version); }
+  // The weight at `offset` of bucket w -> both copies, unless they are current: cast from the activation
+  // dtype, or (w.fp8) copied from the bytes the store gathered, then transposed.
+  void cast_weight(const LayerCtx& c, const BucketView& w, size_t offset, uint64_t params_version) const;
+  // The weight's FP8 form as a store casts pieces of it (amax recorded, as cast_weight does), no bytes.
+  Fp8Tensor weight_scaling() const { return fp8_->tensor(q_weight_, nullptr); }
 
  private:
   Fp8Scaling* fp8_ = nullptr;
   int rows_ = 0, cols_ = 0;
   int q_input_ = -1, q_weight_ = -1, q_grad_ = -1;  // FP8 slots
+  std::pair<uint64_t, uint64_t> key(uint64_t params_version) const { return {params_version, fp8_->scales_version()}; }
   void* w8_ = nullptr;                              // FP8 weight (rows, cols) then its transpose (cols, rows)
   mutable std::pair<uint64_t, uint64_t> key_{0, ~uint64_t(0)};  // what w8_ was cast from: parameters, scales versions
 };
@@ -97,6 +109,10 @@ class Linear {
   // Bytes of this product's FP8 weight copies (the weight and its transpose): 2 * in * out; 0 in bf16.
   size_t weight_cache_bytes() const { return q_.weight_cache_bytes(); }
   void set_weight_cache(void* p) { q_.set_weight_cache(p); }
+  // FP8: whether the weight copies hold this version of the parameters with the current scales (true
+  // in bf16), and where the weight is in its bucket with its scaling (a store that casts it)
+  bool weight_current(uint64_t params_version) const { return !q_.on() || q_.current(params_version); }
+  Fp8WeightRange fp8_weight() const { return {w_, size_t(in_) * out_, q_.weight_scaling()}; }
 
   // The input as the forward got it: x in the activation dtype, or already FP8 (written with input_q).
   // gelu (FP8 only): x is the previous product's output before GELU, applied in this product's cast.

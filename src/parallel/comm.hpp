@@ -26,11 +26,22 @@ class Communicator {
   virtual void reduce_scatter_sum(const void* send, void* recv, size_t count, DType t) = 0;
   // send holds count elements; recv gets world()*count, rank r's piece at r*count.
   virtual void all_gather(const void* send, void* recv, size_t count, DType t) = 0;
+  // The same for bytes (FP8 weights): send holds `bytes`, recv gets world()*bytes.
+  virtual void all_gather_bytes(const void* send, void* recv, size_t bytes) = 0;
+  // Bytes this rank has received from the other ranks through all-gathers so far (the traffic of
+  // gathering parameters: ZeRO-3 before each use, ZeRO-1/2 after each update)
+  uint64_t gathered_bytes() const { return gathered_; }
   // Events on the communication stream: record(slot) after some collectives; wait(slot) makes the
   // compute stream wait for them. join() makes compute wait for every collective queued so far.
   virtual void record(int slot) = 0;
   virtual void wait(int slot) = 0;
   virtual void join() = 0;
+
+ protected:
+  void count_gathered(size_t bytes_each) { gathered_ += uint64_t(world() - 1) * bytes_each; }
+
+ private:
+  uint64_t gathered_ = 0;
 };
 
 // Host-side agreement between ranks (MPI, or this process alone: make_solo_host_comm).

@@ -138,18 +138,25 @@ class MpiCommunicator final : public Communicator {
     std::memcpy(recv, tmp_.data(), tmp_.size());
   }
   void all_gather(const void* send, void* recv, size_t count, DType t) override {
-    const size_t bytes = count * dtype_size(t);
-    if (send == static_cast<char*>(recv) + bytes * rank_) {
-      MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, as_int(count), mpi_type(t), comm_));
-    } else {
-      MPI_CHECK(MPI_Allgather(send, as_int(count), mpi_type(t), recv, as_int(count), mpi_type(t), comm_));
-    }
+    gather(send, recv, count, count * dtype_size(t), mpi_type(t));
+  }
+  void all_gather_bytes(const void* send, void* recv, size_t bytes) override {
+    gather(send, recv, bytes, bytes, MPI_BYTE);
   }
   void record(int) override {}
   void wait(int) override {}
   void join() override {}
 
  private:
+  void gather(const void* send, void* recv, size_t count, size_t bytes, MPI_Datatype t) {
+    if (send == static_cast<char*>(recv) + bytes * rank_) {
+      MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, as_int(count), t, comm_));
+    } else {
+      MPI_CHECK(MPI_Allgather(send, as_int(count), t, recv, as_int(count), t, comm_));
+    }
+    count_gathered(bytes);
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, world_ = 1;
   std::vector<char> tmp_;

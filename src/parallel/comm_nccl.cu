@@ -70,6 +70,14 @@ class NcclCommunicator final : public Communicator {
       after_compute();
       NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_));
     });
+    count_gathered(count * dtype_size(t));
+  }
+  void all_gather_bytes(const void* send, void* recv, size_t bytes) override {
+    kernel_boundary([&] {
+      after_compute();
+      NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_));
+    });
+    count_gathered(bytes);
   }
   void record(int slot) override {
     kernel_boundary([&] { CUDA_CHECK(cudaEventRecord(slot_event(slot), stream_)); });

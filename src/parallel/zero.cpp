@@ -26,6 +26,12 @@ EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy&
   z.role_cap[3] = z.role_cap[2];
   z.grad_temps = policy.shard_grads;
   z.gather_bufs = policy.shard_params;
+  if (policy.gather_fp8)
+    for (int l = 0; l < layout.dims().n_layer; ++l) {
+      const int b = layout.layer_bucket(l);
+      z.fp8_gather_bytes = std::max(z.fp8_gather_bytes, 2 * z.shape[b].cap);
+      z.rest_gather = std::max(z.rest_gather, 2 * size_t(world) * (layout.bucket(b).size - layout.bucket(b).decayed));
+    }
   return z;
 }
 
@@ -38,7 +44,7 @@ MemoryBreakdown EngineSizes::bytes(DType act, bool master_weights, int n_slots) 
   m.grads = e * grads;
   m.master = has_master(act, master_weights) ? 4 * shard_total : 0;
   m.optim = 4 * shard_total * size_t(n_slots);
-  m.comm = (grad_temps ? e * roles : 0) + (gather_bufs ? e * roles : 0);
+  m.comm = (grad_temps ? e * roles : 0) + (gather_bufs ? e * roles : 0) + fp8_gather_bytes + e * rest_gather;
   return m;
 }
 
@@ -79,6 +85,14 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
     for (size_t c : z.role_cap) grad_temps_.push_back(take(esz_ * c, alloc_.comm));
   if (z.gather_bufs)
     for (size_t c : z.role_cap) gather_bufs_.push_back(take(esz_ * c, alloc_.comm));
+  for (int k = 0; k < 2 && z.fp8_gather_bytes; ++k) {
+    fp8_bufs_[k] = take(z.fp8_gather_bytes / 2, alloc_.comm);
+    rest_bufs_[k] = take(esz_ * (z.rest_gather / 2), alloc_.comm);
+  }
+  fp8_w_.resize(nb);
+  rest_.assign(nb, 0);
+  fp8_queued_.assign(nb, 0);
+  fp8_key_.assign(nb, 0);
   gathered_.assign(nb, 0);
   pending_.assign(nb, 0);
   touched_.assign(nb, 0);
@@ -92,6 +106,8 @@ ZeroEngine::~ZeroEngine() {
   for (float* p : slots_) be_.free(p);
   for (void* p : grad_temps_) be_.free(p);
   for (void* p : gather_bufs_) be_.free(p);
+  for (void* p : {fp8_bufs_[0], fp8_bufs_[1], rest_bufs_[0], rest_bufs_[1]})
+    if (p) be_.free(p);
 }
 
 char* ZeroEngine::act_ptr(void* base, size_t elems) const { return static_cast<char*>(base) + esz_ * elems; }
@@ -116,21 +132,111 @@ void* ZeroEngine::grad_piece(int b) {
 // ---- parameters
 void* ZeroEngine::gather_buffer(int b) { return gather_bufs_[role_of(layout_, b)]; }
 
+void ZeroEngine::gather_whole(int b) {
+  comm_.all_gather(act_ptr(params_shard_, shard_off_[b]), gather_buffer(b), shape_[b].shard, be_.act_dtype());
+}
+
+// gathered_: 0 not gathered, 1 queued, 2 waited for (and a rest unpacked)
+void ZeroEngine::settle_gather(int b) {
+  if (gathered_[b] == 1) comm_.wait(b);
+  gathered_[b] = 0;
+}
+
 void ZeroEngine::prefetch(int b) {
   if (!policy_.shard_params || gathered_[b]) return;
   // the buffer's previous occupant is done: compute using it was queued before this call
   for (int o = 0; o < layout_.n_buckets(); ++o)
-    if (o != b && gathered_[o] && role_of(layout_, o) == role_of(layout_, b)) gathered_[o] = 0;
-  comm_.all_gather(act_ptr(params_shard_, shard_off_[b]), gather_buffer(b), shape_[b].shard, be_.act_dtype());
+    if (o != b && gathered_[o] && role_of(layout_, o) == role_of(layout_, b)) settle_gather(o);
+  if (fp8_w_[b].empty()) {
+    gather_whole(b);
+  } else {
+    // the rest of the bucket (past its FP8 weights): each rank's part of it, padded to the same length
+    const size_t shard = shape_[b].shard, lo = size_t(rank_) * shard, from = layout_.bucket(b).decayed;
+    const size_t s0 = std::max(lo, from), s1 = std::min(lo + shard, shape_[b].size);
+    void* mine = act_ptr(rest_buffer(b), size_t(rank_) * rest_[b]);
+    if (s1 > s0) be_.copy_d2d(mine, act_ptr(params_shard_, shard_off_[b] + (s0 - lo)), esz_ * (s1 - s0));
+    comm_.all_gather(mine, rest_buffer(b), rest_[b], be_.act_dtype());
+  }
   comm_.record(b);
   gathered_[b] = 1;
+}
+
+void ZeroEngine::unpack_rest(int b) {
+  const size_t shard = shape_[b].shard, from = layout_.bucket(b).decayed;
+  for (int r = 0; r < world_; ++r) {
+    const size_t lo = size_t(r) * shard;
+    const size_t s0 = std::max(lo, from), s1 = std::min(lo + shard, shape_[b].size);
+    if (s1 > s0)
+      be_.copy_d2d(act_ptr(gather_buffer(b), s0), act_ptr(rest_buffer(b), size_t(r) * rest_[b]), esz_ * (s1 - s0));
+  }
 }
 
 const void* ZeroEngine::params(int b) {
   if (!policy_.shard_params) return act_ptr(params_full_, full_off_[b]);
   prefetch(b);
-  comm_.wait(b);
+  if (gathered_[b] == 1) {
+    comm_.wait(b);
+    if (!fp8_w_[b].empty()) unpack_rest(b);
+    gathered_[b] = 2;
+  }
   return gather_buffer(b);
+}
+
+// ---- FP8 weights gathered as FP8
+void ZeroEngine::gather_fp8(int b, std::vector<Fp8WeightRange> weights) {
+  const Bucket& bk = layout_.bucket(b);
+  if (!policy_.gather_fp8 || bk.scope != Scope::layer || !be_.fp8())
+    throw Error(kExitFailure, "internal error: FP8 weight gathers need ZeRO-3 with gather_fp8 and a layer bucket");
+  size_t covered = 0, decayed = 0;
+  for (const TensorInfo& t : bk.tensors)
+    if (t.decay) {
+      ++decayed;
+      for (const Fp8WeightRange& w : weights) covered += w.offset == t.offset && w.n == t.numel;
+    }
+  if (covered != decayed || weights.size() != decayed)
+    throw Error(kExitFailure, "internal error: FP8 weight gathers need every decayed tensor of the bucket, once");
+  settle_gather(b);
+  fp8_w_[b] = std::move(weights);
+  rest_[b] = bk.size - bk.decayed;
+}
+
+void ZeroEngine::prefetch_fp8(int b, uint64_t key) {
+  if (fp8_w_[b].empty() || (fp8_queued_[b] && fp8_key_[b] == key)) return;
+  // the buffer's previous occupant was handed out (or is dropped here once its gather is done)
+  for (int o = b % 2 == 1 ? 1 : 2; o < layout_.n_buckets(); o += 2)
+    if (fp8_queued_[o]) {
+      comm_.wait(2 * layout_.n_buckets() + o);
+      fp8_queued_[o] = 0;
+    }
+  uint8_t* buf = fp8_buffer(b);
+  const size_t shard = shape_[b].shard, lo = size_t(rank_) * shard;
+  for (const Fp8WeightRange& w : fp8_w_[b]) {
+    const size_t s0 = std::max(lo, w.offset), s1 = std::min(lo + shard, w.offset + w.n);
+    if (s1 <= s0) continue;
+    Fp8Tensor q = w.q;
+    q.data = buf + s0;
+    be_.fp8()->quantize(q, act_ptr(params_shard_, shard_off_[b] + (s0 - lo)), s1 - s0);
+  }
+  comm_.all_gather_bytes(buf + lo, buf, shard);
+  comm_.record(2 * layout_.n_buckets() + b);
+  fp8_queued_[b] = 1;
+  fp8_key_[b] = key;
+}
+
+const void* ZeroEngine::fp8_params(int b, uint64_t key) {
+  if (fp8_w_[b].empty()) return nullptr;
+  prefetch_fp8(b, key);
+  comm_.wait(2 * layout_.n_buckets() + b);
+  fp8_queued_[b] = 0;  // handed out: the next call gathers again
+  return fp8_buffer(b);
+}
+
+void ZeroEngine::drop_fp8_gathers() {
+  for (int b = 0; b < layout_.n_buckets(); ++b)
+    if (fp8_queued_[b]) {
+      comm_.wait(2 * layout_.n_buckets() + b);
+      fp8_queued_[b] = 0;
+    }
 }
 
 // ---- gradients
@@ -235,7 +341,8 @@ void ZeroEngine::update(const OptimizerHyper& h) {
       }
     comm_.join();
   }
-  std::fill(gathered_.begin(), gathered_.end(), 0);
+  for (int b = 0; b < layout_.n_buckets(); ++b) settle_gather(b);
+  drop_fp8_gathers();
 }
 
 bool ZeroEngine::state_finite() {
@@ -257,6 +364,8 @@ void ZeroEngine::set_bucket_params(int b, const float* full) {
   if (master_ && hi > lo) be_.copy_d2d(master_ + shard_off_[b], staged + lo, 4 * (hi - lo));
   be_.synchronize();
   be_.free(staged);
+  if (policy_.shard_params) settle_gather(b);
+  drop_fp8_gathers();
 }
 
 void ZeroEngine::get_piece(int b, int s, float* out) {
@@ -308,7 +417,8 @@ void ZeroEngine::set_piece(int b, int s, const float* in) {
       comm_.join();
       be_.synchronize();
     }
-    gathered_[b] = 0;
+    settle_gather(b);
+    drop_fp8_gathers();
   } else if (n) {
     be_.copy_h2d(slot_ptr(s) + shard_off_[b], in, 4 * n);
   }
@@ -320,14 +430,17 @@ void ZeroEngine::get_bucket_params(int b, float* full) {
   const void* src;
   if (!policy_.shard_params) {
     src = act_ptr(params_full_, full_off_[b]);
-  } else {
-    gathered_[b] = 0;
-    src = params(b);
+  } else {  // the whole bucket, FP8 weights included, in the act dtype
+    for (int o = 0; o < layout_.n_buckets(); ++o)
+      if (gathered_[o] && role_of(layout_, o) == role_of(layout_, b)) settle_gather(o);
+    gather_whole(b);
+    comm_.record(b);
+    comm_.wait(b);
+    src = gather_buffer(b);
   }
   be_.act_to_f32(tmp, src, n);
   be_.copy_d2h(full, tmp, 4 * n);
   be_.free(tmp);
-  if (policy_.shard_params) gathered_[b] = 0;
 }
 
 }  // namespace gpt

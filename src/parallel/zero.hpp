@@ -29,6 +29,9 @@ struct EngineSizes {
   size_t params = 0, grads = 0;            // the parameter and gradient buffers (full or shard)
   std::array<size_t, 4> role_cap{};        // each gather / gradient-temp buffer: embedding, final, even, odd layer
   bool grad_temps = false, gather_bufs = false;
+  // gather_fp8: two byte buffers of a layer bucket's cap (the FP8 weights), two of world x the largest
+  // rest of a layer bucket past its weights (act dtype elements)
+  size_t fp8_gather_bytes = 0, rest_gather = 0;
   static bool has_master(DType act, bool master_weights) { return master_weights && act != DType::F32; }
   // state bytes per rank (no activations), for an optimizer of n_slots fp32 slots
   MemoryBreakdown bytes(DType act, bool master_weights, int n_slots) const;
@@ -43,9 +46,17 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
+  // Stage 3 with policy().gather_fp8: bucket b's FP8 weights (the model's, by offset; they must be the
+  // bucket's decayed tensors, every one) are gathered as FP8 from now on (ParamStore::fp8_params), and
+  // params(b) gathers the rest of the bucket. Not called for a bucket: it is gathered whole, as before.
+  void gather_fp8(int b, std::vector<Fp8WeightRange> weights);
+
   // ParamStore
   const void* params(int b) override;
   void prefetch(int b) override;
+  bool gathers_fp8(int b) const override { return !fp8_w_[b].empty(); }
+  void prefetch_fp8(int b, uint64_t key) override;
+  const void* fp8_params(int b, uint64_t key) override;
   void* grads(int b) override;
   void grads_done(int b) override;
   uint64_t params_version() const override { return params_version_; }
@@ -89,6 +100,12 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   char* act_ptr(void* base, size_t elems) const;
   size_t piece_start(int b) const;  // logical start of this rank's piece (unclamped)
   void* gather_buffer(int b);
+  void gather_whole(int b);       // the whole bucket in the act dtype into its gather buffer (queued)
+  void unpack_rest(int b);        // a gathered rest (gather_fp8) into the bucket's gather buffer
+  void settle_gather(int b);      // a queued gather of b waited for and forgotten (its buffers reused next)
+  void drop_fp8_gathers();        // every FP8 gather forgotten (the parameters changed)
+  uint8_t* fp8_buffer(int b) { return static_cast<uint8_t*>(fp8_bufs_[(b - 1) % 2]); }
+  void* rest_buffer(int b) { return rest_bufs_[(b - 1) % 2]; }
   void* grad_temp(int b);
   void finish_pending_grad(int b);
   void* param_piece(int b);
@@ -118,6 +135,13 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   unsigned* nonfinite_ = nullptr; // (1) set by the optimizer when it writes a non-finite value
   std::vector<void*> gather_bufs_;  // stage 3: [embedding, final, layer even, layer odd]
   std::vector<void*> grad_temps_;   // stages 2-3: same four roles
+  // gather_fp8: per bucket, its FP8 weights (empty: gathered whole) and the elements past them
+  std::vector<std::vector<Fp8WeightRange>> fp8_w_;
+  std::vector<size_t> rest_;              // per rank in the rest's gather: size - decayed
+  std::vector<char> fp8_queued_;          // an FP8 gather queued and not yet handed out
+  std::vector<uint64_t> fp8_key_;         // the scales' version it was cast with
+  void* fp8_bufs_[2] = {nullptr, nullptr};   // even / odd layer buckets: cap bytes
+  void* rest_bufs_[2] = {nullptr, nullptr};  // world x rest elements, act dtype
   std::vector<int> gathered_;       // stage 3: bucket is in its gather buffer
   std::vector<int> temp_owner_;     // stages 2-3: which bucket occupies each grad temp (-1 none)
   std::vector<int> pending_;        // stages 2-3: bucket's reduce-scatter issued, not yet added

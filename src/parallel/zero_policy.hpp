@@ -13,8 +13,12 @@ struct ZeroPolicy {
   bool shard_optimizer = false;  // fp32 master weights and the optimizer's state: rank r keeps piece r (stage >= 1)
   bool shard_grads = false;      // gradients are reduce-scattered into a shard as backward goes (stage >= 2)
   bool shard_params = false;     // parameters kept as a shard, gathered bucket by bucket before use (stage 3)
+  // stage 3 with FP8 products (training.fp8_weight_gather): their weights are gathered as FP8 bytes, each
+  // rank casting its own piece, once per change of the parameters or scales; the rest of a layer's
+  // bucket is gathered as before
+  bool gather_fp8 = false;
 
-  static ZeroPolicy of_stage(int stage) { return {stage, stage >= 1, stage >= 2, stage >= 3}; }
+  static ZeroPolicy of_stage(int stage) { return {stage, stage >= 1, stage >= 2, stage >= 3, false}; }
   // Parameters are whole on every rank but updated piece by piece (stages 1 and 2): after the optimizer
   // step, each rank's piece must be gathered back into everyone's full buffer.
   bool gathers_after_update() const { return shard_optimizer && !shard_params; }

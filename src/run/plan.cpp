@@ -76,6 +76,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.n_params = layout.n_params();
   p.flops_per_token = flops_per_token(layout, p.seq_len);
   p.zero = ZeroPolicy::of_stage(t.zero_stage);
+  p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather;
   p.master_weights = t.master_weights;
   p.recompute = t.recompute;
   p.backend.act = p.act;

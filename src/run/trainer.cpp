@@ -268,6 +268,8 @@ class Trainer {
     model_.reset();
     model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute, plan_.precision,
                                    fp8_.get());
+    if (plan_.zero.gather_fp8)  // ZeRO-3: the products' weights gathered as FP8
+      for (int l = 0; l < plan_.dims.n_layer; ++l) engine_->gather_fp8(layout_->layer_bucket(l), model_->fp8_weights(l));
     measured_.activations = model_->stored_bytes();
     measured_.workspace = model_->scratch_bytes();
   }
@@ -474,7 +476,9 @@ class Trainer {
     for (int step = int(st_.step); step < t_.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       fetch(*train_src_, plan_.grad_accum, "reading the training data");
+      const uint64_t gathered0 = stack_.comm ? stack_.comm->gathered_bytes() : 0;
       const StepResult r = train_step(step);
+      const uint64_t gathered = (stack_.comm ? stack_.comm->gathered_bytes() : 0) - gathered0;
       const double ms = 1000.0 * seconds_since(t0);
       st_.step = step + 1;
       st_.data = train_src_->position();
@@ -504,6 +508,7 @@ class Trainer {
       const bool log_row = st_.step % cfg_.log.every == 0 || last || st_.step == 1;
       if (log_row) row[M::fp8_saturated] = fp8_ ? double(fp8_->take_saturated()) : 0.0;
       if (log_row) row[M::peak_memory] = double(be_->peak_bytes());
+      row[M::gathered_bytes] = double(gathered);
       const bool eval = (cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last;
       EvalRow ev;
       if (eval) {

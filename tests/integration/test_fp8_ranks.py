@@ -42,10 +42,12 @@ in Fp8Scaling::end_step skipped) all 32 tests fail on the first EXACT_STEPS loss
 
 The one-rank run of each policy is made once per module (one_rank) and shared by its 8 tests; the 32
 tests took 25-40 s on 2 cores."""
+import h5py
 import numpy as np
 import pytest
 import yaml
 
+from conftest import read_log, run_train, tiny_yaml
 from test_fp8 import FP8_NOISE_RTOL, fp8_state
 from test_zero import LOSS_ATOL, LOSS_RTOL, run_ok
 
@@ -137,3 +139,68 @@ def test_fp8_ranks_equal_one_rank(tmp_path, one_rank, policy, ranks, stage):
     off = {n: (end[n], end1[n]) for n in end1 if end[n] != end1[n]}
     assert len(off) <= END_SCALES_DIFFER and all(a in (2 * b, b / 2) for a, b in off.values()), \
         f"{what}: scales (ranks, one rank) at step {STEPS}: {off}"
+
+
+# ---- ZeRO-3 gathers the FP8 products' weights as FP8 bytes (training.fp8_weight_gather, the default)
+
+GATHER_LAYERS = 4  # enough layers that the backward gathers some layers' buckets again (two gather buffers)
+
+
+def gathered(tmp_path, name, policy, ranks, weight_gather):
+    sets = policy_sets(policy) + [f"training.fp8_weight_gather={str(weight_gather).lower()}"]
+    y = tiny_yaml(tmp_path, name=name, B=ONE_RANK_B // ranks, stage=3, accum=2, steps=6, ckpt_every=6,
+                  extra=f"model: {{n_layer: {GATHER_LAYERS}}}\n")
+    args = ["--yaml", y] + [a for kv in sets for a in ("--set", kv)]
+    p = run_train(args, ranks=ranks, timeout=120, env={"OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, f"{name} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return read_log(tmp_path / "runs" / name / "log.h5"), tmp_path / "runs" / name
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("policy", ["e5m2", "classifier", "recompute2"])
+def test_zero3_gathers_fp8_weights_as_fp8_bytes(tmp_path, policy, ranks):
+    """At ZeRO-3 each rank casts its own piece of the block products' weights to FP8 and the pieces are
+    gathered as bytes, once a step; the LayerNorm weights and biases are gathered in the act dtype at each
+    use. Against gathering the weights in the act dtype (fp8_weight_gather false, the former way) the run
+    is bit-identical (every loss, gradient norm, parameter and scale), and the all-gathered bytes a step
+    are exactly what the buckets' sizes say (grad_accum 2: two forward and backward passes a step)."""
+    on, d_on = gathered(tmp_path, "fp8gather", policy, ranks, True)
+    off, d_off = gathered(tmp_path, "actgather", policy, ranks, False)
+    for key in ("loss", "grad_norm"):
+        assert list(on[key]) == list(off[key]), f"{policy}, {ranks} ranks: {key} differs"
+    for r in range(ranks):
+        assert fp8_state(checkpoint(d_on, 6, r)) == fp8_state(checkpoint(d_off, 6, r))
+    sizes = {}
+    for r in range(ranks):
+        with h5py.File(checkpoint(d_on, 6, r), "r") as f, h5py.File(checkpoint(d_off, 6, r), "r") as g:
+            for b in f:
+                if "bucket_size" in f[b].attrs:
+                    np.testing.assert_array_equal(f[b]["param"][:], g[b]["param"][:], err_msg=f"rank {r} {b}")
+                    sizes[b] = int(f[b].attrs["bucket_size"])
+
+    # Bytes rank 0 receives a step (steps 2-6; step 1 also has the FP8 calibration passes): a bucket's
+    # gather brings (ranks - 1) pieces of `shard` elements (a bucket split in ranks pieces rounded up to 64
+    # elements), 4 bytes each (the CPU's act dtype is fp32). The layer buckets' decayed part is the four
+    # weights (12 C^2 elements for C = 32); the rest is the LayerNorms and biases.
+    C, esz = 32, 4
+    def round_up(x, m):
+        return -(-x // m) * m
+    shard = {b: round_up(round_up(n, ranks) // ranks, 64) for b, n in sizes.items()}
+    names = sorted(sizes)
+    emb, fin, layers = names[0], names[-1], names[1:-1]
+    assert len(layers) == GATHER_LAYERS
+    rest = {b: sizes[b] - 12 * C * C for b in layers}
+    whole = (ranks - 1) * esz * (shard[emb] + shard[fin])
+    per_layer = {(ranks - 1) * esz * shard[b] for b in layers}
+    assert len(per_layer) == 1
+    off_steady, on_steady = set(off["gathered_bytes"][1:]), set(on["gathered_bytes"][1:])
+    assert len(off_steady) == len(on_steady) == 1, (off["gathered_bytes"], on["gathered_bytes"])
+    off_bytes, on_bytes = off_steady.pop(), on_steady.pop()
+    # the act-dtype run: the embedding and final buckets once a step, n layer buckets' gathers
+    n, left = divmod(off_bytes - whole, per_layer.pop())
+    assert left == 0 and 2 * GATHER_LAYERS <= n <= 4 * GATHER_LAYERS, (off_bytes, whole, n, left)
+    # the FP8 run: the same n gathers of the layers' rest, and each layer's FP8 weights once a step
+    rest_bytes = (ranks - 1) * esz * rest[layers[0]]
+    fp8_bytes = sum((ranks - 1) * shard[b] for b in layers)
+    assert on_bytes == whole + n * rest_bytes + fp8_bytes, (on_bytes, whole, n, rest_bytes, fp8_bytes)
+    assert on_bytes < 0.35 * off_bytes

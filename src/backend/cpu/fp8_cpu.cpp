@@ -56,6 +56,10 @@ class CpuFp8Ops final : public Fp8Ops {
     for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = gelu_logistic(x[i]);
     quantize(q, q_t, gelu_.data(), nullptr, nullptr, N, C);
   }
+  void quantize(const Fp8Tensor& q, const void* x, size_t n) override {
+    WallScope t(tally_, "fp8_cast");
+    quantize(q, nullptr, static_cast<const float*>(x), nullptr, nullptr, 1, int(n));
+  }
   void transpose(void* dst, const void* src, int N, int C) override {
     WallScope t(tally_, "fp8_transpose");
     const uint8_t* s = static_cast<const uint8_t*>(src);

@@ -48,6 +48,13 @@ class CudaFp8Ops final : public Fp8Ops {
     a.act = kern::Fp8CastAct::kGelu;
     kernel_boundary([&] { kern::fp8_cast<bf16>(a, c_.stream); });
   }
+  void quantize(const Fp8Tensor& q, const void* x, size_t n) override {
+    OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_cast");
+    kernel_boundary([&] {
+      kern::fp8_quantize(static_cast<uint8_t*>(q.data), static_cast<const bf16*>(x), n, q.scale, q.amax, q.fmt,
+                         c_.stream);
+    });
+  }
   void transpose(void* dst, const void* src, int N, int C) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_transpose");
     kernel_boundary([&] {
