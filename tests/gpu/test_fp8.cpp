@@ -155,6 +155,42 @@ TEST(GpuFp8, cast_matches_the_cpu_emulation) {
   }
 }
 
+// A piece of a weight quantized where it is kept (ZeRO-3's FP8 weight gathers): n consecutive elements from
+// any element offset, the bytes and amax of the CPU emulation and of the tensor's cast
+TEST(GpuFp8, quantize_of_a_piece_matches_the_cpu_emulation_and_the_cast) {
+  Pair two;
+  const int N = 40, C = 96;
+  const auto x = values(size_t(N) * C, 6.0f);
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2})
+    for (auto [lo, n] : {std::pair<size_t, size_t>{0, size_t(N) * C}, {1, 7}, {37, 1001}, {3000, 1}}) {
+      std::vector<std::vector<uint8_t>> q(2);
+      float amax[2];
+      for (int side = 0; side < 2; ++side) {
+        Backend& b = side ? *two.gpu : *two.cpu;
+        void *dx = up(b, x), *out = b.alloc(n);
+        Meta m(b, 16.0f);
+        b.fp8()->quantize(m.t(out, f), static_cast<char*>(dx) + dtype_size(b.act_dtype()) * lo, n);
+        q[side] = bytes(b, out, n);
+        amax[side] = m.amax();
+        b.free(dx);
+        b.free(out);
+      }
+      const std::string what = "quantize [" + std::to_string(lo) + ", +" + std::to_string(n) + ") " + fp8_format_name(f);
+      compare_bytes(what, q[0], q[1], 0.0);
+      float want = 0;
+      for (size_t i = lo; i < lo + n; ++i) want = std::fmax(want, std::fabs(x[i]));
+      EXPECT_TRUE(amax[0] == want && amax[1] == want) << what << ": amax " << amax[0] << " " << amax[1] << " " << want;
+    }
+  // the whole tensor: the same bytes as the cast's rows
+  Backend& g = *two.gpu;
+  void *dx = up(g, x), *a = g.alloc(size_t(N) * C), *b = g.alloc(size_t(N) * C);
+  Meta m(g, 16.0f);
+  g.fp8()->quantize(m.t(a, Fp8Format::E4M3), dx, size_t(N) * C);
+  g.fp8()->cast(m.t(b, Fp8Format::E4M3), nullptr, dx, nullptr, nullptr, N, C);
+  EXPECT_TRUE(bytes(g, a, size_t(N) * C) == bytes(g, b, size_t(N) * C)) << "quantize against cast";
+  for (void* p : {dx, a, b}) g.free(p);
+}
+
 TEST(GpuFp8, transpose_and_layernorm_match_the_cpu_emulation) {
   Pair two;
   const int N = 64, C = 128;
