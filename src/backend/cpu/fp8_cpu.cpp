@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -58,6 +59,7 @@ class CpuFp8Ops final : public Fp8Ops {
   }
   void quantize(const Fp8Tensor& q, const void* x, size_t n) override {
     WallScope t(tally_, "fp8_cast");
+    if (n > size_t(INT_MAX)) throw Error(kExitFailure, "internal error: an FP8 quantize of more than 2^31 elements");
     quantize(q, nullptr, static_cast<const float*>(x), nullptr, nullptr, 1, int(n));
   }
   void transpose(void* dst, const void* src, int N, int C) override {
