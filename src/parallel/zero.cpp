@@ -142,6 +142,12 @@ void ZeroEngine::settle_gather(int b) {
   gathered_[b] = 0;
 }
 
+// Rank r's part of bucket b's rest (past its FP8 weights): [first, second) of the bucket
+std::pair<size_t, size_t> ZeroEngine::rest_part(int b, int r) const {
+  const size_t lo = size_t(r) * shape_[b].shard;
+  return {std::max(lo, layout_.bucket(b).decayed), std::min(lo + shape_[b].shard, shape_[b].size)};
+}
+
 void ZeroEngine::prefetch(int b) {
   if (!policy_.shard_params || gathered_[b]) return;
   // the buffer's previous occupant is done: compute using it was queued before this call
@@ -151,10 +157,9 @@ void ZeroEngine::prefetch(int b) {
     gather_whole(b);
   } else {
     // the rest of the bucket (past its FP8 weights): each rank's part of it, padded to the same length
-    const size_t shard = shape_[b].shard, lo = size_t(rank_) * shard, from = layout_.bucket(b).decayed;
-    const size_t s0 = std::max(lo, from), s1 = std::min(lo + shard, shape_[b].size);
+    const auto [s0, s1] = rest_part(b, rank_);
     void* mine = act_ptr(rest_buffer(b), size_t(rank_) * rest_[b]);
-    if (s1 > s0) be_.copy_d2d(mine, act_ptr(params_shard_, shard_off_[b] + (s0 - lo)), esz_ * (s1 - s0));
+    if (s1 > s0) be_.copy_d2d(mine, act_ptr(param_piece(b), s0 - piece_start(b)), esz_ * (s1 - s0));
     comm_.all_gather(mine, rest_buffer(b), rest_[b], be_.act_dtype());
   }
   comm_.record(b);
@@ -162,10 +167,8 @@ void ZeroEngine::prefetch(int b) {
 }
 
 void ZeroEngine::unpack_rest(int b) {
-  const size_t shard = shape_[b].shard, from = layout_.bucket(b).decayed;
   for (int r = 0; r < world_; ++r) {
-    const size_t lo = size_t(r) * shard;
-    const size_t s0 = std::max(lo, from), s1 = std::min(lo + shard, shape_[b].size);
+    const auto [s0, s1] = rest_part(b, r);
     if (s1 > s0)
       be_.copy_d2d(act_ptr(gather_buffer(b), s0), act_ptr(rest_buffer(b), size_t(r) * rest_[b]), esz_ * (s1 - s0));
   }
@@ -203,22 +206,18 @@ void ZeroEngine::gather_fp8(int b, std::vector<Fp8WeightRange> weights) {
 void ZeroEngine::prefetch_fp8(int b, uint64_t key) {
   if (fp8_w_[b].empty() || (fp8_queued_[b] && fp8_key_[b] == key)) return;
   // the buffer's previous occupant was handed out (or is dropped here once its gather is done)
-  for (int o = b % 2 == 1 ? 1 : 2; o < layout_.n_buckets(); o += 2)
-    if (fp8_queued_[o]) {
-      comm_.wait(2 * layout_.n_buckets() + o);
-      fp8_queued_[o] = 0;
-    }
+  for (int o = b % 2 == 1 ? 1 : 2; o < layout_.n_buckets(); o += 2) settle_fp8(o);
   uint8_t* buf = fp8_buffer(b);
-  const size_t shard = shape_[b].shard, lo = size_t(rank_) * shard;
+  const size_t shard = shape_[b].shard, lo = piece_start(b);
   for (const Fp8WeightRange& w : fp8_w_[b]) {
     const size_t s0 = std::max(lo, w.offset), s1 = std::min(lo + shard, w.offset + w.n);
     if (s1 <= s0) continue;
     Fp8Tensor q = w.q;
     q.data = buf + s0;
-    be_.fp8()->quantize(q, act_ptr(params_shard_, shard_off_[b] + (s0 - lo)), s1 - s0);
+    be_.fp8()->quantize(q, act_ptr(param_piece(b), s0 - lo), s1 - s0);
   }
   comm_.all_gather_bytes(buf + lo, buf, shard);
-  comm_.record(2 * layout_.n_buckets() + b);
+  comm_.record(fp8_slot(b));
   fp8_queued_[b] = 1;
   fp8_key_[b] = key;
 }
@@ -226,17 +225,17 @@ void ZeroEngine::prefetch_fp8(int b, uint64_t key) {
 const void* ZeroEngine::fp8_params(int b, uint64_t key) {
   if (fp8_w_[b].empty()) return nullptr;
   prefetch_fp8(b, key);
-  comm_.wait(2 * layout_.n_buckets() + b);
-  fp8_queued_[b] = 0;  // handed out: the next call gathers again
+  settle_fp8(b);  // handed out: the next call gathers again
   return fp8_buffer(b);
 }
 
+void ZeroEngine::settle_fp8(int b) {
+  if (fp8_queued_[b]) comm_.wait(fp8_slot(b));
+  fp8_queued_[b] = 0;
+}
+
 void ZeroEngine::drop_fp8_gathers() {
-  for (int b = 0; b < layout_.n_buckets(); ++b)
-    if (fp8_queued_[b]) {
-      comm_.wait(2 * layout_.n_buckets() + b);
-      fp8_queued_[b] = 0;
-    }
+  for (int b = 0; b < layout_.n_buckets(); ++b) settle_fp8(b);
 }
 
 // ---- gradients

@@ -7,6 +7,7 @@
 // slots it keeps; the engine allocates, shards and checkpoints whatever it declares.
 #pragma once
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -103,7 +104,11 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   void gather_whole(int b);       // the whole bucket in the act dtype into its gather buffer (queued)
   void unpack_rest(int b);        // a gathered rest (gather_fp8) into the bucket's gather buffer
   void settle_gather(int b);      // a queued gather of b waited for and forgotten (its buffers reused next)
+  void settle_fp8(int b);         // a queued FP8 gather of b waited for and forgotten
   void drop_fp8_gathers();        // every FP8 gather forgotten (the parameters changed)
+  std::pair<size_t, size_t> rest_part(int b, int r) const;
+  // event slots: parameter gathers b, gradient reductions n_buckets + b, FP8 gathers 2 n_buckets + b
+  int fp8_slot(int b) const { return 2 * layout_.n_buckets() + b; }
   uint8_t* fp8_buffer(int b) { return static_cast<uint8_t*>(fp8_bufs_[(b - 1) % 2]); }
   void* rest_buffer(int b) { return rest_bufs_[(b - 1) % 2]; }
   void* grad_temp(int b);
