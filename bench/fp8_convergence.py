@@ -75,7 +75,9 @@ log: {{every: 1, progress: false}}
 POLICIES = {"fp8": "fp8", "fp8 + classifier": "fp8, fp8_classifier: true",
             "fp8, e4m3 gradients": "fp8, fp8_grad_format: e4m3",
             "fp8, GELU epilogue": "fp8, fp8_gelu_epilogue: true",
-            "fp8 + classifier, GELU epilogue": "fp8, fp8_classifier: true, fp8_gelu_epilogue: true"}
+            "fp8 + classifier, GELU epilogue": "fp8, fp8_classifier: true, fp8_gelu_epilogue: true",
+            "fp8 + classifier, fast accumulation forward": "fp8, fp8_classifier: true, fp8_fast_accum: forward",
+            "fp8 + classifier, fast accumulation all": "fp8, fp8_classifier: true, fp8_fast_accum: all"}
 WINDOWS = ((1, 10), (11, 50), (51, 100), (101, 200))
 
 
@@ -90,7 +92,7 @@ def policies(out, data):
         return {"failed": [k for k, v in logs.items() if not v]}, False
     ok, res = True, {}
     ref = logs["bf16"]
-    print("policy                 window    loss / bf16 - 1   grad norm / bf16   saturated")
+    print(f"{'policy':44s} window    loss / bf16 - 1   grad norm / bf16   saturated")
     for name in POLICIES:
         log, rows = logs[name], []
         for lo, hi in WINDOWS:
@@ -101,7 +103,7 @@ def policies(out, data):
             good = abs(rel) <= 0.02 and 0.9 <= gn <= 1.1
             ok &= good
             rows.append({"steps": [lo, hi], "loss_rel": rel, "grad_norm_ratio": gn, "saturated": sat, "ok": good})
-            print(f"{name:22s} {lo:3d}-{hi:<3d}   {rel:+8.3%}          {gn:.3f}              {sat}"
+            print(f"{name:44s} {lo:3d}-{hi:<3d}   {rel:+8.3%}          {gn:.3f}              {sat}"
                   + ("" if good else "   <- outside"))
         res[name] = {"windows": rows, "val_loss": log["val_loss"].tolist(),
                      "ms": float(np.median(log["step_ms"][5:])), "saturated_total": int(log["fp8_saturated"].sum())}

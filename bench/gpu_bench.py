@@ -8,10 +8,11 @@ run cut short keeps those before it) and prints the table.
 
 Variants of this trainer: the recompute level, then "fp8" for training.precision fp8 (bf16 without it),
 "cls" after it for training.fp8_classifier (the classifier's products in FP8 too), "epi" after that for
-training.fp8_gelu_epilogue true (GELU's FP8 output from fc's epilogue; "cast" writes false, the default), "det" for
+training.fp8_gelu_epilogue true (GELU's FP8 output from fc's epilogue; "cast" writes false, the default), "fwdacc"
+or "allacc" after fp8 for training.fp8_fast_accum forward or all (the default, dinp, is left unwritten), "det" for
 training.deterministic (bit-reproducible steps) or "prof" for a run with log.op_profile whose per-op table
 is kept (its step times include the profiler's events, so it does not count as a throughput figure), e.g.
-0, 1, 0fp8, 0fp8cls, 0fp8clsepi, 0det, 0fp8prof, 0fp8clsprof. --matmul-search S sets this trainer's training.matmul_search_s
+0, 1, 0fp8, 0fp8cls, 0fp8clsepi, 0fp8clsfwdacc, 0det, 0fp8prof, 0fp8clsprof. --matmul-search S sets this trainer's training.matmul_search_s
 (seconds per matmul shape for cuBLASLt configurations beyond the heuristic's).
 
 PyTorch: the bf16 baseline, and with --torch-fp8 one more run per torchao float8 recipe (pytorch_gpt2.py
@@ -47,13 +48,14 @@ def run(cmd, log):
 
 
 def check_variants(ap, variants):
-    """--variants: each a recompute level followed by fp8 or fp8cls (then optionally epi or cast), det or
-    prof (an argparse error otherwise)."""
+    """--variants: each a recompute level followed by fp8 or fp8cls (then optionally epi or cast, fwdacc or
+    allacc), det or prof (an argparse error otherwise)."""
     for v in variants.split(","):
         if (not v[:1].isdigit() or ("cls" in v and "fp8cls" not in v) or
-                (("cast" in v or "epi" in v) and "fp8" not in v) or ("cast" in v and "epi" in v)):
-            ap.error(f"--variants: {v!r} is not a recompute level followed by fp8 or fp8cls (then epi or cast), "
-                     "det or prof")
+                (("cast" in v or "epi" in v or "acc" in v) and "fp8" not in v) or ("cast" in v and "epi" in v) or
+                ("fwdacc" in v and "allacc" in v) or v.count("acc") != ("fwdacc" in v) + ("allacc" in v)):
+            ap.error(f"--variants: {v!r} is not a recompute level followed by fp8 or fp8cls (then epi or cast, "
+                     "fwdacc or allacc), det or prof")
 
 
 def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
@@ -61,6 +63,8 @@ def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     det, prof, fp8, cls = "det" in variant, "prof" in variant, "fp8" in variant, "cls" in variant
     cast, epi = "cast" in variant, "epi" in variant
     gelu = f" fp8_gelu_epilogue: {str(epi).lower()}," if cast or epi else ""
+    acc = "forward" if "fwdacc" in variant else "all" if "allacc" in variant else None
+    gelu += f" fp8_fast_accum: {acc}," if acc else ""
     name = f"{preset}_b{mb}_r{variant}"
     yaml = out / f"{name}.yaml"
     yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
@@ -75,14 +79,15 @@ log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
 """)
     rc = run([train, "--yaml", yaml], out / f"{name}.log")
     impl = ("this" + (" fp8" if fp8 else "") + (" +classifier" if cls else "") + (" GELU cast" if cast else "") + (" GELU epilogue" if epi else "") +
-            (" (deterministic)" if det else "") +
+            (f" fast accumulation {acc}" if acc else "") + (" (deterministic)" if det else "") +
             (" (op profile)" if prof else ""))
     r = {"impl": impl, "variant": variant, "preset": preset, "micro_batch": mb, "recompute": recompute,
          "status": "ok" if rc == 0 else f"exit {rc}"}
     if prof:
         text = (out / f"{name}.log").read_text()
         table = text[text.find("op profile over"):]
-        suffix = ("_fp8" if fp8 else "") + ("cls" if cls else "") + ("cast" if cast else "") + ("epi" if epi else "")
+        suffix = (("_fp8" if fp8 else "") + ("cls" if cls else "") + ("cast" if cast else "") + ("epi" if epi else "") +
+                  (f"{acc[:3]}acc" if acc else ""))
         (out / f"op_profile_{preset}_b{mb}{suffix}.txt").write_text(table)
         print(table, flush=True)
     logp = out / "runs" / name / "log.h5"

@@ -44,10 +44,11 @@ bool matmul_fp8_fwd_gelu_q(CublasLt& lt, const MatmulFp8GeluQArgs& a, cudaStream
 // dinp *= gelu'(pre_gelu), in the DGELU epilogue (or a separate kernel where cuBLASLt has none). The
 // epilogue is correct but slow with FP8 operands on an H200 (5x the plain product at GPT-2 124M), so the
 // model applies GELU's derivative in the gradient's FP8 cast instead (model/block.cpp).
+// fast_accum: sums without the periodic promotion to fp32 (fp8::FastAccum), here and in matmul_fp8_dw.
 void matmul_fp8_dinp(CublasLt& lt, void* dinp, const Fp8Operand& dout, const Fp8Operand& w_t, int N, int IC, int OC,
-                     const void* pre_gelu, cudaStream_t s);
+                     const void* pre_gelu, bool fast_accum, cudaStream_t s);
 // dw (OC, IC) bf16 += dout^T @ inp, from dout_t (OC, N) and inp_t (IC, N)
 void matmul_fp8_dw(CublasLt& lt, void* dw, const Fp8Operand& dout_t, const Fp8Operand& inp_t, int N, int IC, int OC,
-                   cudaStream_t s);
+                   bool fast_accum, cudaStream_t s);
 
 }  // namespace gpt::kern

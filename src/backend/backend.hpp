@@ -26,6 +26,7 @@ struct BackendOptions {
   DType act = DType::F32;           // activation dtype: bf16 or fp32 on CUDA; the CPU backend is always fp32
   int local_rank = 0;               // which GPU of the node (one GPU per local rank)
   bool deterministic = false;       // bit-reproducible GPU steps at some speed
+  fp8::FastAccum fp8_fast_accum = fp8::FastAccum::dinp;  // FP8 products summed fast (base/fp8_math.hpp)
   double matmul_search_s = 0;       // seconds a matmul's cuBLASLt configurations may be timed on first use
   bool op_profile = false;          // time every op (log.op_profile)
 };

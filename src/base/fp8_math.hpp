@@ -17,6 +17,12 @@ namespace gpt::fp8 {
 // Hopper tensor cores define them.
 enum class Format : uint8_t { E4M3 = 0, E5M2 = 1 };
 
+// Which FP8 products sum without the periodic promotion of their running sums to full fp32 ("fast
+// accumulation": Hopper's tensor cores keep fewer bits in the sum in between): the forward products only;
+// also the input gradients, whose sums run over a layer's width; also the weight gradients, whose sums run
+// over a micro-batch's tokens. The CPU emulation sums in fp32 for all three.
+enum class FastAccum : uint8_t { forward = 0, dinp = 1, all = 2 };
+
 // Dequantizing scales are kept 16 bytes apart (scale_inv[i * kScaleInvStride]): cuBLASLt reads each through
 // its own pointer and refuses FP8 products whose scale pointers are not 16-byte aligned.
 constexpr int kScaleInvStride = 4;

@@ -18,6 +18,7 @@ enum class Schedule : uint8_t { cosine, linear, constant };  // training.schedul
 enum class ResumeMode : uint8_t { never, automatic };        // checkpoint.resume: never / auto
 enum class OnError : uint8_t { stop, go_on };                // checkpoint.on_error: stop / continue
 using Fp8Format = fp8::Format;                               // training.fp8_grad_format: e4m3 / e5m2
+using Fp8FastAccum = fp8::FastAccum;                         // training.fp8_fast_accum
 
 template <class E>
 struct EnumNames;
@@ -27,6 +28,7 @@ template <> struct EnumNames<Schedule> { static constexpr const char* names[] = 
 template <> struct EnumNames<ResumeMode> { static constexpr const char* names[] = {"never", "auto"}; };
 template <> struct EnumNames<OnError> { static constexpr const char* names[] = {"stop", "continue"}; };
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
+template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>
 const char* name_of(E e) {
   return EnumNames<E>::names[static_cast<int>(e)];
@@ -84,6 +86,7 @@ struct TrainingConfig {
   bool fp8_classifier = false;
   bool fp8_gelu_epilogue = false;
   bool fp8_weight_gather = true;
+  Fp8FastAccum fp8_fast_accum = Fp8FastAccum::dinp;
   bool master_weights = true;
   bool stochastic_rounding = true;
   MicroBatch micro_batch;

@@ -90,6 +90,13 @@ std::vector<Field> fields_of(Config& c) {
        "and the pieces are all-gathered as FP8 bytes (half the bytes of bf16), once per optimizer step; the "
        "backward uses the FP8 copies and gathers only the LayerNorm weights and biases. false: the weights are "
        "gathered in bf16 before every use and cast on every rank (the same FP8 bytes either way)"},
+      {"training.fp8_fast_accum", &t.fp8_fast_accum,
+       "precision fp8: which FP8 products sum without cuBLASLt's periodic promotion of the running sums to "
+       "fp32 (fast accumulation; Hopper's tensor cores keep fewer bits of the sum in between): `forward` the "
+       "forward products only (what Transformer Engine and torchao do); `dinp` also the input gradients, whose "
+       "sums run over a layer's width (4% faster a step on an H200 at GPT-2 1558M, bench/RESULTS.md); `all` "
+       "also the weight gradients, whose sums run over a micro-batch's tokens (no faster there). The CPU "
+       "emulation sums in fp32 for all three"},
       {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
       {"training.stochastic_rounding", &t.stochastic_rounding, "round bf16 parameter writes stochastically"},
       {"training.micro_batch", &t.micro_batch,

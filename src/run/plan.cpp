@@ -81,6 +81,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.recompute = t.recompute;
   p.backend.act = p.act;
   p.backend.deterministic = t.deterministic;
+  p.backend.fp8_fast_accum = t.fp8_fast_accum;
   p.backend.matmul_search_s = t.matmul_search_s;
   p.backend.op_profile = cfg.log.op_profile;
   if (t.micro_batch.max) return p;

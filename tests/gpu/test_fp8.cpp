@@ -36,9 +36,10 @@ std::vector<float> values(size_t n, float spread) {
 struct Pair {  // the CPU emulation and the GPU
   std::unique_ptr<Backend> cpu = make_cpu_backend(BackendOptions{});
   std::unique_ptr<Backend> gpu;
-  Pair() {
+  explicit Pair(fp8::FastAccum fast = BackendOptions{}.fp8_fast_accum) {
     BackendOptions o;
     o.act = DType::BF16;
+    o.fp8_fast_accum = fast;
     gpu = make_cuda_backend(o);
   }
 };
@@ -279,6 +280,38 @@ TEST(GpuFp8, matmuls_match_the_cpu_emulation) {
     const double e = rel_l2(v[0], v[1]);
     std::printf("  %-44s rel_l2 %.2e (tol %.1e)\n", name, e, kTolFp8Matmul);
     EXPECT_TRUE(e <= kTolFp8Matmul) << std::string(name) + " differs from the CPU emulation";
+  }
+}
+
+// The gradients' products with long sums (4096 terms) under each training.fp8_fast_accum setting: summed
+// without the promotion to fp32 or with it, each stays as close to the CPU's fp32 sums as the short
+// products above.
+TEST(GpuFp8, gradient_products_match_the_cpu_emulation_with_and_without_fast_accumulation) {
+  const int N = 4096, IC = 128, OC = 4096;
+  const int top = 0x77;
+  const auto a = random_codes(size_t(N) * IC, top), w = random_codes(size_t(OC) * IC, top),
+             d = random_codes(size_t(N) * OC, top);
+  for (const fp8::FastAccum fast : {fp8::FastAccum::forward, fp8::FastAccum::dinp, fp8::FastAccum::all}) {
+    Pair two(fast);
+    std::vector<float> dinp[2], dw[2];
+    for (int side = 0; side < 2; ++side) {
+      Backend& b = side ? *two.gpu : *two.cpu;
+      const size_t e = dtype_size(b.act_dtype());
+      void *da = put_bytes(b, a), *dwt = put_bytes(b, w), *dd = put_bytes(b, d), *di = b.alloc(e * N * IC);
+      void* g = up(b, std::vector<float>(size_t(OC) * IC, 0.0f));
+      Meta ma(b, 8.0f), mw(b, 64.0f), md(b, 1024.0f);
+      const Fp8Tensor ta = ma.t(da, Fp8Format::E4M3), tw = mw.t(dwt, Fp8Format::E4M3), td = md.t(dd, Fp8Format::E5M2);
+      b.fp8()->matmul_dinp(di, td, tw, N, IC, OC, nullptr);  // sums over OC
+      dinp[side] = down(b, di, size_t(N) * IC);
+      b.fp8()->matmul_dw(g, td, ta, N, IC, OC);  // sums over N
+      dw[side] = down(b, g, size_t(OC) * IC);
+      for (void* p : {da, dwt, dd, di, g}) b.free(p);
+    }
+    for (auto& [name, v] : {std::pair<const char*, std::vector<float>*>{"matmul_fp8_dinp", dinp}, {"matmul_fp8_dw", dw}}) {
+      const double e = rel_l2(v[0], v[1]);
+      std::printf("  fast_accum %-8s %-16s rel_l2 %.2e (tol %.1e)\n", name_of(fast), name, e, kTolFp8Matmul);
+      EXPECT_TRUE(e <= kTolFp8Matmul) << std::string(name) + " differs from the CPU emulation";
+    }
   }
 }
 

@@ -128,6 +128,7 @@ def test_fp8_resume_on_two_ranks_from_one(tmp_path):
     ("model.n_embd=24", "fp8 needs model.n_embd and training.seq_len to be multiples of 16"),
     ("training.fp8_grad_format=e3m4", "training.fp8_grad_format: 'e3m4' is not one of e4m3, e5m2"),
     ("training.fp8_amax_history=0", "training.fp8_amax_history: must be 1-1024"),
+    ("training.fp8_fast_accum=wgrad", "training.fp8_fast_accum: 'wgrad' is not one of forward, dinp, all"),
 ])
 def test_fp8_config_errors(tmp_path, setting, needle):
     y = fp8_yaml(tmp_path, "bad")
@@ -298,3 +299,17 @@ def test_gelu_output_from_the_epilogue_or_the_cast_is_the_same_on_cpu(tmp_path):
     # the paths did differ: per layer, the epilogue's row-major GELU output is transposed in the backward
     # (beside ln1's and ln2's), where the cast wrote its transpose in the forward
     assert transposes == {"true": 6.0, "false": 4.0}, transposes
+
+
+def test_fast_accumulation_is_recorded_and_leaves_the_cpu_emulation_alone(tmp_path):
+    """training.fp8_fast_accum chooses which GPU products sum without promotion to fp32; the CPU emulation
+    sums in fp32 for every setting, so the three runs agree bit for bit there and each records its choice.
+    (On the GPU each setting is checked against the emulation's sums in tests/gpu/test_fp8.cpp.)"""
+    logs = {}
+    for fast in ("forward", "dinp", "all"):
+        y = fp8_yaml(tmp_path, f"acc_{fast}", steps=4)
+        run_train(["--yaml", y, "--set", f"training.fp8_fast_accum={fast}"], check=True)
+        logs[fast] = read_log(tmp_path / f"runs/acc_{fast}/log.h5")
+        assert yaml.safe_load(logs[fast]["attrs"]["config_yaml"])["training"]["fp8_fast_accum"] == fast
+    for k in ("loss", "grad_norm"):
+        assert np.array_equal(logs["forward"][k], logs["dinp"][k]) and np.array_equal(logs["dinp"][k], logs["all"][k]), k

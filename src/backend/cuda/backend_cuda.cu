@@ -80,7 +80,8 @@ class CudaBackend final : public Backend {
     sumsq_ = static_cast<double*>(alloc(sizeof(double)));
     const bool fp8_cores = prop_.major > 8 || (prop_.major == 8 && prop_.minor >= 9);  // Ada, Hopper and later
     if (dtype_ == DType::BF16 && fp8_cores)  // FP8 products take bf16 activations
-      fp8_ = make_cuda_fp8_ops({stream_, lt_.get(), &prof_, [this](size_t n) { return scratch_for(n); }});
+      fp8_ = make_cuda_fp8_ops(
+          {stream_, lt_.get(), &prof_, [this](size_t n) { return scratch_for(n); }, o.fp8_fast_accum});
   }
 
   ~CudaBackend() override {

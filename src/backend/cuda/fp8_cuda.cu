@@ -90,12 +90,16 @@ class CudaFp8Ops final : public Fp8Ops {
     OpProfiler::Scope t(*c_.prof, c_.stream,
                         c_.prof->enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     kernel_boundary([&] {
-      kern::matmul_fp8_dinp(*c_.lt, dinp, operand(dout), operand(w_t), N, IC, OC, pre_gelu, c_.stream);
+      kern::matmul_fp8_dinp(*c_.lt, dinp, operand(dout), operand(w_t), N, IC, OC, pre_gelu,
+                            c_.fast_accum != fp8::FastAccum::forward, c_.stream);
     });
   }
   void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, c_.prof->enabled() ? matmul_op_name("matmul_fp8_dw", IC, OC, "") : "");
-    kernel_boundary([&] { kern::matmul_fp8_dw(*c_.lt, dw, operand(dout_t), operand(inp_t), N, IC, OC, c_.stream); });
+    kernel_boundary([&] {
+      kern::matmul_fp8_dw(*c_.lt, dw, operand(dout_t), operand(inp_t), N, IC, OC, c_.fast_accum == fp8::FastAccum::all,
+                          c_.stream);
+    });
   }
   void add_sums(void* dst, const float* sums, int n) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_bias_grad");

@@ -18,6 +18,7 @@ struct CudaFp8Context {
   kern::CublasLt* lt = nullptr;
   OpProfiler* prof = nullptr;
   std::function<void*(size_t)> scratch;  // the backend's shared scratch, at least this many bytes
+  fp8::FastAccum fast_accum = fp8::FastAccum::dinp;
 };
 std::unique_ptr<Fp8Ops> make_cuda_fp8_ops(const CudaFp8Context& c);
 
