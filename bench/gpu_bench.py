@@ -87,7 +87,7 @@ log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
         text = (out / f"{name}.log").read_text()
         table = text[text.find("op profile over"):]
         suffix = (("_fp8" if fp8 else "") + ("cls" if cls else "") + ("cast" if cast else "") + ("epi" if epi else "") +
-                  (f"{acc[:3]}acc" if acc else ""))
+                  ({"forward": "fwdacc", "all": "allacc"}.get(acc, "")))
         (out / f"op_profile_{preset}_b{mb}{suffix}.txt").write_text(table)
         print(table, flush=True)
     logp = out / "runs" / name / "log.h5"

@@ -176,14 +176,16 @@ def test_fast_accumulation_variants(bench, tmp_path, capsys):
     """"fwdacc" / "allacc" after fp8 write training.fp8_fast_accum forward / all, each with its own row;
     other fp8 variants leave the key out (the trainer's default, dinp); "acc" without fp8, both, or an
     unknown "...acc" are refused."""
-    bench.main(["--out", str(tmp_path), "--configs", "d12:64", "--variants", "0fp8cls,0fp8clsfwdacc,0fp8allacc",
-                "--no-torch", "--train", "/bin/false"])
-    for variant, key in [("0fp8cls", None), ("0fp8clsfwdacc", "forward"), ("0fp8allacc", "all")]:
+    bench.main(["--out", str(tmp_path), "--configs", "d12:64", "--variants",
+                "0fp8cls,0fp8clsfwdacc,0fp8allacc,0fp8fwdaccprof", "--no-torch", "--train", "/bin/false"])
+    for variant, key in [("0fp8cls", None), ("0fp8clsfwdacc", "forward"), ("0fp8allacc", "all"),
+                         ("0fp8fwdaccprof", "forward")]:
         t = yaml.safe_load((tmp_path / f"d12_b64_r{variant}.yaml").read_text())["training"]
         assert t["precision"] == "fp8" and t.get("fp8_fast_accum") == key, variant
     by = {r["impl"]: r for r in json.loads((tmp_path / "results.json").read_text())}
     assert list(by) == ["this fp8 +classifier", "this fp8 +classifier fast accumulation forward",
-                        "this fp8 fast accumulation all"]
+                        "this fp8 fast accumulation all", "this fp8 fast accumulation forward (op profile)"]
+    assert (tmp_path / "op_profile_d12_b64_fp8fwdacc.txt").exists()
     for bad in ("0fwdacc", "0fp8fwdaccallacc", "0fp8dinpacc"):
         n = len(bench.commands)
         with pytest.raises(SystemExit) as e:
