@@ -62,15 +62,16 @@ def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     recompute = int(variant[0])
     det, prof, fp8, cls = "det" in variant, "prof" in variant, "fp8" in variant, "cls" in variant
     cast, epi = "cast" in variant, "epi" in variant
-    gelu = f" fp8_gelu_epilogue: {str(epi).lower()}," if cast or epi else ""
     acc = "forward" if "fwdacc" in variant else "all" if "allacc" in variant else None
-    gelu += f" fp8_fast_accum: {acc}," if acc else ""
+    # FP8 keys written only when the variant names them (builds that predate a key run the others)
+    fp8_keys = ((f" fp8_gelu_epilogue: {str(epi).lower()}," if cast or epi else "") +
+                (f" fp8_fast_accum: {acc}," if acc else ""))
     name = f"{preset}_b{mb}_r{variant}"
     yaml = out / f"{name}.yaml"
     yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
 model: {{preset: {preset}}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
-training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"},{" fp8_classifier: true," if cls else ""}{gelu} micro_batch: {mb},
+training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"},{" fp8_classifier: true," if cls else ""}{fp8_keys} micro_batch: {mb},
            seq_len: 1024, steps: {steps}, lr: 6.0e-4,
            warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute},
            deterministic: {str(det).lower()}, matmul_search_s: {search}}}
@@ -87,7 +88,7 @@ log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
         text = (out / f"{name}.log").read_text()
         table = text[text.find("op profile over"):]
         suffix = (("_fp8" if fp8 else "") + ("cls" if cls else "") + ("cast" if cast else "") + ("epi" if epi else "") +
-                  ({"forward": "fwdacc", "all": "allacc"}.get(acc, "")))
+                  ("fwdacc" if acc == "forward" else "allacc" if acc == "all" else ""))
         (out / f"op_profile_{preset}_b{mb}{suffix}.txt").write_text(table)
         print(table, flush=True)
     logp = out / "runs" / name / "log.h5"

@@ -1,10 +1,11 @@
 // FP8 casts. One block per 128 x 64 tile: each thread loads one 16-byte vector (8 bf16) of four rows 32
-// apart (every load issued before any arithmetic; with two inputs, into shared memory), turns them into v, writes the row-major bytes straight
-// away and keeps them in shared memory, from where the transposed bytes go out 16 at a time (each of the
-// tile's 64 columns becomes 128 contiguous bytes, a whole cache line, of a row of the transpose). Column
-// sums: each thread's four rows, then the four lanes of a warp that hold the same columns (shuffles), then
-// the eight warps in shared memory, all in a fixed order; then one reduction over the row tiles
-// (add_partial_rows_kernel): deterministic. The amax is one atomic per block.
+// apart (every load issued before any arithmetic; with two inputs, into shared memory), turns them into v,
+// writes the row-major bytes straight away and keeps them in shared memory, from where the transposed
+// bytes go out 16 at a time (each of the tile's 64 columns becomes 128 contiguous bytes, a whole cache
+// line, of a row of the transpose). Column sums: each thread's four rows, then the four lanes of a warp
+// that hold the same columns (shuffles), then the eight warps in shared memory, all in a fixed order; then
+// one reduction over the row tiles (add_partial_rows_kernel): deterministic. The amax is one atomic per
+// block.
 #include <cuda_fp8.h>
 
 #include "fp8_cast.cuh"

@@ -5,8 +5,8 @@
 //   dw        (OC,IC)    += dout^T @ inp       D (IC x OC) = op_T(inp_t: N x IC) * dout_t (N x OC), + D
 // The forward takes fast accumulation (as Transformer Engine does for its forward products); the
 // gradients take it where the caller asks (training.fp8_fast_accum), else keep cuBLASLt's fp32 promotion.
-// On an H200 the promotion costs the input gradients' products 10-15% of their time and the weight
-// gradients' nothing measurable.
+// On an H200 the promotion costs the input gradients' products 12-17% of their time (GPT-2 124M and
+// 1558M) and the weight gradients' nothing measurable.
 #include <library_types.h>
 
 #include "gelu.cuh"

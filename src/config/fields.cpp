@@ -96,8 +96,7 @@ std::vector<Field> fields_of(Config& c) {
        "forward products only (what Transformer Engine and torchao do); `dinp` also the input gradients, whose "
        "sums run over a layer's width (3-4% faster a step than `forward` on an H200 at GPT-2 1558M, "
        "bench/RESULTS.md); `all` also the weight gradients, whose sums run over a micro-batch's tokens (0-0.4% "
-       "more). The CPU "
-       "emulation sums in fp32 for all three"},
+       "more). The CPU emulation sums in fp32 for all three"},
       {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
       {"training.stochastic_rounding", &t.stochastic_rounding, "round bf16 parameter writes stochastically"},
       {"training.micro_batch", &t.micro_batch,
