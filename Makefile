@@ -39,8 +39,10 @@ LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost
 STUB_SRC := $(shell find src -name '*_stub.cpp')
 CORE_SRC := $(filter-out src/cli/main.cpp $(STUB_SRC),$(shell find src -name '*.cpp'))
 CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
-HEADERS := $(shell find src -name '*.hpp' -o -name '*.inc') $(wildcard kernels/*.h)
-CU_HEADERS := $(wildcard kernels/*.cuh kernels/*.h) $(shell find src -name '*.cuh')
+# Header dependencies are found by the compilers: every object writes a .d file beside it (-MMD: the headers
+# it includes from the project; -MP: an empty rule for each, so a deleted header is no error), and the .d files
+# are included at the end, so an edit rebuilds only the objects that include what changed.
+DEPFLAGS = -MMD -MP
 
 ifeq ($(CUDA),1)
 CUDNN_FE_INC ?= $(shell $(PY) -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])' 2>/dev/null)/include
@@ -64,24 +66,19 @@ all: $(BIN) $(TEST_BIN) $(BENCH_BIN)
 $(BIN): $(BUILD)/cli/main.o $(CORE_OBJ) $(CU_OBJ)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: src/%.cpp $(HEADERS)
+$(BUILD)/%.o: src/%.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-# kernels/ depend on their own headers only; the CUDA backend and the benchmarks on src/'s too
-$(BUILD)/cu/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh kernels/*.h) src/base/fp8_math.hpp
+$(BUILD)/cu/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
-
-$(BUILD)/cu/%.o: %.cu $(HEADERS) $(CU_HEADERS)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(DEPFLAGS) -MF $(@:.o=.d) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
 
 # GoogleTest: a test program with a main of its own keeps it (gtest_main's is not pulled in then)
 TEST_LIBS := -lgmock -lgtest_main -lgtest
-$(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ) $(wildcard tests/*.hpp) $(HEADERS)
+$(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(TEST_LIBS) $(LDLIBS)
+	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) $(DEPFLAGS) -MT $@ -MF $@.d -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(TEST_LIBS) $(LDLIBS)
 
 # kept: scripts/bundle.sh relinks the benchmarks from their objects
 .PRECIOUS: $(BUILD)/cu/%.o $(BUILD)/cu/kernels/%.o
@@ -97,6 +94,9 @@ quickstart: $(BIN)
 
 clean:
 	rm -rf $(BUILD) train
+
+# the header dependencies the compilers wrote (none before the first build)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # make print-VAR: a variable's value as the recipes pass it to the shell (scripts/bundle.sh relinks with them)
 print-%:
