@@ -23,6 +23,13 @@ enum class Format : uint8_t { E4M3 = 0, E5M2 = 1 };
 // over a micro-batch's tokens. The CPU emulation sums in fp32 for all three.
 enum class FastAccum : uint8_t { forward = 0, dinp = 1, all = 2 };
 
+// An input gradient whose sum is longer than this keeps the promotion under every setting. The block
+// products' sums run over at most 4 x n_embd terms (6400 at GPT-2 1558M); the FP8 classifier's runs over the
+// padded vocabulary (50304 terms), and summed fast it cost 2% of the loss on real text at GPT-2 124M
+// (bench/convergence.py, bench/RESULTS.md), where the same policy with the promotion there matched bf16.
+constexpr int kFastDinpMaxTerms = 8192;
+GPT_FP8_HD bool fast_dinp(FastAccum f, int terms) { return f != FastAccum::forward && terms <= kFastDinpMaxTerms; }
+
 // Dequantizing scales are kept 16 bytes apart (scale_inv[i * kScaleInvStride]): cuBLASLt reads each through
 // its own pointer and refuses FP8 products whose scale pointers are not 16-byte aligned.
 constexpr int kScaleInvStride = 4;

@@ -77,6 +77,21 @@ struct Meta {  // scale, scale_inv, amax in CPU memory
   Fp8Tensor t(void* data, Fp8Format f) { return {data, v, v + 1, v + 2, f}; }  // CPU: no alignment needed
 };
 
+// Which input-gradient products sum fast: every one up to kFastDinpMaxTerms terms under dinp and all (the
+// block products' sums, at most 4 x n_embd), none longer (the FP8 classifier's, over the vocabulary), and
+// none under forward.
+TEST(Fp8, input_gradient_sums_longer_than_the_bound_keep_the_promotion) {
+  using fp8::FastAccum;
+  for (const int terms : {768, 3072, 6400, fp8::kFastDinpMaxTerms}) {
+    EXPECT_FALSE(fp8::fast_dinp(FastAccum::forward, terms));
+    EXPECT_TRUE(fp8::fast_dinp(FastAccum::dinp, terms));
+    EXPECT_TRUE(fp8::fast_dinp(FastAccum::all, terms));
+  }
+  for (const int terms : {fp8::kFastDinpMaxTerms + 1, 50304})
+    for (const FastAccum f : {FastAccum::forward, FastAccum::dinp, FastAccum::all})
+      EXPECT_FALSE(fp8::fast_dinp(f, terms));
+}
+
 TEST(Fp8, cast_transpose_and_column_sums) {
   auto be = make_cpu_backend(BackendOptions{});
   const int N = 24, C = 40;

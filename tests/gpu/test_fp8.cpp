@@ -315,6 +315,30 @@ TEST(GpuFp8, gradient_products_match_the_cpu_emulation_with_and_without_fast_acc
   }
 }
 
+// An input-gradient sum longer than fp8::kFastDinpMaxTerms (the FP8 classifier's, over the vocabulary) keeps
+// the promotion under every setting: its bytes are those of the promoted product (`forward`), while a block
+// product's shorter sum is summed fast under `dinp`.
+TEST(GpuFp8, a_vocabulary_long_input_gradient_sum_keeps_the_promotion_under_every_setting) {
+  const int N = 256, IC = 128, OC = 2 * fp8::kFastDinpMaxTerms;
+  ASSERT_FALSE(fp8::fast_dinp(fp8::FastAccum::all, OC));
+  ASSERT_TRUE(fp8::fast_dinp(fp8::FastAccum::dinp, 4 * 1600));  // fcproj's at GPT-2 1558M
+  const auto w = random_codes(size_t(OC) * IC, 0x77), d = random_codes(size_t(N) * OC, 0x77);
+  std::vector<uint8_t> out[3];
+  int i = 0;
+  for (const fp8::FastAccum fast : {fp8::FastAccum::forward, fp8::FastAccum::dinp, fp8::FastAccum::all}) {
+    Pair two(fast);
+    Backend& b = *two.gpu;
+    const size_t e = dtype_size(b.act_dtype());
+    void *dwt = put_bytes(b, w), *dd = put_bytes(b, d), *di = b.alloc(e * N * IC);
+    Meta mw(b, 64.0f), md(b, 1024.0f);
+    b.fp8()->matmul_dinp(di, md.t(dd, Fp8Format::E5M2), mw.t(dwt, Fp8Format::E4M3), N, IC, OC, nullptr);
+    out[i++] = bytes(b, di, e * N * IC);
+    for (void* p : {dwt, dd, di}) b.free(p);
+  }
+  EXPECT_EQ(out[1], out[0]) << "dinp summed the long input gradient fast";
+  EXPECT_EQ(out[2], out[0]) << "all summed the long input gradient fast";
+}
+
 // GELU's output in FP8 from the forward product's epilogue (GPU) against the emulation's product, GELU
 // in fp32 and cast (CPU), on the same FP8 operands: the values before rounding differ as the products
 // do (accumulation order, fast accumulation, tanh), so some bytes are the neighbouring code; GELU's

@@ -91,7 +91,7 @@ class CudaFp8Ops final : public Fp8Ops {
                         c_.prof->enabled() ? matmul_op_name("matmul_fp8_dinp", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     kernel_boundary([&] {
       kern::matmul_fp8_dinp(*c_.lt, dinp, operand(dout), operand(w_t), N, IC, OC, pre_gelu,
-                            c_.fast_accum != fp8::FastAccum::forward, c_.stream);
+                            fp8::fast_dinp(c_.fast_accum, OC), c_.stream);
     });
   }
   void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) override {
