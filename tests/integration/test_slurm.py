@@ -180,6 +180,50 @@ def test_sweep_submitted_from_a_shell(slurm, tmp_path):
     check_summary(sweep_dir, 4, 1)
 
 
+def test_sweep_refuses_before_submitting(slurm, tmp_path):
+    """`bash slurm/sweep.sh` checks what it can before sbatch, and submits nothing (no job, no sweep folder)
+    when a point could not run: a YAML without sweep: (a single run: slurm/train.sh), a point that the dry run
+    of every point on the point's rank count refuses (point 1's total_batch_tokens fits 1 rank, not 2), more
+    CPUs than a node has (the array would pend for ever), GPUs on a cluster without any (Slurm's gres error)."""
+    base = TINY_SYNTH.format(name="chk", out_dir=tmp_path / "runs", steps=4, B=4, stage=0, accum=1, ckpt_every=0)
+    single = write_yaml(tmp_path / "single.yaml", base)
+    sweep = write_yaml(tmp_path / "sweep.yaml", base + "sweep:\n  grid:\n    training.zero_stage: [0, 1]\n")
+    # micro_batch 4 x seq_len 16 x 2 ranks = 128 tokens: 192 is a whole number of steps on 1 rank only
+    bad_point = write_yaml(tmp_path / "bad_point.yaml",
+                           base + "sweep:\n  zip:\n    training.total_batch_tokens: [128, 192]\n")
+    cpus = int(slurm.run(["sinfo", "-h", "-o", "%c"]).stdout.split()[0])
+    cases = [
+        (single, {}, ["has no sweep: section", "sbatch slurm/train.sh"]),
+        (bad_point, {"RANKS_PER_POINT": "2"}, ["refused the sweep", "on 2 rank(s)", "training.total_batch_tokens",
+                                               "192"]),
+        (sweep, {"RANKS_PER_POINT": "2", "CPUS_PER_TASK": str(cpus)},
+         [f"asks for {2 * cpus} CPUs on one node", f"at most {cpus}",
+          f"CPUS_PER_TASK={cpus // 2}" if cpus >= 2 else "RANKS_PER_POINT"]),
+        (sweep, {"GPUS_PER_POINT": "1"}, ["no node of the default partition has GPUs", "GPUS_PER_POINT=0"]),
+    ]
+
+    def jobs():
+        return slurm.run(["squeue", "--states=all", "-h", "-o", "%i"]).stdout.split()
+
+    before = jobs()
+    for y, env, words in cases:
+        p = slurm.run(["bash", ROOT / "slurm" / "sweep.sh", y], cwd=tmp_path, env=env, check=False)
+        first = p.stderr.splitlines()[0] if p.stderr else ""
+        assert p.returncode == 1 and first.startswith("sweep.sh: ") and "nothing submitted" in first, \
+            (y.name, env, p.stdout, p.stderr)
+        assert all(w in p.stderr for w in words), (y.name, env, words, p.stderr)
+    assert jobs() == before, slurm.report()
+    assert not (tmp_path / "runs").exists()
+    # with CPUS_PER_TASK as the message says, the same sweep runs
+    if cpus >= 2:
+        p = slurm.run(["bash", ROOT / "slurm" / "sweep.sh", sweep], cwd=tmp_path,
+                      env={"RANKS_PER_POINT": "2", "CPUS_PER_TASK": str(cpus // 2)})
+        ids = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
+        st = slurm.wait([ids["ARRAY_JOB"], ids["SUMMARY_JOB"]], 180, "the sweep")
+        assert set(st.values()) == {"COMPLETED"}, slurm.report(sorted((tmp_path / "runs/chk/slurm").glob("*.out")))
+        check_summary(tmp_path / "runs" / "chk", 2, 2)
+
+
 LONG = """
 run: {{name: long, out_dir: {out_dir}, seed: 11}}
 model: {{n_layer: 2, n_head: 2, n_embd: 64, vocab_size: 64, max_seq_len: 64}}
