@@ -211,7 +211,7 @@ def test_sweep_refuses_before_submitting(slurm, tmp_path):
         first = p.stderr.splitlines()[0] if p.stderr else ""
         assert p.returncode == 1 and first.startswith("sweep.sh: ") and "nothing submitted" in first, \
             (y.name, env, p.stdout, p.stderr)
-        assert all(w in p.stderr for w in words), (y.name, env, words, p.stderr)
+        assert all(w in p.stderr for w in words), (y.name, env, words, p.stderr, slurm.report())
     assert jobs() == before, slurm.report()
     assert not (tmp_path / "runs").exists()
     # with CPUS_PER_TASK as the message says, the same sweep runs
