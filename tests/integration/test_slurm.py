@@ -224,6 +224,62 @@ def test_sweep_refuses_before_submitting(slurm, tmp_path):
         check_summary(tmp_path / "runs" / "chk", 2, 2)
 
 
+SINFO_GPU_SITE = """cpu01 cpu* 4 (null)
+cpu02 cpu* 4 (null)
+gpu01 gpu 64 gpu:h100:8(S:0-1)
+gpu02 gpu 64 gpu:h100:4(S:0),gpu:a100:2(S:1)
+gpu01 all 64 gpu:h100:8(S:0-1)
+"""
+
+
+def test_sweep_checks_points_against_the_nodes_sinfo_lists(tmp_path, train_bin):
+    """The request of a point against a site with a CPU partition (the default) and a GPU one, as sinfo
+    lists them (stand-ins for sinfo and sbatch): GPUs summed over typed GRES entries, the partition from
+    SBATCH_PARTITION or EXTRA_SBATCH_ARGS, each refusal naming the setting to change."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "sinfo").write_text(f"#!/bin/sh\ncat <<'EOF'\n{SINFO_GPU_SITE}EOF\n")
+    (stubs / "sbatch").write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'sbatch.calls'}\necho 7\n")
+    for f in stubs.iterdir():
+        f.chmod(0o755)
+    base = TINY_SYNTH.format(name="g", out_dir=tmp_path / "runs", steps=4, B=4, stage=0, accum=1, ckpt_every=0)
+    y = write_yaml(tmp_path / "g.yaml", base + "sweep:\n  grid:\n    training.zero_stage: [0, 1]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+    env.update(PATH=f"{stubs}:{env['PATH']}", TRAIN_BIN=str(TRAIN), CPUS_PER_TASK="8")
+    for k in ("GPUS_PER_POINT", "GPUS_PER_NODE", "EXTRA_SBATCH_ARGS", "RANKS_PER_POINT", "NODES_PER_POINT"):
+        env.pop(k, None)
+
+    def sweep(**settings):
+        calls = tmp_path / "sbatch.calls"
+        calls.unlink(missing_ok=True)
+        p = subprocess.run(["bash", str(ROOT / "slurm" / "sweep.sh"), str(y)], cwd=tmp_path, env=dict(env, **settings),
+                           capture_output=True, text=True, timeout=60)
+        return p, calls.read_text().splitlines() if calls.exists() else []
+
+    for settings, words in [
+        ({}, ["no node of the default partition has GPUs", "GPUS_PER_POINT=0"]),
+        ({"GPUS_PER_POINT": "0", "RANKS_PER_POINT": "2"}, ["16 CPUs", "at most 4", "CPUS_PER_TASK=2"]),
+        ({"SBATCH_PARTITION": "gpu", "GPUS_PER_POINT": "16"}, ["2 node(s)", "partition gpu has 1 such"]),
+        ({"SBATCH_PARTITION": "gpu", "GPUS_PER_POINT": "16", "GPUS_PER_NODE": "16"},
+         ["16 GPUs on one node", "at most 8", "GPUS_PER_NODE=8"]),
+        ({"SBATCH_PARTITION": "nope"}, ["no nodes in partition nope"]),
+    ]:
+        p, calls = sweep(**settings)
+        assert p.returncode == 1 and all(w in p.stderr.splitlines()[0] for w in words), (settings, p.stderr)
+        assert calls == [] and not (tmp_path / "runs").exists(), (settings, calls)
+    for settings, request in [
+        ({"SBATCH_PARTITION": "gpu", "GPUS_PER_POINT": "8"}, "--nodes=1 --ntasks-per-node=8 --gpus-per-node=8"),
+        ({"EXTRA_SBATCH_ARGS": "-p all --qos=high", "GPUS_PER_POINT": "8"}, "-p all --qos=high --nodes=1"),
+        ({"EXTRA_SBATCH_ARGS": "--partition=gpu", "GPUS_PER_POINT": "12", "GPUS_PER_NODE": "6"},  # gpu02: 4 + 2
+         "--nodes=2 --ntasks-per-node=6 --gpus-per-node=6"),
+        ({"SBATCH_PARTITION": "gpu,cpu", "GPUS_PER_POINT": "0", "RANKS_PER_POINT": "8"}, "--nodes=1 --ntasks=8"),
+    ]:
+        p, calls = sweep(**settings)
+        assert p.returncode == 0 and len(calls) == 2, (settings, p.stderr)
+        assert "--array=0-1" in calls[0] and request in calls[0], (settings, calls)
+        shutil.rmtree(tmp_path / "runs")
+
+
 LONG = """
 run: {{name: long, out_dir: {out_dir}, seed: 11}}
 model: {{n_layer: 2, n_head: 2, n_embd: 64, vocab_size: 64, max_seq_len: 64}}
