@@ -86,7 +86,7 @@ check_nodes_fit() {
         END { print mc + 0, mg + 0, fit + 0 }' <<< "$table")
     (( fit >= want_nodes )) && return 0
     if (( want_gpus > 0 && max_gpus == 0 )); then
-        die "a point asks for $want_gpus GPU(s) a node (GPUS_PER_POINT=$GPUS_PER_POINT), but no node of $where has GPUs (sinfo shows no gpu GRES): set GPUS_PER_POINT=0 to run the points on CPUs, or SBATCH_PARTITION to a GPU partition (nothing submitted)"
+        die "a point asks for $want_gpus GPU(s) per node (GPUS_PER_POINT=$GPUS_PER_POINT), but no node of $where has GPUs (sinfo shows no gpu GRES): set GPUS_PER_POINT=0 to run the points on CPUs, or SBATCH_PARTITION to a GPU partition (nothing submitted)"
     fi
     if (( want_gpus > max_gpus )); then
         die "a point asks for $want_gpus GPUs on one node, but the nodes of $where have at most $max_gpus: set GPUS_PER_NODE=$max_gpus (a point then spans nodes) or a smaller GPUS_PER_POINT (nothing submitted)"
@@ -98,7 +98,7 @@ check_nodes_fit() {
     fi
     local gpu_text=""
     (( want_gpus > 0 )) && gpu_text=" and $want_gpus GPU(s)"
-    die "a point needs $want_nodes node(s) with $want_cpus CPUs$gpu_text each, but $where has $fit such node(s): use fewer nodes a point (NODES_PER_POINT, GPUS_PER_POINT) or smaller ones (nothing submitted)"
+    die "a point needs $want_nodes node(s) with $want_cpus CPUs$gpu_text each, but $where has $fit such node(s): use fewer nodes per point (NODES_PER_POINT, GPUS_PER_POINT) or smaller ones (nothing submitted)"
 }
 
 [[ $# -ge 1 && "$1" != -* ]] || die "usage: [sbatch|bash] slurm/sweep.sh SWEEP.yaml [train args, e.g. --set k=v]"
