@@ -46,7 +46,7 @@ DEPFLAGS = -MMD -MP
 
 ifeq ($(CUDA),1)
 CUDNN_FE_INC ?= $(shell $(PY) -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])' 2>/dev/null)/include
-$(if $(wildcard $(CUDNN_FE_INC)/cudnn_frontend.h),,$(if $(filter clean,$(MAKECMDGOALS)),,$(error cudnn_frontend.h not found in $(CUDNN_FE_INC): pip install nvidia-cudnn-frontend (or run scripts/setup.sh), or set CUDNN_FE_INC)))
+$(if $(wildcard $(CUDNN_FE_INC)/cudnn_frontend.h),,$(if $(filter clean,$(MAKECMDGOALS)),,$(error cudnn_frontend.h not found in $(CUDNN_FE_INC): $(PY) -m pip install --no-deps nvidia-cudnn-frontend (its headers; or run scripts/setup.sh), or set CUDNN_FE_INC)))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr -lineinfo
 NVCCFLAGS += -Isrc -I. -I$(CUDNN_FE_INC) -Xcompiler -fopenmp $(shell pkg-config --cflags-only-I $(HDF5_PC))
 CU_SRC := $(wildcard kernels/*.cu) $(shell find src -name '*.cu')

@@ -20,7 +20,7 @@
 # /etc is written and the system's own munged (if any) is left alone: this munged has its own key and socket.
 # Exit status of `start`: 0 running, 1 failed (logs printed), 77 Slurm cannot be installed here (no apt, not root)
 # or, for NODES > 1, no UTS namespace can be made here (`unshare --uts`).
-# Settings (environment): SLURM_TEST_CPUS (default: nproc), SLURM_TEST_PORT (slurmctld port; slurmd uses +1;
+# Settings (environment): SLURM_TEST_CPUS (default: the cores of this machine), SLURM_TEST_PORT (slurmctld port; slurmd uses +1;
 # default: two free ports), SLURM_TEST_START_TIMEOUT (seconds to wait for an idle node, default 120).
 set -u
 
@@ -121,7 +121,9 @@ EOF
 write_conf() {
     local host cpus port mpi nodes i
     host=$(hostname -s)
-    cpus=${SLURM_TEST_CPUS:-$(nproc)}
+    # (nproc counts OMP_NUM_THREADS as the cores there are: a suite run with OMP_NUM_THREADS=1 would make a
+    # node of one CPU, where a point of 2 ranks waits for ever)
+    cpus=${SLURM_TEST_CPUS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
     port=${SLURM_TEST_PORT:-$(free_ports $((NODES + 1)))}
     # PMIx lets srun start OpenMPI ranks directly; fall back to none when the plugin is absent.
     mpi=none

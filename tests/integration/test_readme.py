@@ -67,14 +67,39 @@ def fresh_env(home, extra=None):
     return env
 
 
-def make_checkout(dest):
+def tracked_files(root):
+    """The paths git tracks in the checkout at root (its index), or None where git cannot tell."""
+    try:
+        p = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, timeout=60)
+    except OSError:
+        return None
+    files = [f for f in p.stdout.decode().split("\0") if f]
+    return files if p.returncode == 0 and files else None
+
+
+def make_checkout(dest, root=ROOT):
     """dest: the checkout's sources as links (folders real, so `find` and make see every file), its build/
-    and .venv as links; runs/, data/ and ./train its own."""
+    and .venv as links; runs/, data/ and ./train its own. Only the top-level entries git tracks are taken
+    (and of runs/ and data/ only their tracked files): what a user made in the checkout beside them, such as
+    the README's quickstart.bin, quickstart-hf/ or input.txt, never reaches the walk, and the walk writes
+    into the copy, never into the checkout. (Where git cannot tell: every entry but the ignored outputs.)"""
+    tracked = tracked_files(root)
     dest.mkdir()
-    for entry in ROOT.iterdir():
-        if entry.name in ("runs", "data", "train", ".git", ".pytest_cache", "tb") or entry.name.endswith(".png"):
+    for entry in root.iterdir():
+        if entry.name in ("build", ".venv"):
+            (dest / entry.name).symlink_to(entry)
             continue
-        if entry.name in ("build", ".venv") or entry.is_file():
+        if tracked is None:
+            if entry.name in ("runs", "data", "train", ".git", ".pytest_cache", "tb") or entry.name.endswith(".png"):
+                continue
+        elif not any(f == entry.name or f.startswith(entry.name + "/") for f in tracked):
+            continue
+        if entry.name in ("runs", "data"):  # the walk's own, with what the project keeps there
+            for f in tracked or []:
+                if f.startswith(entry.name + "/"):
+                    (dest / f).parent.mkdir(parents=True, exist_ok=True)
+                    (dest / f).symlink_to(root / f)
+        elif entry.is_file():
             (dest / entry.name).symlink_to(entry)
         elif entry.is_dir():
             subprocess.run(["cp", "-as", str(entry), str(dest / entry.name)], check=True)
@@ -376,6 +401,33 @@ def docs_script_commands():
         for m in re.finditer(r"python3 (scripts/\w+\.py)", md.read_text()):
             found.add((md.name, m.group(1)))
     return sorted(found)
+
+
+def test_the_walk_takes_only_the_project_from_the_checkout(tmp_path):
+    """What a user left in the checkout after following the README (quickstart.bin, quickstart-hf/,
+    input.txt, data/tinyshakespeare/, runs/, tb/, cmp.png) is not in the walk's copy, and the checkout is
+    left as it was; the sources are, also one not yet added to git, and data/README.md."""
+    root = tmp_path / "checkout"
+    for f in ("Makefile", "README.md", "src/a.cpp", "data/README.md", "experiments/q.yaml"):
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_text(f)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    left = ["quickstart.bin", "input.txt", "cmp.png", "notes.txt", "quickstart-hf/config.json",
+            "data/tinyshakespeare/tiny_shakespeare_val.bin", "runs/quickstart/log.h5", "tb/quickstart/events"]
+    for f in left + ["src/new.cpp", "build/cli/main.o"]:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_text(f)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".git" not in p.parts)
+
+    copy = make_checkout(tmp_path / "walk", root)
+    have = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
+    for f in ("Makefile", "README.md", "src/a.cpp", "src/new.cpp", "experiments/q.yaml", "data/README.md"):
+        assert (copy / f).read_text() == f, (f, have)
+    assert (copy / "build").is_symlink() and (copy / "build/cli/main.o").is_file()
+    assert not [f for f in left if (copy / f).exists() or (copy / f.split("/")[0]).is_symlink()], have
+    assert not (copy / "quickstart-hf").exists() and not (copy / "tb").exists(), have
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".git" not in p.parts) == before
 
 
 @pytest.mark.parametrize("where,script", docs_script_commands())

@@ -180,6 +180,106 @@ def test_sweep_submitted_from_a_shell(slurm, tmp_path):
     check_summary(sweep_dir, 4, 1)
 
 
+def test_sweep_refuses_before_submitting(slurm, tmp_path):
+    """`bash slurm/sweep.sh` checks what it can before sbatch, and submits nothing (no job, no sweep folder)
+    when a point could not run: a YAML without sweep: (a single run: slurm/train.sh), a point that the dry run
+    of every point on the point's rank count refuses (point 1's total_batch_tokens fits 1 rank, not 2), more
+    CPUs than a node has (the array would pend for ever), GPUs on a cluster without any (Slurm's gres error)."""
+    base = TINY_SYNTH.format(name="chk", out_dir=tmp_path / "runs", steps=4, B=4, stage=0, accum=1, ckpt_every=0)
+    single = write_yaml(tmp_path / "single.yaml", base)
+    sweep = write_yaml(tmp_path / "sweep.yaml", base + "sweep:\n  grid:\n    training.zero_stage: [0, 1]\n")
+    # micro_batch 4 x seq_len 16 x 2 ranks = 128 tokens: 192 is a whole number of steps on 1 rank only
+    bad_point = write_yaml(tmp_path / "bad_point.yaml",
+                           base + "sweep:\n  zip:\n    training.total_batch_tokens: [128, 192]\n")
+    cpus = int(slurm.run(["sinfo", "-h", "-o", "%c"]).stdout.split()[0])
+    cases = [
+        (single, {}, ["has no sweep: section", "sbatch slurm/train.sh"]),
+        (bad_point, {"RANKS_PER_POINT": "2"}, ["refused the sweep", "on 2 rank(s)", "training.total_batch_tokens",
+                                               "192"]),
+        (sweep, {"RANKS_PER_POINT": "2", "CPUS_PER_TASK": str(cpus)},
+         [f"asks for {2 * cpus} CPUs on one node", f"at most {cpus}",
+          f"CPUS_PER_TASK={cpus // 2}" if cpus >= 2 else "RANKS_PER_POINT"]),
+        (sweep, {"GPUS_PER_POINT": "1"}, ["no node of the default partition has GPUs", "GPUS_PER_POINT=0"]),
+    ]
+
+    def jobs():
+        return slurm.run(["squeue", "--states=all", "-h", "-o", "%i"]).stdout.split()
+
+    before = jobs()
+    for y, env, words in cases:
+        p = slurm.run(["bash", ROOT / "slurm" / "sweep.sh", y], cwd=tmp_path, env=env, check=False)
+        first = p.stderr.splitlines()[0] if p.stderr else ""
+        assert p.returncode == 1 and first.startswith("sweep.sh: ") and "nothing submitted" in first, \
+            (y.name, env, p.stdout, p.stderr)
+        assert all(w in p.stderr for w in words), (y.name, env, words, p.stderr, slurm.report())
+    assert jobs() == before, slurm.report()
+    assert not (tmp_path / "runs").exists()
+    # with CPUS_PER_TASK as the message says, the same sweep runs
+    if cpus >= 2:
+        p = slurm.run(["bash", ROOT / "slurm" / "sweep.sh", sweep], cwd=tmp_path,
+                      env={"RANKS_PER_POINT": "2", "CPUS_PER_TASK": str(cpus // 2)})
+        ids = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
+        st = slurm.wait([ids["ARRAY_JOB"], ids["SUMMARY_JOB"]], 180, "the sweep")
+        assert set(st.values()) == {"COMPLETED"}, slurm.report(sorted((tmp_path / "runs/chk/slurm").glob("*.out")))
+        check_summary(tmp_path / "runs" / "chk", 2, 2)
+
+
+SINFO_GPU_SITE = """cpu01 cpu* 4 (null)
+cpu02 cpu* 4 (null)
+gpu01 gpu 64 gpu:h100:8(S:0-1)
+gpu02 gpu 64 gpu:h100:4(S:0),gpu:a100:2(S:1)
+gpu01 all 64 gpu:h100:8(S:0-1)
+"""
+
+
+def test_sweep_checks_points_against_the_nodes_sinfo_lists(tmp_path, train_bin):
+    """The request of a point against a site with a CPU partition (the default) and a GPU one, as sinfo
+    lists them (stand-ins for sinfo and sbatch): GPUs summed over typed GRES entries, the partition from
+    SBATCH_PARTITION or EXTRA_SBATCH_ARGS, each refusal naming the setting to change."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "sinfo").write_text(f"#!/bin/sh\ncat <<'EOF'\n{SINFO_GPU_SITE}EOF\n")
+    (stubs / "sbatch").write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'sbatch.calls'}\necho 7\n")
+    for f in stubs.iterdir():
+        f.chmod(0o755)
+    base = TINY_SYNTH.format(name="g", out_dir=tmp_path / "runs", steps=4, B=4, stage=0, accum=1, ckpt_every=0)
+    y = write_yaml(tmp_path / "g.yaml", base + "sweep:\n  grid:\n    training.zero_stage: [0, 1]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+    env.update(PATH=f"{stubs}:{env['PATH']}", TRAIN_BIN=str(TRAIN), CPUS_PER_TASK="8")
+    for k in ("GPUS_PER_POINT", "GPUS_PER_NODE", "EXTRA_SBATCH_ARGS", "RANKS_PER_POINT", "NODES_PER_POINT"):
+        env.pop(k, None)
+
+    def sweep(**settings):
+        calls = tmp_path / "sbatch.calls"
+        calls.unlink(missing_ok=True)
+        p = subprocess.run(["bash", str(ROOT / "slurm" / "sweep.sh"), str(y)], cwd=tmp_path, env=dict(env, **settings),
+                           capture_output=True, text=True, timeout=60)
+        return p, calls.read_text().splitlines() if calls.exists() else []
+
+    for settings, words in [
+        ({}, ["no node of the default partition has GPUs", "GPUS_PER_POINT=0"]),
+        ({"GPUS_PER_POINT": "0", "RANKS_PER_POINT": "2"}, ["16 CPUs", "at most 4", "CPUS_PER_TASK=2"]),
+        ({"SBATCH_PARTITION": "gpu", "GPUS_PER_POINT": "16"}, ["2 node(s)", "partition gpu has 1 such"]),
+        ({"SBATCH_PARTITION": "gpu", "GPUS_PER_POINT": "16", "GPUS_PER_NODE": "16"},
+         ["16 GPUs on one node", "at most 8", "GPUS_PER_NODE=8"]),
+        ({"SBATCH_PARTITION": "nope"}, ["no nodes in partition nope"]),
+    ]:
+        p, calls = sweep(**settings)
+        assert p.returncode == 1 and all(w in p.stderr.splitlines()[0] for w in words), (settings, p.stderr)
+        assert calls == [] and not (tmp_path / "runs").exists(), (settings, calls)
+    for settings, request in [
+        ({"SBATCH_PARTITION": "gpu", "GPUS_PER_POINT": "8"}, "--nodes=1 --ntasks-per-node=8 --gpus-per-node=8"),
+        ({"EXTRA_SBATCH_ARGS": "-p all --qos=high", "GPUS_PER_POINT": "8"}, "-p all --qos=high --nodes=1"),
+        ({"EXTRA_SBATCH_ARGS": "--partition=gpu", "GPUS_PER_POINT": "12", "GPUS_PER_NODE": "6"},  # gpu02: 4 + 2
+         "--nodes=2 --ntasks-per-node=6 --gpus-per-node=6"),
+        ({"SBATCH_PARTITION": "gpu,cpu", "GPUS_PER_POINT": "0", "RANKS_PER_POINT": "8"}, "--nodes=1 --ntasks=8"),
+    ]:
+        p, calls = sweep(**settings)
+        assert p.returncode == 0 and len(calls) == 2, (settings, p.stderr)
+        assert "--array=0-1" in calls[0] and request in calls[0], (settings, calls)
+        shutil.rmtree(tmp_path / "runs")
+
+
 LONG = """
 run: {{name: long, out_dir: {out_dir}, seed: 11}}
 model: {{n_layer: 2, n_head: 2, n_embd: 64, vocab_size: 64, max_seq_len: 64}}
