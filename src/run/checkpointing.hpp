@@ -2,8 +2,10 @@
 // (checkpoint.on_error), what becomes of the write in flight when the run fails, and what is said about
 // each. The writing itself is io/checkpoint_writer.hpp's.
 #pragma once
+#include <exception>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "config/config.hpp"
 #include "io/checkpoint_writer.hpp"
@@ -25,8 +27,14 @@ class Checkpointing {
   Checkpointing(const CheckpointConfig& cfg, const std::string& run_dir, HostComm& host, Terminal& term,
                 bool device_copies);
 
+  ~Checkpointing();  // waits for the snapshot's memory if it is still being page-locked
+  Checkpointing(const Checkpointing&) = delete;
+  Checkpointing& operator=(const Checkpointing&) = delete;
+
   // The snapshot's host memory, allocated and page-locked at the start of a run that checkpoints (else
-  // by its first checkpoint, agreed with the write); says so when it could not be page-locked.
+  // by its first checkpoint, agreed with the write). Copied from a device, it is page-locked on a thread
+  // of its own while training starts (seconds for a large model), and the first save waits for it; says
+  // so when it could not be page-locked.
   void prepare(ShardedState& engine, const ParamLayout& layout);
   // Collective: waits for the checkpoint in flight, then starts one of st; with `wait` (or
   // checkpoint.async false) it is on disk and published when this returns.
@@ -47,6 +55,7 @@ class Checkpointing {
  private:
   template <class Fn>
   void guarded(Fn&& fn);
+  void reserved();  // the memory prepare() started on, ready (its failure thrown here)
   void report(const CheckpointOutcome& o);
 
   const CheckpointConfig& cfg_;
@@ -55,6 +64,9 @@ class Checkpointing {
   Terminal& term_;
   const bool device_copies_;
   CheckpointWriter writer_;
+  std::thread reserving_;             // page-locks the snapshot's memory (prepare, device copies)
+  std::exception_ptr reserve_error_;  // what it threw, for the main thread
+  bool pinned_ = true;
   std::string errors_;
 };
 

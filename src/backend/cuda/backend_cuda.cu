@@ -174,7 +174,9 @@ class CudaBackend final : public Backend {
   // ---- background copies: the copy stream waits for the compute stream at each copy; `copied_` marks
   // the newest copy's end, which after_copies makes the compute stream wait for
   bool pin_host(void* p, size_t bytes) override {
-    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+    // from any thread (the checkpoints' memory is page-locked on one of its own): this GPU, not GPU 0
+    if (cudaSetDevice(device_) == cudaSuccess && cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess)
+      return true;
     cudaGetLastError();  // not sticky: the memory stays pageable and copies into it still work
     return false;
   }
