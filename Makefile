@@ -41,7 +41,8 @@ CORE_SRC := $(filter-out src/cli/main.cpp $(STUB_SRC),$(shell find src -name '*.
 CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
 # Header dependencies are found by the compilers: every object writes a .d file beside it (-MMD: the headers
 # it includes from the project; -MP: an empty rule for each, so a deleted header is no error), and the .d files
-# are included at the end, so an edit rebuilds only the objects that include what changed.
+# are included at the end, so an edit rebuilds only the objects that include what changed. A test program
+# writes its .d as a hidden file beside it (.test_x.d), out of the way of the globs that find the programs.
 DEPFLAGS = -MMD -MP
 
 ifeq ($(CUDA),1)
@@ -78,7 +79,7 @@ $(BUILD)/cu/%.o: %.cu
 TEST_LIBS := -lgmock -lgtest_main -lgtest
 $(BUILD)/tests/%: tests/%.cpp $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) $(DEPFLAGS) -MT $@ -MF $@.d -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(TEST_LIBS) $(LDLIBS)
+	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) $(DEPFLAGS) -MT $@ -MF $(dir $@).$(notdir $@).d -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(TEST_LIBS) $(LDLIBS)
 
 # kept: scripts/bundle.sh relinks the benchmarks from their objects
 .PRECIOUS: $(BUILD)/cu/%.o $(BUILD)/cu/kernels/%.o
