@@ -2,7 +2,7 @@
 // start and end on one clock (milliseconds) and closes a window when a step ends; the window runs from
 // its first op's start to its last op's end, and the part of it no op covers is idle time. The CPU
 // backend times ops with the wall clock (its ops are synchronous); the CUDA backend with events
-// (src/cuda/op_profiler.cuh). The trainer resets the tally after its warm-up step.
+// (src/backend/cuda/op_profiler.cuh). The trainer resets the tally after its warm-up step.
 #pragma once
 #include <algorithm>
 #include <chrono>

@@ -67,9 +67,3 @@ void write_file_whole(const std::string& path, const std::string& text);
                                       const char* file, int line, ExitCode code = kExitFailure);
 
 }  // namespace gpt
-
-// File and C library calls: fail with the call, file and line.
-#define SYS_CHECK(cond, msg)                                                        \
-  do {                                                                              \
-    if (!(cond)) ::gpt::throw_check_failure("system", #cond, (msg), __FILE__, __LINE__); \
-  } while (0)
