@@ -5,11 +5,12 @@ copies, which must train exactly as the MPI communicator does (the same fp32 MPI
 The same on a GPU: tests/integration/test_gpu_shared.py."""
 import csv
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import TINY_SYNTH, read_log, run_train, tiny_yaml, write_yaml
+from conftest import ROOT, TINY_SYNTH, mpirun_cmd, read_log, run_train, tiny_yaml, write_yaml
 from test_checkpoint import LOSS_ATOL
 from test_zero import checkpoint_state, latest_checkpoint
 
@@ -21,6 +22,16 @@ def run(tmp_path, name, ranks=2, sets=(), env=None, **kw):
     y = tiny_yaml(tmp_path, name=name, **kw)
     args = ["--yaml", y] + [a for kv in sets for a in ("--set", kv)]
     return run_train(args, ranks=ranks, timeout=120, env={"OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def test_staged_collectives_of_two_ranks():
+    """The staged communicator's C++ tests (tests/cpu/test_comm_staged.cpp) on 2 ranks: bf16 sums rounded
+    once from fp32, each rank's piece of a reduce-scatter and a gather, the copies each collective makes."""
+    binary = ROOT / "build/tests/cpu/test_comm_staged"
+    if not binary.exists():
+        pytest.fail(f"{binary} is not built: run `make` first")
+    p = subprocess.run(mpirun_cmd(2) + [str(binary)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.count("[  PASSED  ]") == 2, p.stdout[-3000:] + p.stderr[-3000:]
 
 
 def test_ranks_on_one_gpu_are_refused_before_any_work(tmp_path, train_bin):
