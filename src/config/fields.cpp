@@ -140,7 +140,7 @@ std::vector<Field> fields_of(Config& c) {
        "ranks on each GPU, with collectives staged through page-locked host memory (each buffer copied out, "
        "MPI's collective on the host, copied back; bf16 sums reduced in fp32 and rounded once), for tests and "
        "memory measurements on a machine with fewer GPUs than ranks: each rank's device memory is what it "
-       "would be alone, the throughput is not representative (the run log's `shared_gpu` attribute and the "
+       "would be on a GPU of its own (less NCCL's buffers), the throughput is not representative (the run log's `shared_gpu` attribute and the "
        "sweep's summary say so). On CPU ranks `host` runs the same staged collectives over plain copies"},
       {"eval.every", &c.eval.every,
        "steps between validations; 0 = only after the last step. > 0 needs something to evaluate: data.val (or "
