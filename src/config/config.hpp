@@ -17,6 +17,7 @@ enum class Precision : uint8_t { bf16, fp32, fp8 };          // training.precisi
 enum class Schedule : uint8_t { cosine, linear, constant };  // training.schedule
 enum class ResumeMode : uint8_t { never, automatic };        // checkpoint.resume: never / auto
 enum class OnError : uint8_t { stop, go_on };                // checkpoint.on_error: stop / continue
+enum class SharedGpu : uint8_t { refuse, host };             // parallel.shared_gpu: refuse / host
 using Fp8Format = fp8::Format;                               // training.fp8_grad_format: e4m3 / e5m2
 using Fp8FastAccum = fp8::FastAccum;                         // training.fp8_fast_accum
 
@@ -27,6 +28,7 @@ template <> struct EnumNames<Precision> { static constexpr const char* names[] =
 template <> struct EnumNames<Schedule> { static constexpr const char* names[] = {"cosine", "linear", "constant"}; };
 template <> struct EnumNames<ResumeMode> { static constexpr const char* names[] = {"never", "auto"}; };
 template <> struct EnumNames<OnError> { static constexpr const char* names[] = {"stop", "continue"}; };
+template <> struct EnumNames<SharedGpu> { static constexpr const char* names[] = {"refuse", "host"}; };
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
 template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>
@@ -111,6 +113,10 @@ struct TrainingConfig {
   bool deterministic = false;
 };
 
+struct ParallelConfig {
+  SharedGpu shared_gpu = SharedGpu::refuse;
+};
+
 struct EvalConfig {
   int every = 0;
   EvalBatches batches;
@@ -143,6 +149,7 @@ struct Config {
   ModelConfig model;
   DataConfig data;
   TrainingConfig training;
+  ParallelConfig parallel;
   EvalConfig eval;
   LogConfig log;
   CheckpointConfig checkpoint;

@@ -134,6 +134,14 @@ std::vector<Field> fields_of(Config& c) {
        "GPU: `true` makes steps bit-reproducible across runs and resumes (cuDNN's deterministic attention "
        "backward, cuBLASLt's first-choice algorithms); `false` takes the fastest (non-deterministic attention "
        "backward, matmul algorithms timed on first use). The CPU path is always deterministic"},
+      {"parallel.shared_gpu", &c.parallel.shared_gpu,
+       "ranks that share a GPU (more ranks on a node than it has GPUs): `refuse` ends the run before any "
+       "work, naming the node, its ranks and GPUs (NCCL takes one GPU per rank); `host` runs them, several "
+       "ranks on each GPU, with collectives staged through page-locked host memory (each buffer copied out, "
+       "MPI's collective on the host, copied back; bf16 sums reduced in fp32 and rounded once), for tests and "
+       "memory measurements on a machine with fewer GPUs than ranks: each rank's device memory is what it "
+       "would be on a GPU of its own (less NCCL's buffers), the throughput is not representative (the run log's `shared_gpu` attribute and the "
+       "sweep's summary say so). On CPU ranks `host` runs the same staged collectives over plain copies"},
       {"eval.every", &c.eval.every,
        "steps between validations; 0 = only after the last step. > 0 needs something to evaluate: data.val (or "
        "the synthetic corpus), eval.hellaswag or eval.sample_tokens"},

@@ -23,6 +23,9 @@ struct RunInfo {
   int64_t n_params = 0, tokens_per_step = 0, world_size = 1, zero_stage = 0, point_index = -1;
   double flops_per_token = 0, peak_flops = 0;
   std::vector<RankPlace> ranks;  // node and local rank of every rank: /ranks, rewritten on resume
+  // parallel.shared_gpu: host: collectives staged through host memory (ranks sharing GPUs), so the
+  // throughput is not representative; the attribute `shared_gpu` (1, else 0)
+  bool shared_gpu = false;
 };
 
 // What an earlier run's log says, read without changing a byte of it.

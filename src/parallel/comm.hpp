@@ -1,8 +1,11 @@
 // Collectives between ranks. One interface; MPI carries it on the CPU (host buffers), NCCL on GPUs
-// (device buffers, on a communication stream that overlaps the compute stream).
+// (device buffers, on a communication stream that overlaps the compute stream), and with
+// parallel.shared_gpu: host MPI again for GPUs that several ranks share, the buffers staged through
+// page-locked host memory (comm_staged.hpp).
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/common.hpp"
@@ -57,6 +60,9 @@ class HostComm {
   virtual double sum(double x) = 0;
   virtual long max(long x) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  // Every rank's `mine`, in rank order, on every rank. This default broadcasts from each rank in turn
+  // (test doubles); MPI gathers them in one collective.
+  virtual std::vector<std::string> all_gather_text(const std::string& mine);
   // Ends every rank now with this status (MPI_Abort), after the caller printed why.
   [[noreturn]] virtual void abort(int status) = 0;
   virtual void* mpi_comm() = 0;  // MPI_Comm*, for building NCCL on top
@@ -73,5 +79,17 @@ std::unique_ptr<HostComm> make_solo_host_comm();
 std::unique_ptr<Communicator> make_mpi_communicator(HostComm& host);
 // NCCL collectives on device buffers, bootstrapped through MPI; defined by the CUDA build.
 std::unique_ptr<Communicator> make_nccl_communicator(HostComm& host, Backend& backend);
+// MPI collectives on the backend's buffers staged through host memory (parallel.shared_gpu: host): on
+// the GPU page-locked buffers and the CUDA build's copies (comm_staged_cuda.cu), on the CPU plain copies.
+std::unique_ptr<Communicator> make_staged_communicator(HostComm& host, Backend& backend);
+
+// Collective: the ranks of each node compare the GPUs they will take (gpu_of_local_rank of their local
+// rank, by PCI bus id) before any work; ranks that would share one, unless `shared`, are an input error
+// that every rank raises together (AgreedError, said once by rank 0). Ranks on the CPU (`cuda` false)
+// compare nothing, except under the testing hook GPT2_TRAIN_GPU_ID=ID: every rank, on the CPU too,
+// then reports GPU ID as its own, as ranks started on one GPU do.
+void check_gpu_sharing(HostComm& host, bool cuda, bool shared);
+// The PCI bus id of CUDA device `device` ("0000:19:00.0"), empty without it; defined by the CUDA build.
+std::string cuda_pci_bus_id(int device);
 
 }  // namespace gpt

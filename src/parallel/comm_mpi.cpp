@@ -86,6 +86,21 @@ class MpiHostComm final : public HostComm {
   void broadcast(void* buf, size_t bytes, int root) override {
     MPI_CHECK(MPI_Bcast(buf, as_int(bytes), MPI_BYTE, root, comm_));
   }
+  std::vector<std::string> all_gather_text(const std::string& mine) override {
+    const int n = as_int(mine.size());
+    std::vector<int> counts(static_cast<size_t>(world_)), displs(static_cast<size_t>(world_));
+    MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_));
+    size_t total = 0;
+    for (int r = 0; r < world_; ++r) {
+      displs[size_t(r)] = as_int(total);
+      total += size_t(counts[size_t(r)]);
+    }
+    std::string all(total, '\0');
+    MPI_CHECK(MPI_Allgatherv(mine.data(), n, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, comm_));
+    std::vector<std::string> out;
+    for (int r = 0; r < world_; ++r) out.push_back(all.substr(size_t(displs[size_t(r)]), size_t(counts[size_t(r)])));
+    return out;
+  }
   [[noreturn]] void abort(int status) override {
     std::cerr.flush();
     std::cout.flush();
@@ -211,6 +226,18 @@ class SoloHostComm final : public HostComm {
 };
 
 }  // namespace
+
+std::vector<std::string> HostComm::all_gather_text(const std::string& mine) {
+  std::vector<std::string> out;
+  for (int r = 0; r < world(); ++r) {
+    uint64_t n = r == rank() ? mine.size() : 0;
+    broadcast(&n, sizeof n, r);
+    std::string text = r == rank() ? mine : std::string(n, '\0');
+    if (n) broadcast(text.data(), n, r);
+    out.push_back(text);
+  }
+  return out;
+}
 
 std::unique_ptr<HostComm> make_solo_host_comm() { return std::make_unique<SoloHostComm>(); }
 std::unique_ptr<HostComm> make_host_comm(int* argc, char*** argv) { return std::make_unique<MpiHostComm>(argc, argv); }

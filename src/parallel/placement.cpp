@@ -1,5 +1,6 @@
 #include "parallel/placement.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <map>
@@ -84,6 +85,53 @@ std::string describe_placement(const std::vector<RankPlace>& ranks) {
     first = false;
   }
   return s;
+}
+
+int gpu_of_local_rank(int local_rank, int visible, bool shared) {
+  if (visible <= 0 || local_rank < 0) return -1;
+  if (visible == 1) return 0;
+  if (shared) return local_rank % visible;
+  return local_rank < visible ? local_rank : -1;
+}
+
+std::string gpu_sharing_problem(const std::vector<RankGpu>& ranks) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<int>> by_node;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto& list = by_node[ranks[r].node];
+    if (list.empty()) order.push_back(ranks[r].node);
+    list.push_back(int(r));
+  }
+  std::string first;
+  int nodes = 0;
+  for (const std::string& node : order) {
+    std::map<std::string, std::vector<int>> by_gpu;  // PCI bus id -> its ranks
+    std::vector<int> none;
+    int visible = 0;
+    for (int r : by_node[node]) {
+      const RankGpu& g = ranks[size_t(r)];
+      visible = std::max(visible, g.visible);
+      if (!g.id.empty()) by_gpu[g.id].push_back(r);
+      else if (g.visible > 0) none.push_back(r);  // a rank without any GPU leaves the check to the plan
+    }
+    std::string shared;
+    for (const auto& [id, rs] : by_gpu)
+      if (rs.size() > 1) shared += std::string(shared.empty() ? "" : ", ") + "ranks " + rank_ranges(rs) + " share GPU " + id;
+    if (shared.empty() && none.empty()) continue;
+    if (++nodes > 1) continue;
+    const int gpus = std::max(visible, int(by_gpu.size()));
+    const size_t n = by_node[node].size();
+    first = std::to_string(n) + " ranks on node " + node + ", which has " + std::to_string(gpus) +
+            (gpus == 1 ? " GPU" : " GPUs") + " for them: " + shared +
+            (none.empty() ? "" : std::string(shared.empty() ? "" : "; ") + (none.size() == 1 ? "rank " : "ranks ") +
+                                     rank_ranges(none) + (none.size() == 1 ? " has" : " have") + " none") +
+            ". NCCL takes one GPU per rank: start at most " + std::to_string(gpus) +
+            (gpus == 1 ? " rank" : " ranks") + " per node (mpirun -np " + std::to_string(gpus) +
+            " on one node), or set parallel.shared_gpu: host to run several ranks on each GPU, their collectives "
+            "staged through host memory (for tests and memory measurements: the throughput is not representative)";
+  }
+  if (nodes > 1) first += " (and " + std::to_string(nodes - 1) + " more node" + (nodes > 2 ? "s" : "") + " alike)";
+  return first;
 }
 
 }  // namespace gpt

@@ -84,6 +84,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.backend.fp8_fast_accum = t.fp8_fast_accum;
   p.backend.matmul_search_s = t.matmul_search_s;
   p.backend.op_profile = cfg.log.op_profile;
+  p.shared_gpu = cfg.parallel.shared_gpu == SharedGpu::host;
   if (t.micro_batch.max) return p;
   p = with_micro_batch(p, t.micro_batch.size);
   if (t.total_batch_tokens > 0) {

@@ -35,6 +35,7 @@ struct Plan {
   bool master_weights = true;
   int recompute = 0;
   BackendOptions backend;        // what the backend is built with (local_rank filled in per rank)
+  bool shared_gpu = false;       // parallel.shared_gpu: host (the staged communicator, GPUs shared by ranks)
 };
 
 // Validates the config (every key, every combination) and derives the plan; throws input_error. A

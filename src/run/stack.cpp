@@ -1,5 +1,7 @@
 #include "run/stack.hpp"
 
+#include <algorithm>
+
 namespace gpt {
 
 Stack build_stack(const Plan& plan, HostComm& host) {
@@ -7,8 +9,13 @@ Stack build_stack(const Plan& plan, HostComm& host) {
   BackendOptions o = plan.backend;
   o.local_rank = host.local_rank();
   const bool cuda = plan.device == "cuda";
+  // ranks sharing GPUs take them in turn (parallel/placement.hpp); otherwise one GPU per local rank
+  if (cuda && plan.shared_gpu) o.local_rank = std::max(0, gpu_of_local_rank(o.local_rank, cuda_device_count(), true));
   s.backend = cuda ? make_cuda_backend(o) : make_cpu_backend(o);
-  s.comm = cuda ? make_nccl_communicator(host, *s.backend) : make_mpi_communicator(host);
+  if (plan.shared_gpu)
+    s.comm = make_staged_communicator(host, *s.backend);
+  else
+    s.comm = cuda ? make_nccl_communicator(host, *s.backend) : make_mpi_communicator(host);
   s.layout = std::make_unique<ParamLayout>(plan.dims);
   s.optimizer = make_optimizer(plan.optimizer, plan.stochastic_rounding);
   s.engine = std::make_unique<ZeroEngine>(*s.layout, *s.backend, *s.comm, host, plan.zero, plan.master_weights,

@@ -68,6 +68,8 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
   r.text["status"] = attr_or("status", "unknown");
   r.text["message"] = attr_or("message", "");
   r.text["device"] = attr_or("device", "");  // what the ranks ran on: cpu or cuda
+  if (H5Aexists(f, "shared_gpu") > 0 && h5::get_attr_i64(f, "shared_gpu"))  // the staged communicator
+    r.text["message"] += std::string(r.text["message"].empty() ? "" : "; ") + kSharedGpuNote;
   if (!h5::exists(f, "/train/step")) return r;
   const double world = double(h5::get_attr_i64(f, "world_size"));
   r.num["world_size"] = world;

@@ -164,7 +164,7 @@ void write_failure_log(const std::string& dir, const SweepPoint& p, const std::s
 }
 
 // "p001 training.lr=3e-3: ok, 600 steps in 1m30s, 52000 tokens/s, best val loss 1.4312"
-std::string point_line(const SweepPoint& p, const RunResult& r) {
+std::string point_line(const SweepPoint& p, const RunResult& r, bool shared_gpu) {
   std::string s = "  " + p.dir_name;
   for (auto& v : p.values) s += " " + v.key + "=" + v.value;
   s += ": " + r.status;
@@ -178,6 +178,7 @@ std::string point_line(const SweepPoint& p, const RunResult& r) {
       std::snprintf(buf, sizeof buf, ", best val loss %.4f", r.totals.best_val_loss);
       s += buf;
     }
+    if (shared_gpu) s += std::string(" (") + kSharedGpuNote + ")";
   } else if (r.status == "ok" && !r.message.empty()) {
     s += " (" + r.message + ")";  // already complete at step N
   }
@@ -199,6 +200,8 @@ std::vector<PlannedPoint> plan_points(const Config& base, const Sweep& sw, const
     }
     out.push_back(std::move(pp));
   }
+  // before any work: ranks that would share a GPU are refused unless the point asks for shared GPUs
+  for (const auto& pp : out) check_gpu_sharing(host, pp.plan.device == "cuda", pp.plan.shared_gpu);
   agreed(host, "checking the run directories", [&] {
     if (host.rank() != 0) return;
     for (auto& pp : out)
@@ -231,7 +234,7 @@ int run_sweep(const Config& base, const Sweep& sw, const std::vector<PlannedPoin
         if (sw.is_sweep) write_failure_log(base.run.out_dir + "/" + base.run.name + "/" + p.dir_name, p, r.status, r.message);
       }
     }
-    lines += point_line(p, r);
+    lines += point_line(p, r, pp.plan.shared_gpu);
     if (r.exit_code == kExitCheckpointed) return kExitCheckpointed;
     if (r.status != "ok") {
       ++failed;

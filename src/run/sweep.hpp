@@ -44,6 +44,10 @@ std::vector<PlannedPoint> plan_points(const Config& base, const Sweep& sw, const
 // memory, divergence) and going on; rank 0 then writes the summary. Returns the process exit status.
 int run_sweep(const Config& base, const Sweep& sw, const std::vector<PlannedPoint>& points, HostComm& host,
               bool resume, const std::string& yaml_text);
+// What a point whose ranks shared GPUs (parallel.shared_gpu: host; the run log's `shared_gpu`) adds to
+// its summary's `message` and to its line at the end of the sweep.
+inline constexpr const char* kSharedGpuNote =
+    "throughput not representative: collectives staged through host memory (parallel.shared_gpu: host)";
 // (Re)writes <out_dir>/<name>/summary.{h5,csv} from the points' logs.
 void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_text);
 

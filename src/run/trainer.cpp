@@ -326,6 +326,7 @@ class Trainer {
     info.flops_per_token = plan_.flops_per_token;
     info.peak_flops = be_->peak_flops();
     info.ranks = host_.placement();
+    info.shared_gpu = plan_.shared_gpu;
     info.precision = fp8_ ? "fp8: " + fp8_->describe() : dtype_name(plan_.act);
     info.data_files = data_files_;
     if (world_ > 1 && !info.ranks.empty()) term_.note(describe_placement(info.ranks));

@@ -75,3 +75,40 @@ TEST(Placement, describes_nodes_and_where_local_ranks_came_from) {
   EXPECT_TRUE(describe_placement(many).find("n3 (ranks 6-7), ... (2 more);") != std::string::npos) << describe_placement(many);
 }
 
+
+TEST(GpuSharing, local_ranks_take_gpus_in_turn_only_when_shared) {
+  EXPECT_EQ(gpu_of_local_rank(1, 1, false), 0);  // the launcher bound one GPU to each task
+  EXPECT_EQ(gpu_of_local_rank(1, 2, false), 1);
+  EXPECT_EQ(gpu_of_local_rank(2, 2, false), -1);  // more local ranks than GPUs
+  EXPECT_EQ(gpu_of_local_rank(2, 2, true), 0);
+  EXPECT_EQ(gpu_of_local_rank(5, 4, true), 1);
+  EXPECT_EQ(gpu_of_local_rank(0, 0, true), -1);  // no GPU at all
+}
+
+TEST(GpuSharing, a_gpu_of_its_own_per_rank_is_no_problem) {
+  // 2 nodes of 2 GPUs; the same bus id on different nodes is another GPU
+  const std::vector<RankGpu> ok{{"a", "0000:19:00.0", 2}, {"a", "0000:3b:00.0", 2},
+                                {"b", "0000:19:00.0", 2}, {"b", "0000:3b:00.0", 2}};
+  EXPECT_EQ(gpu_sharing_problem(ok), "");
+  // one GPU bound to each task (CUDA_VISIBLE_DEVICES per rank): each sees 1, all differ
+  EXPECT_EQ(gpu_sharing_problem({{"a", "0000:19:00.0", 1}, {"a", "0000:3b:00.0", 1}}), "");
+  // no GPU anywhere: nothing to compare (the plan says there is no CUDA device)
+  EXPECT_EQ(gpu_sharing_problem({{"a", "", 0}, {"a", "", 0}}), "");
+}
+
+TEST(GpuSharing, two_ranks_on_one_gpu_are_named_with_what_to_do) {
+  const std::string m = gpu_sharing_problem({{"h200-1", "0000:19:00.0", 1}, {"h200-1", "0000:19:00.0", 1}});
+  EXPECT_EQ(m.rfind("2 ranks on node h200-1, which has 1 GPU for them: ranks 0-1 share GPU 0000:19:00.0. ", 0), 0u) << m;
+  EXPECT_NE(m.find("start at most 1 rank per node (mpirun -np 1 on one node)"), std::string::npos) << m;
+  EXPECT_NE(m.find("parallel.shared_gpu: host"), std::string::npos) << m;
+}
+
+TEST(GpuSharing, more_local_ranks_than_gpus_and_further_nodes_are_counted) {
+  // node a: 3 ranks for 2 GPUs (local rank 2 finds none); node b: 2 ranks on its one GPU; node c fine
+  const std::vector<RankGpu> r{{"a", "0000:19:00.0", 2}, {"a", "0000:3b:00.0", 2}, {"a", "", 2},
+                               {"b", "0000:19:00.0", 1}, {"b", "0000:19:00.0", 1}, {"c", "0000:19:00.0", 1}};
+  const std::string m = gpu_sharing_problem(r);
+  EXPECT_EQ(m.rfind("3 ranks on node a, which has 2 GPUs for them: rank 2 has none. ", 0), 0u) << m;
+  EXPECT_NE(m.find("start at most 2 ranks per node"), std::string::npos) << m;
+  EXPECT_NE(m.find("(and 1 more node alike)"), std::string::npos) << m;
+}
