@@ -120,7 +120,17 @@ std::vector<Field> fields_of(Config& c) {
       {"training.grad_clip", &t.grad_clip, "global L2 norm; 0 = off"},
       {"training.zero_stage", &t.zero_stage,
        "0..3: what is sharded across ranks (1: optimizer state, 2: and gradients, 3: and parameters)"},
-      {"training.recompute", &t.recompute, "0 none, 1 GELU, 2 GELU and LayerNorm"},
+      {"training.recompute", &t.recompute,
+       "activations recomputed in the backward instead of kept from the forward. 0: every layer keeps all of "
+       "its block's activations (LayerNorm outputs and statistics, qkv, attention output and its softmax "
+       "statistics, the residual after attention, fc's output before and after GELU, the residual after the "
+       "block). 1: GELU's output is recomputed from fc's (one buffer shared by the layers). 2: also both "
+       "LayerNorm outputs, from the residual stream (their statistics stay kept). 3: each layer keeps only "
+       "its block's input, the residual stream entering it; each block's backward first runs the block's "
+       "forward again (up to fc, attention's statistics included) into one set of buffers shared by the "
+       "layers, so activations are the block inputs of all layers plus one block's working set, at about "
+       "one more forward of compute. Every level gives bit-identical results (FP8: the recomputed bytes are "
+       "cast with the forward's scales)"},
       {"training.memory_limit_gb", &t.memory_limit_gb,
        "per-rank budget (GiB) for micro_batch max; 0 = the GPU's memory. On CPU the prediction is checked "
        "against it"},
