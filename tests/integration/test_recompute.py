@@ -14,9 +14,10 @@ import pytest
 
 from conftest import read_log, run_train, tiny_yaml, write_yaml
 
-# three layers (a middle block whose input is the previous block's fused residual + LayerNorm), two
+# four layers (blocks whose input is the previous block's fused residual + LayerNorm; at ZeRO 3 the backward
+# gathers some layers' parameters again, FP8 weights as FP8 bytes, for the recomputation), two
 # micro-batches a step, an evaluation every 3 steps (the shared buffers overwritten between steps)
-EXTRA = "model: {n_layer: 3}\neval: {every: 3, batches: 2}\n"
+EXTRA = "model: {n_layer: 4}\neval: {every: 3, batches: 2}\n"
 STEPS = 6
 
 
@@ -79,8 +80,8 @@ def dry_run(tmp_path, name, sets):
 def test_recompute3_activations_are_the_block_inputs_and_one_block(tmp_path):
     """The dry run's activations at recompute 3 against recompute 2: the other layers' qkv, attention
     output, residual after attention, fc output (fp32 on the CPU), LayerNorm statistics and softmax
-    statistics are no longer kept (the tiny model: 3 layers, 32 wide, 2 heads, micro-batch 4 x 16)."""
-    N, C, NH, L = 4 * 16, 32, 2, 3
+    statistics are no longer kept (the tiny model: 4 layers, 32 wide, 2 heads, micro-batch 4 x 16)."""
+    N, C, NH, L = 4 * 16, 32, 2, 4
     per_layer = 4 * N * (3 * C + C + C + 4 * C) + 4 * (4 * N + NH * N)
     act = {r: dry_run(tmp_path, f"d{r}", [f"training.recompute={r}"])[1]["activations"] for r in (2, 3)}
     assert act[2] - act[3] == (L - 1) * per_layer, act
