@@ -42,7 +42,9 @@ std::vector<Fp8WeightRange> Block::fp8_weights() const {
 
 void Block::forward(const LayerCtx& c, const BucketView& w, uint64_t version, const BlockActs& a,
                     const BlockIo& io, Pass pass) const {
-  const bool record = pass == Pass::train, keep = pass != Pass::eval;
+  // record: the FP8 amaxes; keep: what only the backward reads (at recompute 3 its recomputation makes it)
+  const bool record = pass == Pass::train;
+  const bool keep = pass == Pass::recompute || (record && c.recompute < 3);
   qkv_.forward(c, w, version, a.qkv, {a.ln1, qkv_.fp8()}, nullptr, record, nullptr);
   attn_.forward(c, a.atty, a.lse, a.qkv);
   attproj_.forward(c, w, version, io.scratch_c, {a.atty, false}, nullptr, record, keep ? a.atty_t : nullptr);

@@ -26,10 +26,10 @@ struct BlockActs {
   void* fch_gelu;             // (N, 4C) GELU's output; FP8 bytes when fcproj is FP8: transposed (4C, N), or (N, 4C) from fc's epilogue
 };
 
-// What a forward pass is for: evaluation (nothing kept), training (the activations kept for the backward,
-// the FP8 amaxes recorded), or the backward's recomputation of the block (recompute 3: training's
-// activations again, quantized with the forward's scales and the same bytes, nothing recorded; fcproj is
-// left out, its output being in the residual stream already).
+// What a forward pass is for: evaluation (nothing kept), training (the FP8 amaxes recorded, and what only
+// the backward reads kept, unless recompute 3 makes it there), or the backward's recomputation of the block
+// (recompute 3: training's activations again, quantized with the forward's scales, the same bytes, nothing
+// recorded; fcproj is left out, its output being in the residual stream already).
 enum class Pass { eval, train, recompute };
 
 // What a block pass borrows from the model besides its activations.
