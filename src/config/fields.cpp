@@ -120,7 +120,19 @@ std::vector<Field> fields_of(Config& c) {
       {"training.grad_clip", &t.grad_clip, "global L2 norm; 0 = off"},
       {"training.zero_stage", &t.zero_stage,
        "0..3: what is sharded across ranks (1: optimizer state, 2: and gradients, 3: and parameters)"},
-      {"training.recompute", &t.recompute, "0 none, 1 GELU, 2 GELU and LayerNorm"},
+      {"training.recompute", &t.recompute,
+       "which activations the backward recomputes instead of keeping them from the forward. 0: every layer "
+       "keeps its block's activations: both LayerNorms' outputs and statistics, qkv, attention's output and "
+       "softmax statistics, the residual after attention, fc's output before and after GELU, the residual "
+       "after the block (FP8: the products' inputs as FP8 bytes, attention's output also transposed). 1: "
+       "GELU's output is recomputed from fc's (one buffer for all layers). 2: also both LayerNorms' outputs, "
+       "from the residual stream (their statistics stay). 3: each layer keeps only its block's input (the "
+       "residual stream entering it); each block's backward first runs the block's forward again, up to fc "
+       "and attention's statistics included, into one set of buffers for all layers: the block inputs of "
+       "all layers plus one block's working set, for about one more forward a step. The embeddings' output, "
+       "the final LayerNorm's and the FP8 weight copies are kept at every level. Every level gives bit-identical results (FP8: "
+       "recomputed with the forward's scales, the same bytes), except that training.fp8_gelu_epilogue "
+       "applies at level 0 only"},
       {"training.memory_limit_gb", &t.memory_limit_gb,
        "per-rank budget (GiB) for micro_batch max; 0 = the GPU's memory. On CPU the prediction is checked "
        "against it"},

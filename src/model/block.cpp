@@ -41,11 +41,14 @@ std::vector<Fp8WeightRange> Block::fp8_weights() const {
 }
 
 void Block::forward(const LayerCtx& c, const BucketView& w, uint64_t version, const BlockActs& a,
-                    const BlockIo& io, bool train) const {
-  qkv_.forward(c, w, version, a.qkv, {a.ln1, qkv_.fp8()}, nullptr, train, nullptr);
+                    const BlockIo& io, Pass pass) const {
+  // record: the FP8 amaxes; keep: what only the backward reads (at recompute 3 its recomputation makes it)
+  const bool record = pass == Pass::train;
+  const bool keep = pass == Pass::recompute || (record && c.recompute < 3);
+  qkv_.forward(c, w, version, a.qkv, {a.ln1, qkv_.fp8()}, nullptr, record, nullptr);
   attn_.forward(c, a.atty, a.lse, a.qkv);
-  attproj_.forward(c, w, version, io.scratch_c, {a.atty, false}, nullptr, train, train ? a.atty_t : nullptr);
-  const Fp8Tensor ln2_q = fc_.fp8() ? fc_.input_q(a.ln2, train) : Fp8Tensor{};
+  attproj_.forward(c, w, version, io.scratch_c, {a.atty, false}, nullptr, record, keep ? a.atty_t : nullptr);
+  const Fp8Tensor ln2_q = fc_.fp8() ? fc_.input_q(a.ln2, record) : Fp8Tensor{};
   ln2_.forward(c, w, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, io.res_in, io.scratch_c, fc_.fp8() ? &ln2_q : nullptr);
   // fc, GELU, fcproj. fc's output before GELU is kept (fch) for GELU's derivative; what fcproj's weight
   // gradient needs is GELU's output: kept as it is in bf16. FP8 keeps it as FP8 bytes, made in one of two
@@ -53,24 +56,36 @@ void Block::forward(const LayerCtx& c, const BucketView& w, uint64_t version, co
   // applies GELU to fch on the way and keeps the bytes transposed (recomputation casts fch the same way
   // again: the same bytes).
   if (gelu_in_fp8(c)) {
-    fc_.forward_gelu_q(c, w, version, fcproj_.input_q(a.fch_gelu, train), {a.ln2, true}, a.fch, train, io.dbig);
-    fcproj_.forward(c, w, version, io.scratch_c, {a.fch_gelu, true}, nullptr, train, nullptr);
+    fc_.forward_gelu_q(c, w, version, fcproj_.input_q(a.fch_gelu, record), {a.ln2, true}, a.fch, record, io.dbig);
+    fcproj_.forward(c, w, version, io.scratch_c, {a.fch_gelu, true}, nullptr, record, nullptr);
     return;
   }
+  const bool recomputing = pass == Pass::recompute;  // fcproj's output is in the residual stream already
   if (fcproj_.fp8()) {
-    fc_.forward(c, w, version, a.fch, {a.ln2, fc_.fp8()}, nullptr, train, nullptr);
-    fcproj_.forward(c, w, version, io.scratch_c, {a.fch, false, true}, nullptr, train,
-                    train && c.recompute < 1 ? a.fch_gelu : nullptr);
+    fc_.forward(c, w, version, a.fch, {a.ln2, fc_.fp8()}, nullptr, record, nullptr);
+    if (!recomputing)
+      fcproj_.forward(c, w, version, io.scratch_c, {a.fch, false, true}, nullptr, record,
+                      keep && c.recompute < 1 ? a.fch_gelu : nullptr);
     return;
   }
-  fc_.forward(c, w, version, a.fch_gelu, {a.ln2, fc_.fp8()}, a.fch, train, nullptr);
-  fcproj_.forward(c, w, version, io.scratch_c, {a.fch_gelu, false}, nullptr, train, nullptr);
+  fc_.forward(c, w, version, a.fch_gelu, {a.ln2, fc_.fp8()}, a.fch, record, nullptr);
+  if (!recomputing) fcproj_.forward(c, w, version, io.scratch_c, {a.fch_gelu, false}, nullptr, record, nullptr);
 }
 
-void Block::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, const BlockActs& a,
-                     const BlockIo& io) const {
+void Block::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, uint64_t params_version,
+                     const BlockActs& a, const BlockIo& io) const {
+  if (c.recompute >= 3) {
+    // The whole block again from its input, the residual stream kept by the model: ln1 (the forward's
+    // LayerNorm fused with the residual add before it normalised the stored sum: the same bits), then
+    // the forward up to fc, with the forward's FP8 scales and weight copies and no amax recorded
+    const Fp8Tensor q = qkv_.fp8() ? qkv_.input_q(a.ln1, false) : Fp8Tensor{};
+    ln1_.forward(c, w, a.ln1, a.ln1_mean, a.ln1_rstd, nullptr, io.res_in, nullptr, qkv_.fp8() ? &q : nullptr);
+    forward(c, w, params_version, a, io, Pass::recompute);
+  }
   // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-  if (c.recompute >= 1) {  // GELU's output again (FP8: cast from fch with the forward's scale, the same bytes)
+  // GELU's output again (FP8: cast from fch with the forward's scale, the same bytes), unless the
+  // recomputation's fc epilogue wrote it (bf16 at recompute 3)
+  if (c.recompute >= 1 && (c.recompute < 3 || fcproj_.fp8())) {
     if (fcproj_.fp8())
       fcproj_.recompute_saved(c, a.fch_gelu, {a.fch, false, true});
     else
@@ -82,7 +97,7 @@ void Block::backward(const LayerCtx& c, const BucketView& w, const BucketView& g
   const bool fused = fcproj_.fuses_dinp_gelu();
   fcproj_.backward(c, w, g, io.dbig, io.dres, {a.fch_gelu, fcproj_.fp8() && !gelu_in_fp8(c)}, io.dres_colsum,
                    fused ? a.fch : nullptr, nullptr);
-  if (c.recompute >= 2) {
+  if (c.recompute == 2) {
     const Fp8Tensor q = fc_.fp8() ? fc_.input_q(a.ln2, false) : Fp8Tensor{};
     ln2_.forward(c, w, a.ln2, a.ln2_mean, a.ln2_rstd, nullptr, a.res2, nullptr, fc_.fp8() ? &q : nullptr);
   }
@@ -92,7 +107,7 @@ void Block::backward(const LayerCtx& c, const BucketView& w, const BucketView& g
   attproj_.backward(c, w, g, io.datty, io.dres, {attproj_.fp8() ? a.atty_t : a.atty, attproj_.fp8()}, io.dres_colsum,
                     nullptr, nullptr);
   attn_.backward(c, io.dbig, io.datty, a.qkv, a.atty, a.lse);
-  if (c.recompute >= 2) {
+  if (c.recompute == 2) {
     const Fp8Tensor q = qkv_.fp8() ? qkv_.input_q(a.ln1, false) : Fp8Tensor{};
     ln1_.forward(c, w, a.ln1, a.ln1_mean, a.ln1_rstd, nullptr, io.res_in, nullptr, qkv_.fp8() ? &q : nullptr);
   }

@@ -10,7 +10,8 @@
 
 namespace gpt {
 
-// The block's activations, allocated by the model (shared between layers where recomputation allows).
+// The block's activations, allocated by the model (shared between layers where recomputation allows:
+// at recompute 3 one set serves every layer, refilled by the block's recomputation in its backward).
 struct BlockActs {
   void* ln1;                  // (N, C): FP8 bytes when qkv is FP8
   float *ln1_mean, *ln1_rstd; // (N)
@@ -25,10 +26,16 @@ struct BlockActs {
   void* fch_gelu;             // (N, 4C) GELU's output; FP8 bytes when fcproj is FP8: transposed (4C, N), or (N, 4C) from fc's epilogue
 };
 
+// What a forward pass is for: evaluation (nothing kept), training (the FP8 amaxes recorded, and what only
+// the backward reads kept, unless recompute 3 makes it there), or the backward's recomputation of the block
+// (recompute 3: training's activations again, quantized with the forward's scales, the same bytes, nothing
+// recorded; fcproj is left out, its output being in the residual stream already).
+enum class Pass { eval, train, recompute };
+
 // What a block pass borrows from the model besides its activations.
 struct BlockIo {
   const void* res_in;  // (N, C) the residual stream into the block (the embeddings for layer 0)
-  void* scratch_c;     // (N, C) forward: each projection's output before its residual add
+  void* scratch_c;     // (N, C) forward and recomputation: each projection's output before its residual add
   void* dbig;          // (N, 4C) forward: fc's GELU output when its epilogue cannot write FP8; backward: dfch, dqkv
   void* dres;          // (N, C) backward: d(loss)/d(residual stream), in and out
   float* dres_colsum;  // (C) its column sums: the next projection's bias gradient
@@ -46,13 +53,14 @@ class Block {
   // without FP8 products); the FP8 products' weights in the layer's bucket, with their scaling
   bool fp8_weights_current(uint64_t params_version) const;
   std::vector<Fp8WeightRange> fp8_weights() const;
-  // ln1(res_in) is in a.ln1 already; leaves fcproj's output in io.scratch_c.
+  // ln1(res_in) is in a.ln1 already; leaves fcproj's output in io.scratch_c (not in Pass::recompute).
   void forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, const BlockActs& a,
-               const BlockIo& io, bool train) const;
+               const BlockIo& io, Pass pass) const;
   // io.dres holds d(loss)/d(res3) and io.dres_colsum its column sums; afterwards d/d(res_in) (and its
-  // column sums for layers above the first).
-  void backward(const LayerCtx& c, const BucketView& w, const BucketView& g, const BlockActs& a,
-                const BlockIo& io) const;
+  // column sums for layers above the first). At recompute 3 the block's forward runs again first, from
+  // io.res_in (params_version: the forward's, whose FP8 weight copies are still current).
+  void backward(const LayerCtx& c, const BucketView& w, const BucketView& g, uint64_t params_version,
+                const BlockActs& a, const BlockIo& io) const;
   // The first LayerNorm's FP8 form (the qkv product's input scale), or null in bf16
   bool ln1_fp8() const { return qkv_.fp8(); }
   Fp8Tensor ln1_q(void* data, bool record) const { return qkv_.input_q(data, record); }

@@ -8,7 +8,9 @@ namespace gpt {
 // ---------------------------------------------------------------------------------------------------
 // Activations. Per layer (L of each unless shared by recompute): BlockActs (model/block.hpp), and
 // res3 (B,T,C) = the residual after the MLP.
-// recompute >= 1 keeps one shared fch_gelu; recompute 2 also one shared ln1 and ln2.
+// recompute >= 1 keeps one shared fch_gelu; recompute 2 also one shared ln1 and ln2; recompute 3 keeps
+// only the residual stream into each block (encoded, res3) and one shared BlockActs, which each block's
+// backward fills again by recomputing the block's forward.
 // FP8 products: ln1, ln2 are FP8 bytes (N,C); fch_gelu FP8 (4C,N) transposed ((N,4C) from fc's epilogue);
 // atty_t (C,N) FP8 besides atty; the layer's weights in FP8 with their transposes; FP8 scratch for the products' operands.
 // FP8 classifier: lnf is FP8 bytes (N,C); wte in FP8 with its transpose; scratch for the chunk's logit
@@ -51,18 +53,20 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
   const size_t q_lnf = p.fp8_classifier ? 1 : e;              // the classifier's input's
   const size_t chunk = std::min(BT, kMaxChunkRows);
   const size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
+  const size_t act_layers = recompute >= 3 ? 1 : L;      // the rest of BlockActs
   ActivationBytes r;
   r.stored = e * BT * C                                   // encoded
-             + L * e * BT * (3 * C + C + C + 4 * C + C)   // qkv atty res2 fch res3
+             + L * e * BT * C                             // res3
+             + act_layers * e * BT * (3 * C + C + C + 4 * C)  // qkv atty res2 fch
              + ln_layers * q * BT * 2 * C                 // ln1 ln2
              + gelu_layers * q * BT * 4 * C               // fch_gelu
-             + L * f * (4 * BT + NH * BT)                 // ln means/rstds, lse
+             + act_layers * f * (4 * BT + NH * BT)        // ln means/rstds, lse
              + q_lnf * BT * C + f * 2 * BT;               // lnf + stats
   r.scratch = e * chunk * Vp + f * BT + 4 * 2 * BT       // logits, losses, tokens, targets
               + e * BT * C * 5 + e * BT * 4 * C           // scratch_c, dres, dlnf, dtmp, datty, dbig
               + f * C;                                    // dres_colsum
   if (fp8) {
-    r.stored += L * BT * C + L * 24 * C * C;              // atty_t, the FP8 weights
+    r.stored += act_layers * BT * C + L * 24 * C * C;     // atty_t, the FP8 weights
     r.scratch += 3 * BT * 4 * C + f * 4 * C;              // q_in, q_dout_t, q_inp_t, colsum
   }
   if (p.fp8_classifier) {
@@ -101,10 +105,10 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   const size_t before = be.bytes_in_use();
   try {
     a.encoded = A(e * BT * C);
-    void* shared_ln1 = recompute >= 2 ? A(q_ln * BT * C) : nullptr;
-    void* shared_ln2 = recompute >= 2 ? A(q_ln * BT * C) : nullptr;
-    void* shared_gelu = recompute >= 1 ? A(q_gelu * BT * 4 * C) : nullptr;
-    for (size_t l = 0; l < L; ++l) {
+    void* shared_ln1 = recompute == 2 ? A(q_ln * BT * C) : nullptr;
+    void* shared_ln2 = recompute == 2 ? A(q_ln * BT * C) : nullptr;
+    void* shared_gelu = recompute == 1 || recompute == 2 ? A(q_gelu * BT * 4 * C) : nullptr;
+    auto block_acts = [&] {
       BlockActs b{};
       b.ln1 = shared_ln1 ? shared_ln1 : A(q_ln * BT * C);
       b.ln1_mean = F(BT);
@@ -118,12 +122,14 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
       b.ln2_rstd = F(BT);
       b.fch = A(e * BT * 4 * C);
       b.fch_gelu = shared_gelu ? shared_gelu : A(q_gelu * BT * 4 * C);
+      if (policy.fp8_linear) b.atty_t = A(BT * C);
+      return b;
+    };
+    const BlockActs shared = recompute >= 3 ? block_acts() : BlockActs{};  // every layer's at recompute 3
+    for (size_t l = 0; l < L; ++l) {
+      a.block.push_back(recompute >= 3 ? shared : block_acts());
       a.res3.push_back(A(e * BT * C));
-      if (policy.fp8_linear) {
-        b.atty_t = A(BT * C);
-        blocks_[l].set_weight_cache(A(blocks_[l].weight_cache_bytes()));
-      }
-      a.block.push_back(b);
+      if (policy.fp8_linear) blocks_[l].set_weight_cache(A(blocks_[l].weight_cache_bytes()));
     }
     a.lnf = A(q_lnf * BT * C);
     a.lnf_mean = F(BT);
@@ -206,7 +212,7 @@ void GPT::trunk(ParamStore& ps, const int* tokens, bool train) {
       blocks_[0].ln1().forward(ctx_, w, x.ln1, x.ln1_mean, x.ln1_rstd, nullptr, a.encoded, nullptr,
                                blocks_[0].ln1_fp8() ? &q : nullptr);
     }
-    blocks_[l].forward(ctx_, w, ps.params_version(), x, io(l), train);
+    blocks_[l].forward(ctx_, w, ps.params_version(), x, io(l), train ? Pass::train : Pass::eval);
     next_layernorm(ps, l, train);
   }
 }
@@ -272,7 +278,7 @@ void GPT::backward(ParamStore& ps) {
     ps.prefetch(l > 0 ? b - 1 : 0);
     const BucketView w = params_of(ps, b);
     const BucketView g = grads_of(ps, b);
-    blocks_[l].backward(ctx_, w, g, a.block[l], io(l));
+    blocks_[l].backward(ctx_, w, g, ps.params_version(), a.block[l], io(l));
     ps.grads_done(b);
   }
   const BucketView ge = grads_of(ps, 0);

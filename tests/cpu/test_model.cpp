@@ -165,16 +165,107 @@ TEST(Model, recompute_levels_give_identical_gradients) {
   const int B = 2, T = 7;
   auto tok = random_tokens(B * T, d.vocab_size, 11), tgt = random_tokens(B * T, d.vocab_size, 12);
   std::vector<std::vector<std::vector<float>>> grads;
-  for (int r = 0; r <= 2; ++r) {
+  std::vector<size_t> stored;
+  for (int r = 0; r <= 3; ++r) {
     FullStore s(L);
     s.randomize(4, 0.1f);
     GPT m(d, L, *be, B, T, r);
     m.forward(s, tok.data(), tgt.data(), true, 1.0f / (B * T));
     m.backward(s);
     grads.push_back(s.g);
+    stored.push_back(m.stored_bytes());
   }
   EXPECT_TRUE(grads[0] == grads[1]);
   EXPECT_TRUE(grads[0] == grads[2]);
+  EXPECT_TRUE(grads[0] == grads[3]);
+  // each level keeps less (level 3 shares one block's activations between the layers)
+  EXPECT_TRUE(stored[0] > stored[1] && stored[1] > stored[2] && stored[2] > stored[3]);
+}
+
+// Every recompute level in FP8 (the block products and the classifier, CPU emulation with real FP8 bytes)
+// over passes with the scales updated between them (delayed scaling, as the trainer's steps): the losses,
+// the gradients and the scaling state (scales and amax histories) bit-identical to recompute 0, so the
+// recomputed FP8 bytes are the forward's and the recomputation leaves the amaxes alone. An evaluation pass
+// between the training passes (the shared buffers overwritten) changes nothing either.
+TEST(Model, recompute_levels_are_bit_identical_in_fp8) {
+  auto be = make_cpu_backend(BackendOptions{});
+  ModelConfig mc;
+  mc.n_layer = 3, mc.n_head = 2, mc.n_embd = 32, mc.vocab_size = 61, mc.max_seq_len = 16;
+  const ModelDims d = resolve_dims(mc);
+  ParamLayout L(d);
+  const int B = 3, T = 16, passes = 4;
+  auto tok = random_tokens(size_t(passes) * B * T, d.vocab_size, 21);
+  auto tgt = random_tokens(size_t(passes) * B * T, d.vocab_size, 22);
+  struct Result {
+    size_t stored;
+    std::vector<float> losses;
+    std::vector<std::vector<float>> grads;
+    Fp8Scaling::State state;
+  };
+  std::vector<Result> res;
+  for (int r = 0; r <= 3; ++r) {
+    Fp8Scaling recipe(*be, Fp8Recipe{});
+    PrecisionPolicy policy;
+    policy.fp8_linear = policy.fp8_classifier = true;
+    FullStore s(L);
+    s.randomize(4, 0.1f);
+    GPT m(d, L, *be, B, T, r, policy, &recipe);
+    Result out;
+    out.stored = m.stored_bytes();
+    for (int i = 0; i < passes; ++i) {
+      const int* x = tok.data() + size_t(i) * B * T;
+      out.losses.push_back(m.forward(s, x, tgt.data() + size_t(i) * B * T, true, 1.0f / (B * T)));
+      m.backward(s);
+      recipe.end_step({});
+      if (i == 1) {
+        out.losses.push_back(m.forward(s, tok.data(), tgt.data(), false, 0.0f));
+        recipe.reset_amax();
+      }
+    }
+    out.grads = s.g;
+    out.state = recipe.state();
+    EXPECT_TRUE(out.state.steps == passes);
+    res.push_back(std::move(out));
+  }
+  EXPECT_TRUE(res[3].stored < res[2].stored) << "recompute 3 keeps the block inputs and one block's activations";
+  for (int r = 1; r <= 3; ++r) {
+    EXPECT_TRUE(res[r].losses == res[0].losses) << "recompute " << r << ": losses differ";
+    EXPECT_TRUE(res[r].grads == res[0].grads) << "recompute " << r << ": gradients differ";
+    EXPECT_TRUE(res[r].state.scale == res[0].state.scale) << "recompute " << r << ": FP8 scales differ";
+    EXPECT_TRUE(res[r].state.amax_history == res[0].state.amax_history) << "recompute " << r << ": amax histories";
+  }
+  // the scales moved off their initial 1 (the passes exercised the delayed scaling)
+  EXPECT_TRUE(std::count(res[0].state.scale.begin(), res[0].state.scale.end(), 1.0f) < long(res[0].state.scale.size()));
+}
+
+// What GPT allocates is what activation_bytes (the plan's memory prediction) says, for every level and
+// precision; recompute 3 keeps the block inputs of all layers and one block's working set.
+TEST(Model, activation_bytes_are_what_the_model_allocates) {
+  auto be = make_cpu_backend(BackendOptions{});
+  ModelConfig mc;
+  mc.n_layer = 3, mc.n_head = 2, mc.n_embd = 32, mc.vocab_size = 61, mc.max_seq_len = 16;
+  const ModelDims d = resolve_dims(mc);
+  ParamLayout L(d);
+  const int B = 2, T = 16;
+  const size_t BT = size_t(B) * T, C = 32, NH = 2, nL = 3;
+  for (bool fp8 : {false, true}) {
+    std::vector<size_t> stored;
+    for (int r = 0; r <= 3; ++r) {
+      Fp8Scaling recipe(*be, Fp8Recipe{});
+      PrecisionPolicy policy;
+      policy.fp8_linear = policy.fp8_classifier = fp8;
+      GPT m(d, L, *be, B, T, r, policy, fp8 ? &recipe : nullptr);
+      const ActivationBytes a = activation_bytes(d, B, T, r, DType::F32, policy);
+      EXPECT_TRUE(m.stored_bytes() == a.stored) << "recompute " << r << " fp8 " << fp8 << ": allocated "
+                                                << m.stored_bytes() << ", predicted " << a.stored;
+      EXPECT_TRUE(m.scratch_bytes() == a.scratch) << "recompute " << r << " fp8 " << fp8;
+      stored.push_back(a.stored);
+    }
+    // level 2 -> 3: the other layers' qkv, atty, res2, fch (fp32), LayerNorm statistics and lse (and
+    // atty_t's FP8 bytes) are no longer kept
+    const size_t per_layer = 4 * BT * (3 * C + C + C + 4 * C) + 4 * (4 * BT + NH * BT) + (fp8 ? BT * C : 0);
+    EXPECT_TRUE(stored[2] - stored[3] == (nL - 1) * per_layer) << "fp8 " << fp8;
+  }
 }
 
 TEST(Model, clip_scale_bounds_the_global_norm) {
