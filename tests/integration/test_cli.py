@@ -172,8 +172,9 @@ def test_sample_generates_tokens_from_a_checkpoint(tmp_path, train_bin):
     run_train(["--yaml", y], check=True)
     ck = tmp_path / "runs/a/checkpoints/step_00000003"
     p = run_train(["sample", "--ckpt", ck, "--prompt-ids", "1,2,3", "--tokens", "10", "--temperature", "0"], check=True)
-    ids = [int(x) for x in p.stdout.split()]
-    assert ids[:3] == [1, 2, 3] and len(ids) == 13 and all(0 <= i < 64 for i in ids)
+    prompt, generated = p.stdout.split(" | ")  # the prompt's ids, a marker, the generated ids
+    ids = [int(x) for x in prompt.split() + generated.split()]
+    assert prompt.split() == ["1", "2", "3"] and len(ids) == 13 and all(0 <= i < 64 for i in ids)
     p2 = run_train(["sample", "--ckpt", ck, "--prompt-ids", "1,2,3", "--tokens", "10", "--temperature", "0"], check=True)
     assert p2.stdout == p.stdout  # greedy decoding is deterministic
 

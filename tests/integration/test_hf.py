@@ -252,7 +252,7 @@ def test_sample_and_export_find_the_checkpoint(trained, tmp_path, where):
     path = {"run": run, "checkpoints": run / "checkpoints", "latest": run / "checkpoints/latest",
             "step": run / "checkpoints/step_00000005"}[where]
     p = run_train(["sample", "--ckpt", path, "--prompt-ids", "1,2", "--tokens", "4", "--temperature", "0"], check=True)
-    assert len(p.stdout.split()) == 6
+    assert len(p.stdout.split()) == 7  # 2 ids of the prompt, "|", 4 generated
     p = run_train(["export", "--ckpt", path, "--out", tmp_path / "m.bin"], check=True)
     assert "step_00000005" in p.stdout
 
