@@ -113,8 +113,8 @@ def main(argv=None):
             raise PrepareError("--limit must be >= 0")
         out = Path(args.out) if args.out else Path(args.input).with_suffix(".bin")
         examples = read_examples(args.input, args.limit)
-        vocab, merges = prepare_data.resolve_bpe_files(args.vocab, args.merges, args.cache_dir,
-                                                       look_in=[out.resolve().parent, Path(args.input).resolve().parent])
+        beside = [out.resolve().parent, Path(args.input).resolve().parent]
+        vocab, merges = prepare_data.resolve_bpe_files(args.vocab, args.merges, args.cache_dir, look_in=beside)
         tok = prepare_data.load_tokenizer(vocab, merges)
         write_eval_file(out, [encode_example(tok, i, *ex) for i, ex in enumerate(examples)])
     except PrepareError as e:

@@ -68,7 +68,8 @@ void write_logits(const std::string& path, const std::vector<float>& logits, siz
       h5::Id ds(H5_CHECK(H5Dcreate2(f, "logits", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
       H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, logits.data()));
       h5::set_attr(ds, "units", std::string("nats (unnormalised log-probabilities)"));
-      if (H5Fflush(f, H5F_SCOPE_LOCAL) < 0) throw input_error("--logits: writing '" + tmp + "' failed" + full_disk_note(tmp));
+      if (H5Fflush(f, H5F_SCOPE_LOCAL) < 0)
+        throw input_error("--logits: writing '" + tmp + "' failed" + full_disk_note(tmp));
     }
     // made meanwhile (no --force): left as it is
     std::error_code ec;
@@ -106,8 +107,8 @@ int run_sample(int argc, char** argv, HostComm& host) {
       "print-config", "print the config the checkpoint was trained with (YAML) and exit");
   po::variables_map vm = parse_options(argc - 1, argv + 1, opts);
   if (vm.count("help")) {
-    std::cout << opts << "Prints the prompt's token ids, \"" << kPromptEnd << "\", then the generated ids, on one line\n"
-              << "(\"50256 " << kPromptEnd << " 464 3290\"); scripts/sample.py turns text into ids and back.\n";
+    std::cout << opts << "Prints the prompt's token ids, \"" << kPromptEnd << "\", then the generated ids, on one "
+              << "line\n(\"50256 " << kPromptEnd << " 464 3290\"); scripts/sample.py turns text into ids and back.\n";
     return 0;
   }
   po::notify(vm);

@@ -108,7 +108,8 @@ void write_hf_model(const std::string& dir, const ParamLayout& L, const std::vec
   } else {  // an earlier export's (--force) would end generation on a token this vocabulary lacks
     std::error_code ec;
     fs::remove(fs::path(dir) / "generation_config.json", ec);
-    if (ec) throw input_error("cannot remove the earlier export's '" + dir + "/generation_config.json': " + ec.message());
+    if (ec)
+      throw input_error("cannot remove the earlier export's '" + dir + "/generation_config.json': " + ec.message());
   }
 }
 
