@@ -68,11 +68,21 @@ def numpy_logits(folder, ids):
     return x @ t["wte.weight"].T
 
 
+def _fp32():
+    """from_pretrained's keyword for fp32 weights: `dtype` from transformers 4.56 on (5 warns of
+    `torch_dtype`), `torch_dtype` before."""
+    import re
+    import torch
+    import transformers
+    version = tuple(int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
+    return {"dtype" if version >= (4, 56) else "torch_dtype": torch.float32}
+
+
 def transformers_logits(folder, ids):
     """The same logits from transformers.GPT2LMHeadModel.from_pretrained(folder), fp32 on the CPU."""
     import torch
     from transformers import GPT2LMHeadModel
-    model = GPT2LMHeadModel.from_pretrained(str(folder), torch_dtype=torch.float32).eval()
+    model = GPT2LMHeadModel.from_pretrained(str(folder), **_fp32()).eval()
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].double().numpy()
 
@@ -81,7 +91,7 @@ def transformers_greedy(folder, ids, n):
     """transformers' generate(do_sample=False) continuation of ids by n tokens, never stopping early."""
     import torch
     from transformers import GPT2LMHeadModel
-    model = GPT2LMHeadModel.from_pretrained(str(folder), torch_dtype=torch.float32).eval()
+    model = GPT2LMHeadModel.from_pretrained(str(folder), **_fp32()).eval()
     # `./train sample` does not stop at <|endoftext|>; generate would (generation_config.json), and it
     # fills unset values from the model's generation config, so the stop token goes there
     model.generation_config.eos_token_id = None
@@ -113,10 +123,10 @@ def trainer_greedy(train, ckpt, ids, n):
     p = subprocess.run([str(train), "sample", "--ckpt", str(ckpt), "--prompt-ids", ",".join(map(str, ids)),
                         "--tokens", str(n), "--temperature", "0"], check=True, capture_output=True, text=True)
     lines = [line for line in p.stdout.splitlines() if line.strip()]
-    out = [int(t) for t in lines[-1].split()]  # the prompt's ids, then the generated ones
-    if out[:len(ids)] != list(ids):
+    prompt, _, generated = lines[-1].partition("|")  # the prompt's ids | the generated ones
+    if [int(t) for t in prompt.split()] != list(ids):
         raise ValueError(f"train sample printed {lines[-1]!r}, which does not start with the prompt")
-    return out[len(ids):]
+    return [int(t) for t in generated.split()]
 
 
 def trainer_logits(train, ckpt, ids, out):

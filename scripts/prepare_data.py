@@ -15,8 +15,12 @@ Shard format: int32[256] little-endian header ([0]=20240520, [1]=1, [2]=n_tokens
 uint16[n_tokens]. Output names: PREFIX_val.bin, and PREFIX_train.bin when one train shard
 suffices, else PREFIX_train_000000.bin, PREFIX_train_000001.bin, ...
 
-    python3 scripts/prepare_data.py input.txt --vocab gpt2/vocab.json --merges gpt2/merges.txt \\
-        --out-dir data/shakespeare --prefix tiny_shakespeare
+GPT-2's vocabulary: --vocab FOLDER (holding vocab.json and merges.txt) or --vocab FILE --merges FILE
+(the rule of every script, `./train export --vocab` and eval.vocab), else the one an earlier run left in
+--out-dir, else downloaded into a cache. The files are kept beside the shards, where eval.vocab,
+scripts/sample.py and scripts/prepare_hellaswag.py find them.
+
+    python3 scripts/prepare_data.py input.txt --vocab gpt2 --out-dir data/shakespeare --prefix tiny_shakespeare
     python3 scripts/prepare_data.py fineweb-edu/sample/10BT --out-dir data/edu_fineweb10B \\
         --prefix edufineweb --shard-tokens 100000000 --val-tokens 100000000 --workers 16
 """
@@ -74,7 +78,7 @@ def download(url, dest):
     except (urllib.error.URLError, OSError) as e:
         raise PrepareError(
             f"cannot download {url} ({e}); this machine looks offline: "
-            f"pass --vocab and --merges with local GPT-2 files") from e
+            f"pass --vocab with a local folder of GPT-2's vocab.json and merges.txt") from e
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -82,15 +86,53 @@ def download(url, dest):
     os.replace(tmp, dest)
 
 
-def resolve_bpe_files(vocab, merges, cache_dir):
-    """Return (vocab_path, merges_path), downloading into cache_dir when not given."""
-    if (vocab is None) != (merges is None):
-        raise PrepareError("give both --vocab and --merges, or neither (to download them)")
-    if vocab is not None:
-        for p, flag in ((vocab, "--vocab"), (merges, "--merges")):
-            if not Path(p).is_file():
-                raise PrepareError(f"{flag}: no such file: {p}")
-        return Path(vocab), Path(merges)
+VOCAB_HELP = "GPT-2's vocabulary: a folder holding vocab.json and merges.txt, or vocab.json (with --merges)"
+MERGES_HELP = "GPT-2's merges.txt, when --vocab is the vocab.json file"
+
+
+def bpe_folder(folder):
+    """(folder/vocab.json, folder/merges.txt) when the folder holds both, else None."""
+    v, m = Path(folder) / "vocab.json", Path(folder) / "merges.txt"
+    return (v, m) if v.is_file() and m.is_file() else None
+
+
+def given_bpe_files(vocab, merges):
+    """(vocab.json, merges.txt) from --vocab and --merges, the one rule of every script, `./train export
+    --vocab` and eval.vocab: --vocab a folder holding both files, or --vocab FILE --merges FILE. None
+    when neither is given."""
+    if vocab is None and merges is None:
+        return None
+    if vocab is None:
+        raise PrepareError("--merges needs --vocab (the vocab.json file), or give --vocab a folder holding "
+                           "vocab.json and merges.txt")
+    if Path(vocab).is_dir():
+        if merges is not None:
+            raise PrepareError(f"--vocab {vocab} is a folder, which holds merges.txt: give no --merges with it")
+        found = bpe_folder(vocab)
+        if found is None:
+            missing = [n for n in ("vocab.json", "merges.txt") if not (Path(vocab) / n).is_file()]
+            raise PrepareError(f"--vocab: the folder {vocab} has no {' and no '.join(missing)}")
+        return found
+    if merges is None:
+        raise PrepareError("--vocab FILE needs --merges FILE (or give --vocab a folder holding vocab.json and "
+                           "merges.txt)")
+    for p, flag in ((vocab, "--vocab"), (merges, "--merges")):
+        if not Path(p).is_file():
+            raise PrepareError(f"{flag}: no such file: {p}")
+    return Path(vocab), Path(merges)
+
+
+def resolve_bpe_files(vocab, merges, cache_dir, look_in=()):
+    """Return (vocab_path, merges_path): those given (given_bpe_files), else those of the first folder of
+    look_in that holds both, else the download cache's (downloaded when missing)."""
+    given = given_bpe_files(vocab, merges)
+    if given is not None:
+        return given
+    for folder in look_in:
+        found = bpe_folder(folder) if folder else None
+        if found is not None:
+            print(f"using GPT-2's vocabulary in {folder}", file=sys.stderr)
+            return found
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     paths = []
     for name, url in GPT2_URLS.items():
@@ -347,8 +389,8 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                     help="tokenizer processes (default: one per CPU; the shards do not depend on it)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ap.add_argument("--vocab", help="GPT-2 vocab.json")
-    ap.add_argument("--merges", help="GPT-2 merges.txt")
+    ap.add_argument("--vocab", help=VOCAB_HELP + " (default: the --out-dir's, else downloaded)")
+    ap.add_argument("--merges", help=MERGES_HELP)
     ap.add_argument("--cache-dir", help=f"where downloaded vocab/merges go (default {default_cache_dir()})")
     args = ap.parse_args(argv)
 
@@ -365,7 +407,7 @@ def main(argv=None):
         stem = Path(first.name[:-3] if first.name.endswith(".gz") else first.name).stem if first.is_file() else first.name
         prefix = args.prefix or re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
         out_dir = Path(args.out_dir) if args.out_dir else Path("data") / prefix
-        vocab, merges = resolve_bpe_files(args.vocab, args.merges, args.cache_dir)
+        vocab, merges = resolve_bpe_files(args.vocab, args.merges, args.cache_dir, look_in=[out_dir])
         tok = load_tokenizer(vocab, merges)
     except PrepareError as e:
         print(f"prepare_data: error: {e}", file=sys.stderr)

@@ -10,8 +10,11 @@ Output: llm.c's eval file format. int32[256] little-endian header ([0]=20240522,
 example's size in bytes, its index (mod 65536), the label, the number of endings, the context's
 length and tokens, then each ending's length and tokens.
 
-    python3 scripts/prepare_hellaswag.py hellaswag_val.jsonl --out data/hellaswag_val.bin \\
-        --vocab gpt2/vocab.json --merges gpt2/merges.txt
+    python3 scripts/prepare_hellaswag.py hellaswag_val.jsonl --out data/hellaswag_val.bin --vocab gpt2
+
+GPT-2's vocabulary: --vocab FOLDER (holding vocab.json and merges.txt) or --vocab FILE --merges FILE, else
+the one in the --out file's folder or the input's (prepare_data.py keeps the one it tokenized with beside
+its shards), else prepare_data.py's download cache (downloaded when missing).
 """
 import argparse
 import os
@@ -98,8 +101,9 @@ def main(argv=None):
     ap.add_argument("input", help="HellaSwag JSONL (e.g. hellaswag_val.jsonl)")
     ap.add_argument("--out", help="output file (default: the input's name with .bin)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N examples (0: all)")
-    ap.add_argument("--vocab", help="GPT-2 vocab.json")
-    ap.add_argument("--merges", help="GPT-2 merges.txt")
+    ap.add_argument("--vocab", help=prepare_data.VOCAB_HELP + " (default: the one in --out's folder or the input's, "
+                    "else downloaded)")
+    ap.add_argument("--merges", help=prepare_data.MERGES_HELP)
     ap.add_argument("--cache-dir", help="where downloaded vocab/merges go")
     args = ap.parse_args(argv)
     try:
@@ -109,7 +113,8 @@ def main(argv=None):
             raise PrepareError("--limit must be >= 0")
         out = Path(args.out) if args.out else Path(args.input).with_suffix(".bin")
         examples = read_examples(args.input, args.limit)
-        vocab, merges = prepare_data.resolve_bpe_files(args.vocab, args.merges, args.cache_dir)
+        beside = [out.resolve().parent, Path(args.input).resolve().parent]
+        vocab, merges = prepare_data.resolve_bpe_files(args.vocab, args.merges, args.cache_dir, look_in=beside)
         tok = prepare_data.load_tokenizer(vocab, merges)
         write_eval_file(out, [encode_example(tok, i, *ex) for i, ex in enumerate(examples)])
     except PrepareError as e:

@@ -48,18 +48,9 @@ def bpe_candidates(cfg):
 
 def find_bpe(args, cfg):
     """(vocab.json, merges.txt) paths, or (None, reasons) when none is found."""
-    if args.vocab:
-        v = Path(args.vocab)
-        if v.is_dir():
-            v, m = v / "vocab.json", v / "merges.txt"
-        else:
-            if not args.merges:
-                raise SampleError("--vocab FILE needs --merges FILE (or give --vocab a folder holding both)")
-            m = Path(args.merges)
-        for p, flag in ((v, "--vocab"), (m, "--merges")):
-            if not p.is_file():
-                raise SampleError(f"{flag}: no such file: {p}")
-        return (v, m), []
+    given = prepare_data.given_bpe_files(args.vocab, args.merges)
+    if given is not None:
+        return given, []
     looked = []
     for where, folder in bpe_candidates(cfg):
         if folder is None:
@@ -78,11 +69,11 @@ def main(argv=None):
     ap.add_argument("--ckpt", required=True, help="a run directory (its newest checkpoint) or a checkpoint folder")
     ap.add_argument("--prompt", help="text to continue (default: the start of a document)")
     ap.add_argument("--prompt-ids", help="comma-separated token ids instead of text")
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=0.8)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--vocab", help="a folder with GPT-2's vocab.json and merges.txt, or vocab.json (with --merges)")
-    ap.add_argument("--merges", help="GPT-2's merges.txt")
+    ap.add_argument("--tokens", type=int, default=64, help="tokens to generate (default: %(default)s)")
+    ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=1, help="sampling seed (default: %(default)s)")
+    ap.add_argument("--vocab", help=prepare_data.VOCAB_HELP)
+    ap.add_argument("--merges", help=prepare_data.MERGES_HELP)
     ap.add_argument("--download", action="store_true",
                     help="when no vocabulary is found, download GPT-2's into prepare_data.py's cache (needs internet)")
     ap.add_argument("--train", default=str(ROOT / "train"), help="the train binary")
@@ -120,7 +111,7 @@ def main(argv=None):
             raise SampleError(p.stderr.strip().removeprefix("error: ") or f"{a.train} sample exited {p.returncode}")
     except (SampleError, prepare_data.PrepareError) as e:
         sys.exit(f"error: {e}")
-    out = [int(x) for x in p.stdout.split()]
+    out = [int(x) for x in p.stdout.replace("|", " ").split()]  # the prompt's ids | the generated ones
     if tok is None:
         print(" ".join(map(str, out)))
     else:  # without --prompt-ids the first id is <|endoftext|>, the start of a document: not text

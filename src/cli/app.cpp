@@ -21,6 +21,7 @@ const char* kUsage =
     "        [--summarize]\n"
     "  train --config-reference            every config key, its type, default and meaning (docs/CONFIG.md)\n"
     "  train sample --ckpt DIR [--prompt-ids 50256,...] [--tokens N] [--temperature T] [--seed S]\n"
+    "               [--logits FILE [--force]]\n"
     "  train export --ckpt DIR --out PATH [--format llmc|hf] [--dtype fp32|bf16] [--force]\n"
     "  (DIR: a run directory, its checkpoints/ or checkpoints/latest, or a checkpoints/step_N folder)\n"
     "Exit status: 0 ok, 1 bad input, 2 training failure, 3 out of memory, 75 checkpointed (resume me);\n"

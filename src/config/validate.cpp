@@ -29,6 +29,14 @@ void validate(const Config& cfg, int world) {
   const auto& m = cfg.model;
   if (cfg.run.name.empty()) bad("run.name", "must not be empty");
   if (cfg.run.name.find("..") != std::string::npos) bad("run.name", "must not contain '..'");
+  // the run's folder under run.out_dir: one name, printable on one line
+  if (cfg.run.name.find_first_not_of(" \t") == std::string::npos)
+    bad("run.name", "must not be only spaces (it names the run's folder under run.out_dir)");
+  if (cfg.run.name == "." || cfg.run.name.front() == '/')
+    bad("run.name", "'" + cfg.run.name + "' is not a folder name under run.out_dir (give a name such as 'base'; "
+                    "run.out_dir says where runs go)");
+  if (cfg.run.name.find_first_of("\n\r") != std::string::npos)
+    bad("run.name", "must not contain a line break");
   if (cfg.run.out_dir.empty()) bad("run.out_dir", "must not be empty");
   // model: a preset or explicit dims
   ModelDims d;

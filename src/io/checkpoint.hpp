@@ -82,6 +82,11 @@ std::string latest_checkpoint(const std::string& run_dir);
 // The checkpoint folder meant by a run directory, its checkpoints/ folder, its `latest` file or a step
 // folder: the step folder itself, else the newest complete one. Input error naming the path otherwise.
 std::string resolve_checkpoint(const std::string& path);
+// Calls read(dir) with the checkpoint folder `path` means (resolve_checkpoint). A live run's keep_last may
+// delete that folder while it is read: when `path` names a run (not one step folder) and read fails
+// while its folder is gone, the newest checkpoint is found again and read from, with a note on stderr; an
+// error about a folder still there is read's own.
+void read_resolved_checkpoint(const std::string& path, const std::function<void(const std::string& dir)>& read);
 
 // Complete checkpoints of a run, newest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);

@@ -1,6 +1,7 @@
 // Finding a checkpoint folder from what a user points at (a run, its checkpoints/, `latest`, a step).
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "io/checkpoint.hpp"
 
@@ -47,6 +48,28 @@ std::string resolve_checkpoint(const std::string& path) {
     throw input_error("'" + path + "' holds no complete checkpoint: give a run directory, its checkpoints/ folder, "
                       "its checkpoints/latest or a checkpoints/step_NNNNNNNN folder");
   return found;
+}
+
+void read_resolved_checkpoint(const std::string& path, const std::function<void(const std::string& dir)>& read) {
+  std::string dir = resolve_checkpoint(path);
+  const bool one_folder = dir == path || is_step_folder(path);
+  // a run keeps at least one checkpoint, and every retry is for a folder deleted meanwhile: the bound is
+  // only a guard against a run that deletes faster than this reads
+  for (int attempt = 0;; ++attempt) {
+    try {
+      read(dir);
+      return;
+    } catch (const std::exception&) {
+      // whatever failed, a folder that is gone explains it
+      std::error_code ec;
+      if (one_folder || fs::exists(dir, ec) || attempt == 8) throw;
+      const std::string next = resolve_checkpoint(path);
+      if (next == dir) throw;
+      std::cerr << "note: checkpoint '" << dir << "' was removed while it was read (the run keeps only its newest "
+                << "checkpoints); reading '" << next << "' instead\n";
+      dir = next;
+    }
+  }
 }
 
 }  // namespace gpt

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "base/common.hpp"
 #include "io/bpe.hpp"
@@ -69,6 +70,8 @@ nlohmann::json hf_config(const ModelDims& d) {
           {"attn_pdrop", 0.0},
           {"initializer_range", 0.02},
           {"tie_word_embeddings", true},
+          // transformers 4.56 and later read `dtype` (and prefer it), earlier versions only `torch_dtype`
+          {"dtype", "float32"},
           {"torch_dtype", "float32"}};
 }
 
@@ -96,12 +99,17 @@ void write_hf_model(const std::string& dir, const ParamLayout& L, const std::vec
   }
   write_safetensors(dir + "/model.safetensors", out, bf16, {{"format", "pt"}});
   nlohmann::json cfg = hf_config(L.dims());
-  if (bf16) cfg["torch_dtype"] = "bfloat16";
+  if (bf16) cfg["dtype"] = cfg["torch_dtype"] = "bfloat16";
   write_file_whole(dir + "/config.json", cfg.dump(2) + "\n");
   if (L.dims().vocab_size > kEndOfText) {
     // what generate() stops on; as config.json says, and without it transformers derives the same
     const nlohmann::json gen = {{"bos_token_id", kEndOfText}, {"eos_token_id", kEndOfText}};
     write_file_whole(dir + "/generation_config.json", gen.dump(2) + "\n");
+  } else {  // an earlier export's (--force) would end generation on a token this vocabulary lacks
+    std::error_code ec;
+    fs::remove(fs::path(dir) / "generation_config.json", ec);
+    if (ec)
+      throw input_error("cannot remove the earlier export's '" + dir + "/generation_config.json': " + ec.message());
   }
 }
 
@@ -163,6 +171,14 @@ void write_hf_tokenizer(const std::string& dir, const ModelDims& d, const HfToke
   write_file_whole(dir + "/special_tokens_map.json", special.dump(2) + "\n");
 }
 
+void remove_hf_tokenizer(const std::string& dir) {
+  for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"}) {
+    std::error_code ec;
+    fs::remove(fs::path(dir) / name, ec);
+    if (ec) throw input_error("cannot remove the earlier export's '" + dir + "/" + name + "': " + ec.message());
+  }
+}
+
 void check_hf_config(const std::string& dir, const ModelDims& d) {
   const std::string cfg_path = dir + "/config.json";
   const auto bad = [&](const std::string& why) { return input_error("model.init_from: '" + cfg_path + "' " + why); };
@@ -170,9 +186,11 @@ void check_hf_config(const std::string& dir, const ModelDims& d) {
   if (!in) throw bad("cannot be read");
   nlohmann::json cfg;
   try {
-    cfg = nlohmann::json::parse(in);
+    cfg = parse_json_unique_keys(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
   } catch (const nlohmann::json::exception& e) {
     throw bad(std::string("is not valid JSON: ") + e.what());
+  } catch (const Error& e) {
+    throw bad(e.what());
   }
   if (!cfg.is_object()) throw bad(std::string("must hold a JSON object (GPT-2's config), not ") + cfg.type_name());
   const auto it = cfg.find("model_type");
@@ -188,6 +206,34 @@ void check_hf_config(const std::string& dir, const ModelDims& d) {
     if (f->get<int64_t>() != v)
       throw bad(std::string(k) + " is " + f->dump() + " but the config says " + std::to_string(v));
   }
+  // What transformers computes differently from this trainer when these keys say so; absent, each takes
+  // GPT2Config's default, which is what this trainer computes.
+  const auto given = [&](const char* k) -> const nlohmann::json* {
+    const auto f = cfg.find(k);
+    return f == cfg.end() ? nullptr : &*f;
+  };
+  const auto cannot = [&](const char* k, const std::string& what) {
+    return bad(std::string(k) + " is " + given(k)->dump() + ", but " + what + ": this trainer cannot represent "
+               "that model");
+  };
+  // transformers' names of GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), which
+  // both backends compute (base/gelu_logistic.hpp); "gelu" is the exact (erf) GELU
+  if (const auto* a = given("activation_function");
+      a && !(a->is_string() && (*a == "gelu_new" || *a == "gelu_pytorch_tanh" || *a == "gelu_fast")))
+    throw cannot("activation_function", "this trainer computes GELU's tanh approximation (\"gelu_new\", also "
+                                        "named \"gelu_pytorch_tanh\" and \"gelu_fast\")");
+  if (const auto* e = given("layer_norm_epsilon");
+      e && !(e->is_number() && std::fabs(e->get<double>() - 1e-5) <= 1e-11))
+    throw cannot("layer_norm_epsilon", "this trainer's LayerNorm adds 1e-5");
+  if (const auto* t = given("tie_word_embeddings"); t && *t != true)
+    throw cannot("tie_word_embeddings", "this trainer's output head is wte itself (tied), and an untied "
+                                        "lm_head.weight would be dropped");
+  if (const auto* n = given("n_inner"); n && !n->is_null() && !(n->is_number_integer() && *n == 4 * d.n_embd))
+    throw cannot("n_inner", "this trainer's MLP has 4 n_embd = " + std::to_string(4 * d.n_embd) + " units");
+  if (const auto* s = given("scale_attn_weights"); s && *s != true)
+    throw cannot("scale_attn_weights", "this trainer scales attention scores by 1/sqrt(head size)");
+  if (const auto* s = given("scale_attn_by_inverse_layer_idx"); s && *s != false)
+    throw cannot("scale_attn_by_inverse_layer_idx", "this trainer scales every layer's attention alike");
 }
 
 namespace {

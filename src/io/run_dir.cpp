@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "base/common.hpp"
+#include "io/checkpoint.hpp"
 #include "io/runlog.hpp"
 
 namespace fs = std::filesystem;
@@ -18,6 +19,58 @@ namespace gpt {
 bool holds_run(const std::string& dir) {
   std::error_code ec;
   return fs::exists(dir + "/log.h5", ec) || fs::exists(dir + "/checkpoints", ec);
+}
+
+namespace {
+// A run's folder: its log, its checkpoints or its lock (a run that has just started has only the lock).
+bool is_run_folder(const fs::path& dir) {
+  std::error_code ec;
+  return holds_run(dir.string()) || fs::exists(dir / ".lock", ec);
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// What a run writes in its folder besides checkpoints/: the lock, log.h5 and the logs it kept
+// (log.N.h5), and the CSV files of log.csv (train.csv, eval.csv and any it kept).
+const char* run_file_kind(const std::string& name) {
+  if (name == ".lock") return "lock";
+  if (name.rfind("log.", 0) == 0 && ends_with(name, ".h5")) return "log";
+  if (ends_with(name, ".csv")) return "CSV file";
+  return nullptr;
+}
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& flag, const std::string& command, bool force,
+                       const std::string& reading, bool folder) {
+  std::error_code ec;
+  // symbolic links resolved: a link to a run's log is that log
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  const fs::path from = reading.empty() ? fs::path() : fs::weakly_canonical(fs::absolute(reading, ec), ec);
+  const auto never = [&](const std::string& why) {
+    throw input_error(flag + " '" + path + "' " + why + ": " + command + " never writes there (not even with " +
+                      "--force); give another path");
+  };
+  if (const char* kind = run_file_kind(p.filename().string()); kind && is_run_folder(p.parent_path()))
+    never(std::string("is a run's ") + kind);
+  if (fs::is_directory(p, ec) && is_run_folder(p)) never("is a run's folder");
+  for (fs::path a = p; a.has_relative_path(); a = a.parent_path()) {
+    if (!from.empty() && a == from) never("lies inside the checkpoint " + command + " reads (" + reading + ")");
+    if (a.filename() == "checkpoints" && fs::is_directory(a, ec) &&
+        (fs::exists(a / "latest", ec) || is_run_folder(a.parent_path()) ||
+         !list_checkpoints(a.parent_path().string()).empty()))
+      never("lies inside a run's checkpoints folder '" + a.string() + "'");
+    if (a == a.parent_path()) break;
+  }
+  const bool exists = fs::exists(fs::symlink_status(path, ec));
+  if (exists && !folder && fs::is_directory(path, ec))
+    throw input_error(flag + " '" + path + "' is a folder: give a file name");
+  if (exists && folder && !fs::is_directory(path, ec))
+    throw input_error(flag + " '" + path + "' is a file: give a folder (it is made when missing)");
+  if (exists && !force)
+    throw input_error(flag + " '" + path + "' exists: give --force to replace " +
+                      (folder ? "the files " + command + " writes in it" : std::string("it")) + ", or another path");
 }
 
 void check_run_dir(const std::string& dir, bool resume, bool overwrite) {

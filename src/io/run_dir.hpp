@@ -8,6 +8,15 @@ namespace gpt {
 // Whether dir holds an earlier run: its log.h5 or a checkpoints/ folder.
 bool holds_run(const std::string& dir);
 
+// The one rule for what the commands that write beside runs (`export --out`, `sample --logits`) may
+// write: never a run's own files, whatever --force says: its .lock, its logs (log.h5, log.N.h5), its CSV
+// files, anything inside its checkpoints/ folder or inside `reading` (the checkpoint the command reads),
+// nor a folder that holds a run; and nothing that exists without --force. `folder`: the output is a folder
+// (an existing file there is refused), else a file (an existing folder is refused). Throws input_error
+// naming `flag` and `command` ("--logits 'PATH' is a run's log: sample never writes there ...").
+void check_output_path(const std::string& path, const std::string& flag, const std::string& command, bool force,
+                       const std::string& reading, bool folder);
+
 // Checks, touching nothing, that a run may be written to dir: the path (or its nearest existing parent)
 // is a writable directory with room for the run log and its reserve, dir/checkpoints (when there) is a
 // directory, and without resume or overwrite, dir holds no earlier run. Throws input_error naming the

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "base/common.hpp"
 
@@ -22,6 +23,23 @@ size_t numel(const std::vector<int64_t>& shape) {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
 
 }  // namespace
+
+nlohmann::json parse_json_unique_keys(const std::string& text) {
+  using json = nlohmann::json;
+  std::vector<std::set<std::string>> keys;  // of each object being read, innermost last
+  const json::parser_callback_t check = [&keys](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (ev == json::parse_event_t::object_end) {
+      keys.pop_back();
+    } else if (ev == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second) {
+      throw input_error("key '" + parsed.get<std::string>() + "' is given twice (readers keep one of them: which "
+                        "one is meant is unknown)");
+    }
+    return true;
+  };
+  return json::parse(text, check);
+}
 
 void write_safetensors(const std::string& path, const std::vector<TensorOut>& tensors, bool bf16,
                        const std::map<std::string, std::string>& metadata) {
@@ -78,7 +96,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   data_start_ = 8 + n;
   nlohmann::json h;
   try {
-    h = nlohmann::json::parse(text);
+    h = parse_json_unique_keys(text);
     for (auto& [name, v] : h.items()) {
       if (name == "__metadata__") continue;
       Entry e;
@@ -93,7 +111,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   } catch (const nlohmann::json::exception& ex) {
     throw input_error("'" + path + "' has a malformed safetensors header: " + ex.what());
   } catch (const Error& ex) {
-    throw input_error("'" + path + "': " + ex.what());
+    throw input_error("'" + path + "' safetensors header: " + ex.what());
   }
 }
 

@@ -8,7 +8,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace gpt {
+
+// JSON text parsed, refusing an object that gives a key twice (nlohmann::json, like most readers, would
+// keep one of them silently): input_error "key 'K' is given twice ...".
+nlohmann::json parse_json_unique_keys(const std::string& text);
 
 struct TensorOut {
   std::string name;
@@ -22,7 +28,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
 
 class SafetensorsReader {
  public:
-  // Reads and checks the header: every range inside the file; input_error naming the file otherwise.
+  // Reads and checks the header: JSON with no key given twice, every range inside the file; input_error
+  // naming the file otherwise.
   explicit SafetensorsReader(const std::string& path);
   std::vector<std::string> names() const;
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -15,6 +16,10 @@ namespace gpt {
 
 namespace {
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
+// a path as compared on resume: dir//b1.bin and dir/./b1.bin are dir/b1.bin
+std::string lexical(const std::string& p) {
+  return p.empty() ? p : std::filesystem::path(p).lexically_normal().string();
+}
 
 // The tokens per optimizer step a config and world size make (micro_batch resolved, as checkpoints store it).
 int64_t tokens_per_step(const TrainingConfig& t, int64_t world) {
@@ -35,7 +40,7 @@ std::map<std::string, FileMark> parse_files(const std::string& text) {
     std::string path;
     l >> m.size >> m.hash;
     std::getline(l >> std::ws, path);
-    if (!path.empty()) out[path] = m;
+    if (!path.empty()) out[lexical(path)] = m;
   }
   return out;
 }
@@ -75,7 +80,8 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
   same("training.seq_len", std::to_string(old.training.seq_len), std::to_string(now.training.seq_len));
   same("tokens per step (micro_batch x seq_len x grad_accum x world size)",
        std::to_string(tokens_per_step(old.training, ck.world)), std::to_string(plan.tokens_per_step));
-  same("data.train", quoted(old.data.train), quoted(now.data.train));
+  if (lexical(old.data.train) != lexical(now.data.train))
+    same("data.train", quoted(old.data.train), quoted(now.data.train));
   same("training.optimizer", old.training.optimizer, now.training.optimizer);  // its state means another thing
   same("data.synthetic", old.data.synthetic ? "true" : "false", now.data.synthetic ? "true" : "false");
   if (now.data.synthetic) {

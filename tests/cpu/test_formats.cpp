@@ -11,6 +11,7 @@
 #include "base/common.hpp"
 #include "base/format.hpp"
 #include "test_util.hpp"
+#include "io/checkpoint.hpp"
 #include "io/hf.hpp"
 #include "io/safetensors.hpp"
 #include "model/params.hpp"
@@ -118,3 +119,43 @@ TEST(Formats, hf_folder_of_another_model_is_a_named_error) {
   fs::remove_all(dir);
 }
 
+
+// A live run's keep_last may remove the checkpoint being read: the reader goes on with the newest one left
+// when it was given the run; damage in a folder still there, or a step folder given by name, is an error.
+TEST(Formats, a_checkpoint_removed_while_read_gives_way_to_the_newest_left) {
+  const std::string run = temp_dir("race");
+  const auto step_folder = [&](const char* name) {
+    const std::string dir = run + "/checkpoints/" + name;
+    fs::create_directories(dir);
+    std::ofstream(dir + "/rank_00000.h5") << "x";
+    return dir;
+  };
+  step_folder("step_00000001");
+  step_folder("step_00000002");
+  std::vector<std::string> seen;
+  read_resolved_checkpoint(run, [&](const std::string& dir) {
+    seen.push_back(fs::path(dir).filename().string());
+    if (seen.size() == 1) {  // removed under the reader, which then fails on a file that is gone
+      fs::remove_all(dir);
+      throw input_error("checkpoint '" + dir + "' is incomplete: its MANIFEST is missing");
+    }
+  });
+  EXPECT_TRUE(seen == std::vector<std::string>({"step_00000002", "step_00000001"}));
+  int calls = 0;
+  EXPECT_THROW_WITH(read_resolved_checkpoint(run, [&](const std::string&) {
+                      ++calls;
+                      throw input_error("damaged");
+                    }),
+                    "damaged");
+  EXPECT_EQ(calls, 1);
+  const std::string named = step_folder("step_00000003");
+  calls = 0;
+  EXPECT_THROW_WITH(read_resolved_checkpoint(named, [&](const std::string& dir) {
+                      ++calls;
+                      fs::remove_all(dir);
+                      throw input_error("gone");
+                    }),
+                    "gone");
+  EXPECT_EQ(calls, 1);
+  fs::remove_all(run);
+}

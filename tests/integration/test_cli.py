@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, TRAIN, read_log, run_train, tiny_yaml, write_yaml
+from conftest import ROOT, TRAIN, read_log, run_train, tiny_yaml, write_shard, write_yaml
 
 
 def assert_no_output(tmp_path):
@@ -54,6 +54,33 @@ def test_impossible_configs_fail_before_any_output(tmp_path, train_bin, override
     assert p.returncode == 1, p.stdout + p.stderr
     assert needle in p.stderr
     assert_no_output(tmp_path)
+
+
+@pytest.mark.parametrize("name,needle", [
+    ('"."', "run.name: '.' is not a folder name under run.out_dir"),
+    ("/abs/run", "run.name: '/abs/run' is not a folder name under run.out_dir"),
+    ('"   "', "run.name: must not be only spaces"),
+    ('"a\\nb"', "run.name: must not contain a line break"),
+])
+def test_run_name_must_name_one_folder(tmp_path, train_bin, name, needle):
+    y = tiny_yaml(tmp_path, steps=1)
+    y.write_text(y.read_text().replace("{name: t,", f"{{name: {name},"))
+    p = run_train(["--yaml", y])
+    assert p.returncode == 1 and needle in p.stderr, p.stderr
+    assert_no_output(tmp_path)
+
+
+def test_resume_takes_the_data_path_written_another_way(tmp_path, train_bin):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_shard(data / "b1.bin", np.random.default_rng(0).integers(0, 64, 4096))
+    y = tiny_yaml(tmp_path, steps=4, ckpt_every=2)
+    y.write_text(y.read_text().replace("data: {synthetic: true, synthetic_vocab: 64, synthetic_branching: 4}",
+                                       f"data: {{synthetic: false, train: '{data}//b1.bin'}}"))
+    run_train(["--yaml", y, "--set", "training.steps=2"], check=True)
+    # dir/b1.bin is dir//b1.bin: the same file, not a changed data.train
+    p = run_train(["--yaml", y, "--resume", "--set", f"data.train={data}/./b1.bin"])
+    assert p.returncode == 0 and "resumed from step 2" in p.stdout, p.stderr
 
 
 def test_missing_data_is_a_named_error(tmp_path, train_bin):
@@ -172,10 +199,19 @@ def test_sample_generates_tokens_from_a_checkpoint(tmp_path, train_bin):
     run_train(["--yaml", y], check=True)
     ck = tmp_path / "runs/a/checkpoints/step_00000003"
     p = run_train(["sample", "--ckpt", ck, "--prompt-ids", "1,2,3", "--tokens", "10", "--temperature", "0"], check=True)
-    ids = [int(x) for x in p.stdout.split()]
-    assert ids[:3] == [1, 2, 3] and len(ids) == 13 and all(0 <= i < 64 for i in ids)
+    prompt, generated = p.stdout.split(" | ")  # the prompt's ids, a marker, the generated ids
+    ids = [int(x) for x in prompt.split() + generated.split()]
+    assert prompt.split() == ["1", "2", "3"] and len(ids) == 13 and all(0 <= i < 64 for i in ids)
     p2 = run_train(["sample", "--ckpt", ck, "--prompt-ids", "1,2,3", "--tokens", "10", "--temperature", "0"], check=True)
     assert p2.stdout == p.stdout  # greedy decoding is deterministic
+
+
+def test_sample_help_shows_the_defaults(train_bin):
+    p = run_train(["sample", "--help"])
+    assert p.returncode == 0, p.stderr
+    for text in ("--tokens arg (=64)", "--temperature arg (=1)", "--seed arg (=1)", "--device arg (=cpu)",
+                 "--force", 'the generated ids, on one line\n("50256 | 464 3290")'):
+        assert text in p.stdout, (text, p.stdout)
 
 
 def test_sample_script_turns_text_into_text(tmp_path, train_bin, shared_data):

@@ -7,6 +7,7 @@ The order of the write and the failure is forced with GPT2_TRAIN_FAULT (src/run/
 checkpoint_done@R:S puts rank R's write of step S on disk before training goes on (the failure then finds it
 finished but not yet published), checkpoint_late@R:S holds it until the run waits for it (the failure finds it
 still running)."""
+import os
 import re
 import subprocess
 
@@ -191,3 +192,76 @@ def test_export_refuses_what_exists_and_never_touches_a_run(tmp_path):
     assert p.returncode == 0 and (hf / "model.safetensors").is_file(), p.stderr
     p = export(tmp_path / "new.bin")
     assert p.returncode == 0 and (tmp_path / "new.bin").is_file(), p.stderr
+
+
+# ---- sample --logits and export --out: one rule for what they may write
+def run_files(run_dir):
+    return {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def csv_run(tmp_path):
+    """A finished run with log.csv (train.csv, eval.csv), a lock file and two checkpoints."""
+    run_train(["--yaml", tiny_yaml(tmp_path, steps=2, ckpt_every=1, extra="log: {csv: true}\n")], env=ENV, check=True)
+    run_dir = tmp_path / "runs/t"
+    assert {".lock", "log.h5", "train.csv", "eval.csv"} <= {p.name for p in run_dir.iterdir()}
+    return run_dir
+
+
+def test_sample_logits_never_writes_over_a_run_or_an_existing_file(csv_run, tmp_path):
+    files = run_files(csv_run)
+
+    def sample(out, *more):
+        return run_train(["sample", "--ckpt", csv_run, "--prompt-ids", "1,2,3", "--tokens", "2", "--logits", out,
+                          *more], env=ENV)
+
+    (tmp_path / "kept.log.h5").symlink_to(csv_run / "log.h5")  # a link to a run's log is that log
+    for out in (csv_run / "log.h5", csv_run / ".lock", csv_run / "train.csv", csv_run / "eval.csv",
+                csv_run / "checkpoints/step_00000002/rank_00000.h5", csv_run / "checkpoints/new.h5",
+                csv_run / "checkpoints/latest", csv_run, tmp_path / "kept.log.h5"):
+        for force in ([], ["--force"]):
+            p = sample(out, *force)
+            assert p.returncode == EXIT_BAD_INPUT and "sample never writes there" in p.stderr, (out, p.stderr)
+            assert p.stderr.startswith(f"error: --logits '{out}' "), p.stderr
+    assert run_files(csv_run) == files
+    # a file of the user's: only with --force
+    mine = tmp_path / "logits.h5"
+    mine.write_text("precious")
+    p = sample(mine)
+    assert p.returncode == EXIT_BAD_INPUT and "exists: give --force" in p.stderr and mine.read_text() == "precious"
+    p = sample(mine, "--force")
+    assert p.returncode == 0, p.stderr
+    with h5py.File(mine, "r") as f:
+        assert f["logits"].shape == (3, 64)
+    p = sample(tmp_path / "new.h5")
+    assert p.returncode == 0 and (tmp_path / "new.h5").is_file() and not list(tmp_path.glob("*.tmp")), p.stderr
+    # beside a run, a file of another name is the user's
+    p = sample(csv_run / "logits.h5")
+    assert p.returncode == 0, p.stderr
+
+
+def test_export_force_never_replaces_a_runs_lock_or_csv_files(csv_run, tmp_path):
+    files = run_files(csv_run)
+    for out, fmt in ((csv_run / ".lock", "llmc"), (csv_run / "train.csv", "llmc"), (csv_run / "eval.csv", "llmc"),
+                     (csv_run, "hf"), (csv_run / "checkpoints", "hf")):
+        p = run_train(["export", "--ckpt", csv_run, "--out", out, "--format", fmt, "--force"], env=ENV)
+        assert p.returncode == EXIT_BAD_INPUT and "export never writes there" in p.stderr, (out, p.stderr)
+    assert run_files(csv_run) == files
+
+
+def test_a_failed_logits_write_leaves_the_file_it_would_replace(csv_run, small_fs):
+    mine = small_fs / "logits.h5"
+    mine.write_text("precious")
+    # the rest of the small filesystem filled, so that the logits (30 x 64 floats) cannot be written
+    fd = os.open(small_fs / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 1024):
+            pass
+    except OSError:
+        pass
+    os.close(fd)
+    prompt = ",".join(["1"] * 30)
+    p = run_train(["sample", "--ckpt", csv_run, "--prompt-ids", prompt, "--tokens", "0", "--logits", mine,
+                   "--force"], env=ENV)
+    assert p.returncode == EXIT_BAD_INPUT and p.stderr.startswith("error: --logits"), p.stderr
+    assert mine.read_text() == "precious" and sorted(x.name for x in small_fs.iterdir()) == ["filler", "logits.h5"]

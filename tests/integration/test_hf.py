@@ -104,7 +104,9 @@ def test_bf16_export_and_init_from(trained, tmp_path):
     n = int.from_bytes(raw[:8], "little")
     meta = json.loads(raw[8:8 + n])
     assert {v["dtype"] for k, v in meta.items() if k != "__metadata__"} == {"BF16"}
-    assert json.loads((tmp_path / "hf/config.json").read_text())["torch_dtype"] == "bfloat16"
+    cfg = json.loads((tmp_path / "hf/config.json").read_text())
+    # `dtype` for transformers 4.56 and later, `torch_dtype` for earlier versions
+    assert cfg["dtype"] == cfg["torch_dtype"] == "bfloat16"
     y = tiny_yaml(tmp_path, name="c", steps=1)
     run_train(["--yaml", y, "--set", f"model.init_from={tmp_path / 'hf'}"], check=True)
 
@@ -117,6 +119,68 @@ def test_init_from_a_folder_of_another_model_is_a_named_error(trained, tmp_path)
     (tmp_path / "empty").mkdir()
     p = run_train(["--yaml", y, "--set", f"model.init_from={tmp_path / 'empty'}"])
     assert p.returncode == 1 and "without config.json" in p.stderr
+
+
+def edited_copy(trained, tmp_path, edit):
+    """A copy of the exported folder with its config.json edited by edit(dict)."""
+    tmp, _ = trained
+    hf = tmp_path / "hf_edited"
+    shutil.copytree(tmp / "hf", hf)
+    cfg = json.loads((hf / "config.json").read_text())
+    edit(cfg)
+    (hf / "config.json").write_text(json.dumps(cfg))
+    return hf
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("activation_function", "gelu", 'activation_function is "gelu", but this trainer computes GELU\'s tanh'),
+    ("activation_function", "relu", 'activation_function is "relu"'),
+    ("layer_norm_epsilon", 1e-6, "layer_norm_epsilon is 1e-06, but this trainer's LayerNorm adds 1e-5"),
+    ("tie_word_embeddings", False, "tie_word_embeddings is false, but this trainer's output head is wte itself"),
+    ("n_inner", 64, "n_inner is 64, but this trainer's MLP has 4 n_embd = 128 units"),
+    ("scale_attn_by_inverse_layer_idx", True, "scale_attn_by_inverse_layer_idx is true"),
+])
+def test_init_from_refuses_a_model_the_trainer_cannot_represent(trained, tmp_path, key, value, needle):
+    hf = edited_copy(trained, tmp_path, lambda c: c.update({key: value}))
+    y = tiny_yaml(tmp_path, name="r", steps=1, ckpt_every=1)
+    p = run_train(["--yaml", y, "--set", f"model.init_from={hf}"])
+    assert p.returncode == 1 and needle in p.stderr and f"'{hf}/config.json'" in p.stderr, p.stderr
+    assert "cannot represent" in p.stderr and not (tmp_path / "runs/r/checkpoints").exists()
+
+
+def test_init_from_reads_transformers_defaults_and_other_names_of_the_same_model(trained, tmp_path):
+    def edit(c):
+        for k in ("layer_norm_epsilon", "tie_word_embeddings", "n_inner"):
+            del c[k]  # GPT2Config's defaults are this trainer's
+        c["activation_function"] = "gelu_pytorch_tanh"
+    hf = edited_copy(trained, tmp_path, edit)
+    p = run_train(["--yaml", tiny_yaml(tmp_path, name="ok", steps=1), "--set", f"model.init_from={hf}"])
+    assert p.returncode == 0, p.stderr
+
+
+def test_init_from_refuses_a_key_given_twice(trained, tmp_path):
+    hf = edited_copy(trained, tmp_path, lambda c: None)
+    y = tiny_yaml(tmp_path, name="r", steps=1)
+    # config.json: n_layer twice
+    text = (hf / "config.json").read_text()
+    (hf / "config.json").write_text(text.replace('"n_layer": 2', '"n_layer": 2, "n_layer": 3'))
+    p = run_train(["--yaml", y, "--set", f"model.init_from={hf}"])
+    assert p.returncode == 1 and "key 'n_layer' is given twice" in p.stderr and "config.json" in p.stderr, p.stderr
+    (hf / "config.json").write_text(text)
+    # model.safetensors: wte twice, the first entry pointing at zeros appended to the data (every reader keeps
+    # one of the two: which one was meant is unknown)
+    raw = (hf / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    name = "transformer.wte.weight"
+    size = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
+    extra = dict(header[name], data_offsets=[len(data), len(data) + size])
+    text = "{" + json.dumps(name) + ": " + json.dumps(extra) + ", " + json.dumps(header)[1:]
+    text += " " * (-len(text) % 8)
+    (hf / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text.encode() + data + bytes(size))
+    p = run_train(["--yaml", y, "--set", f"model.init_from={hf}"])
+    assert p.returncode == 1 and f"key '{name}' is given twice" in p.stderr, p.stderr
+    assert "model.safetensors" in p.stderr and not (tmp_path / "runs/r/log.h5").exists()
 
 
 def test_hf_logits_match_the_trainers_forward_numpy_reference(trained):
@@ -246,13 +310,26 @@ def test_no_tokenizer_is_claimed_without_gpt2s_files(gpt2_vocab_run, trained, tm
     assert not (tmp_path / "hf_gone/vocab.json").exists()
 
 
+def test_export_over_an_earlier_export_leaves_none_of_its_files(gpt2_vocab_run, trained, tmp_path):
+    _, run, _ = gpt2_vocab_run
+    _, tiny = trained
+    out = tmp_path / "hf"
+    run_train(["export", "--ckpt", run, "--format", "hf", "--out", out], check=True)
+    assert (out / "generation_config.json").is_file() and (out / "vocab.json").is_file()
+    (out / "README.md").write_text("mine")  # not the export's: stays
+    # a model of another vocabulary over it: no generation config or tokenizer of GPT-2's is left behind
+    run_train(["export", "--ckpt", tiny, "--format", "hf", "--out", out, "--force"], check=True)
+    assert sorted(f.name for f in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == V
+
+
 @pytest.mark.parametrize("where", ["run", "checkpoints", "latest", "step"])
 def test_sample_and_export_find_the_checkpoint(trained, tmp_path, where):
     _, run = trained
     path = {"run": run, "checkpoints": run / "checkpoints", "latest": run / "checkpoints/latest",
             "step": run / "checkpoints/step_00000005"}[where]
     p = run_train(["sample", "--ckpt", path, "--prompt-ids", "1,2", "--tokens", "4", "--temperature", "0"], check=True)
-    assert len(p.stdout.split()) == 6
+    assert len(p.stdout.split()) == 7  # 2 ids of the prompt, "|", 4 generated
     p = run_train(["export", "--ckpt", path, "--out", tmp_path / "m.bin"], check=True)
     assert "step_00000005" in p.stdout
 

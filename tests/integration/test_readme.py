@@ -171,7 +171,7 @@ def list_points(w, cmd):
 
 def sample_ids(w, cmd):
     p = w.sh(cmd)
-    ids = [int(x) for x in p.stdout.split()]
+    ids = [int(x) for x in p.stdout.replace(" | ", " ").split()]  # the prompt | what was generated
     assert ids[:3] == [1, 2, 3] and len(ids) == 3 + 16 and all(0 <= i < 256 for i in ids)
 
 

@@ -367,3 +367,40 @@ def test_memory_stays_flat_on_a_large_input(tmp_path):
     peak = peak_rss_bytes(tmp_path, large, "l")
     assert peak - base < bound, f"peak RSS grew by {(peak - base) / 2**20:.1f} MiB for a {3 * bound / 2**20:.0f} MiB input"
     assert len(prepare_data.read_shard(tmp_path / "l" / "large_train.bin")) > 4_000_000
+
+
+# ---- the vocabulary: one rule for every script (a folder holding vocab.json and merges.txt, or the two files)
+def test_vocab_is_a_folder_or_the_two_files_and_hellaswag_finds_the_shards_one(tmp_path, capsys, monkeypatch):
+    require_shared()
+    import prepare_hellaswag
+    # nothing may be downloaded: the vocabulary must come from where it is said or kept
+    monkeypatch.setattr(prepare_data, "GPT2_URLS", {"vocab.json": "http://127.0.0.1:9/vocab.json",
+                                                    "merges.txt": "http://127.0.0.1:9/merges.txt"})
+    src = tmp_path / "in.txt"
+    src.write_text("First Citizen:\n\nBefore we proceed any further, hear me speak.\n", encoding="utf-8")
+    shards = tmp_path / "data"
+    code, _, err = run_main([src, "--vocab", VOCAB.parent, "--out-dir", shards, "--prefix", "d", "--val-tokens", "4",
+                             "--cache-dir", tmp_path / "cache"], capsys)
+    assert code == 0, err
+    assert (shards / "vocab.json").read_bytes() == VOCAB.read_bytes()
+    # the old form, and its mistakes named
+    code, _, err = run_main([src, "--vocab", VOCAB, "--merges", MERGES, "--out-dir", tmp_path / "d2",
+                             "--val-tokens", "4"], capsys)
+    assert code == 0, err
+    for args, needle in (([VOCAB.parent, "--merges", MERGES], "is a folder, which holds merges.txt"),
+                         ([tmp_path], "has no vocab.json and no merges.txt"),
+                         ([VOCAB], "--vocab FILE needs --merges FILE")):
+        code, _, err = run_main([src, "--vocab", *args, "--out-dir", tmp_path / "d3"], capsys)
+        assert code == 1 and needle in err, err
+    # prepare_hellaswag: a folder too, and without --vocab the one prepare_data.py kept beside the shards
+    jsonl = tmp_path / "hs.jsonl"
+    jsonl.write_text('{"ctx": "A man sits down.", "endings": ["He reads.", "It rains."], "label": 0}\n')
+    for extra in (["--vocab", VOCAB.parent], []):
+        out = shards / f"hs{len(extra)}.bin"
+        code = prepare_hellaswag.main([str(jsonl), "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+                                       *map(str, extra)])
+        err = capsys.readouterr().err
+        assert code == 0 and out.is_file(), err
+    assert f"using GPT-2's vocabulary in {shards}" in err
+    assert (shards / "hs0.bin").read_bytes() == (shards / "hs2.bin").read_bytes()
+    assert not (tmp_path / "cache").exists()
