@@ -72,9 +72,9 @@ eval: {{every: 100, batches: 4}}
 log: {{every: 1, progress: false}}
 """
 # policy name: what follows `precision:` in the run's training map
-POLICIES = {"fp8": "fp8", "fp8 + classifier": "fp8, fp8_classifier: true",
-            "fp8, e4m3 gradients": "fp8, fp8_grad_format: e4m3",
-            "fp8, GELU epilogue": "fp8, fp8_gelu_epilogue: true",
+POLICIES = {"fp8": "fp8, fp8_classifier: false", "fp8 + classifier": "fp8, fp8_classifier: true",
+            "fp8, e4m3 gradients": "fp8, fp8_classifier: false, fp8_grad_format: e4m3",
+            "fp8, GELU epilogue": "fp8, fp8_classifier: false, fp8_gelu_epilogue: true",
             "fp8 + classifier, GELU epilogue": "fp8, fp8_classifier: true, fp8_gelu_epilogue: true",
             "fp8 + classifier, fast accumulation forward": "fp8, fp8_classifier: true, fp8_fast_accum: forward",
             "fp8 + classifier, fast accumulation all": "fp8, fp8_classifier: true, fp8_fast_accum: all"}

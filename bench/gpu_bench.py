@@ -7,7 +7,8 @@ run cut short keeps those before it) and prints the table.
                                [--no-torch] [--no-torch-bf16] [--torch-fp8 tensorwise,rowwise] [--matmul-search S]
 
 Variants of this trainer: the recompute level, then "fp8" for training.precision fp8 (bf16 without it),
-"cls" after it for training.fp8_classifier (the classifier's products in FP8 too), "epi" after that for
+"cls" after it for training.fp8_classifier true (the classifier's products in FP8 too, the default; without
+"cls" an fp8 variant writes false: the block products only), "epi" after that for
 training.fp8_gelu_epilogue true (GELU's FP8 output from fc's epilogue; "cast" writes false, the default), "fwdacc"
 or "allacc" after fp8 for training.fp8_fast_accum forward or all (the default, dinp, is left unwritten), "det" for
 training.deterministic (bit-reproducible steps) or "prof" for a run with log.op_profile whose per-op table
@@ -66,12 +67,14 @@ def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     # FP8 keys written only when the variant names them (builds that predate a key run the others)
     fp8_keys = ((f" fp8_gelu_epilogue: {str(epi).lower()}," if cast or epi else "") +
                 (f" fp8_fast_accum: {acc}," if acc else ""))
+    # the classifier's precision written out for every FP8 variant, so a row means the same whatever the default
+    cls_key = f" fp8_classifier: {str(cls).lower()}," if fp8 else ""
     name = f"{preset}_b{mb}_r{variant}"
     yaml = out / f"{name}.yaml"
     yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
 model: {{preset: {preset}}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
-training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"},{" fp8_classifier: true," if cls else ""}{fp8_keys} micro_batch: {mb},
+training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"},{cls_key}{fp8_keys} micro_batch: {mb},
            seq_len: 1024, steps: {steps}, lr: 6.0e-4,
            warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0, recompute: {recompute},
            deterministic: {str(det).lower()}, matmul_search_s: {search}}}

@@ -130,16 +130,16 @@ def test_no_torch_bf16_keeps_the_recipes(bench, tmp_path):
 
 
 def test_fp8_classifier_variants(bench, tmp_path, capsys):
-    """"cls" after "fp8" turns training.fp8_classifier on (its own row and op profile); every other
-    variant leaves the key out (off), and "cls" without fp8 is refused before anything runs."""
+    """"cls" after "fp8" turns training.fp8_classifier on (its own row and op profile); an fp8 variant
+    without it writes the key off (the default is on), bf16 leaves it out, and "cls" without fp8 is
+    refused before anything runs."""
     bench.main(["--out", str(tmp_path), "--configs", "d12:64", "--variants", "0,0fp8,0fp8cls,0fp8clsprof",
                 "--no-torch", "--train", "/bin/false"])
     for variant, precision, cls in [("0", "bf16", False), ("0fp8", "fp8", False), ("0fp8cls", "fp8", True),
                                     ("0fp8clsprof", "fp8", True)]:
         t = yaml.safe_load((tmp_path / f"d12_b64_r{variant}.yaml").read_text())["training"]
-        # written only when on, so that builds that predate the key run the other configs (ab_bench)
-        assert (t["precision"], t.get("fp8_classifier", False)) == (precision, cls), variant
-        assert cls or "fp8_classifier" not in t, variant
+        # written for every fp8 variant, so that a row means the same whatever the build's default
+        assert (t["precision"], t.get("fp8_classifier")) == (precision, cls if precision == "fp8" else None), variant
     by = {r["impl"]: r for r in json.loads((tmp_path / "results.json").read_text())}
     assert list(by) == ["this", "this fp8", "this fp8 +classifier", "this fp8 +classifier (op profile)"]
     assert by["this fp8 +classifier"]["vs_this_bf16"] == pytest.approx(100 / 80)
