@@ -24,6 +24,33 @@ void init_library() {
   silence_errors();
 }
 
+std::string last_error() {
+  std::string deepest;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+        if (e->desc && *e->desc) *static_cast<std::string*>(out) = e->desc;
+        return 0;
+      },
+      &deepest);
+  return deepest;
+}
+
+Id open_read_only(const std::string& path, std::string* why) {
+  silence_errors();
+  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (f.valid()) return f;
+  const std::string plain = last_error();
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (fapl.valid() && H5Pset_metadata_read_attempts(fapl, kSwmrReadAttempts) >= 0)
+    f = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl));
+  if (!f.valid() && why) {
+    const std::string swmr = last_error();
+    *why = "HDF5: " + (swmr.empty() || swmr == plain ? plain : plain + "; as a SWMR reader: " + swmr);
+  }
+  return f;
+}
+
 bool exists(hid_t loc, const std::string& path) {
   // check every component so that a missing parent is "no", not an error
   size_t pos = 0;
@@ -67,7 +94,7 @@ void set_attr(hid_t obj, const std::string& name, double v) {
   H5_CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v));
 }
 std::string get_attr_str(hid_t obj, const std::string& name) {
-  if (H5Aexists(obj, name.c_str()) <= 0) throw input_error("missing attribute '" + name + "'");
+  if (H5_CHECK(H5Aexists(obj, name.c_str())) == 0) throw input_error("missing attribute '" + name + "'");
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   Id ftype(H5_CHECK(H5Aget_type(a)));
   if (H5Tget_class(ftype) != H5T_STRING) throw input_error("attribute '" + name + "' is not a string");
@@ -89,14 +116,14 @@ std::string get_attr_str(hid_t obj, const std::string& name) {
   return s;
 }
 int64_t get_attr_i64(hid_t obj, const std::string& name) {
-  if (H5Aexists(obj, name.c_str()) <= 0) throw input_error("missing attribute '" + name + "'");
+  if (H5_CHECK(H5Aexists(obj, name.c_str())) == 0) throw input_error("missing attribute '" + name + "'");
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   int64_t v = 0;
   H5_CHECK(H5Aread(a, H5T_NATIVE_INT64, &v));
   return v;
 }
 double get_attr_f64(hid_t obj, const std::string& name) {
-  if (H5Aexists(obj, name.c_str()) <= 0) throw input_error("missing attribute '" + name + "'");
+  if (H5_CHECK(H5Aexists(obj, name.c_str())) == 0) throw input_error("missing attribute '" + name + "'");
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   double v = 0;
   H5_CHECK(H5Aread(a, H5T_NATIVE_DOUBLE, &v));

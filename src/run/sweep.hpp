@@ -44,7 +44,9 @@ std::vector<PlannedPoint> plan_points(const Config& base, const Sweep& sw, const
 // memory, divergence) and going on; rank 0 then writes the summary. Returns the process exit status.
 int run_sweep(const Config& base, const Sweep& sw, const std::vector<PlannedPoint>& points, HostComm& host,
               bool resume, const std::string& yaml_text);
-// (Re)writes <out_dir>/<name>/summary.{h5,csv} from the points' logs.
+// (Re)writes <out_dir>/<name>/summary.{h5,csv} from the points' logs and prints a line naming them. A log
+// HDF5 cannot read makes its point's status "damaged" (a warning on stderr names the file), and the others
+// are summarized; a stop signal (run/signals.hpp) ends it before the files are written.
 void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_text);
 
 }  // namespace gpt
