@@ -139,7 +139,7 @@ def _baselines(summary, sweep_dir):
     out = []
     for r in summary["rows"]:
         b = _value(r, "meas_baseline")
-        if math.isnan(b) and r.get("status") not in ("missing", "unreadable"):
+        if math.isnan(b) and r.get("status") not in ("missing", "unreadable", "damaged"):
             log = h5log.point_log(sweep_dir, r)
             if log is not None and "baseline" in log["memory"].get("measured", {}):
                 b = float(log["memory"]["measured"]["baseline"])

@@ -61,8 +61,9 @@ def test_a_sweep_is_one_tensorboard_run_per_point(finished_sweep, tmp_path):
     assert r.returncode == 0, r.stderr
     out = finished_sweep / "tensorboard"
     runs = sorted(d.name for d in out.iterdir())
-    assert runs == ["p000 zero_stage=0 micro_batch=8", "p001 zero_stage=1 micro_batch=8",
-                    "p002 zero_stage=2 micro_batch=16", "p003 zero_stage=3 micro_batch=8"]
+    # folder names a shell and TensorBoard take as they are: no spaces, no '='
+    assert runs == ["p000_zero_stage-0_micro_batch-8", "p001_zero_stage-1_micro_batch-8",
+                    "p002_zero_stage-2_micro_batch-16", "p003_zero_stage-3_micro_batch-8"]
     oom = events(out / runs[2])
     assert oom.Tags()["scalars"] == []  # no step ran
     assert "out of memory" in text(oom, "outcome")[0]
