@@ -23,7 +23,10 @@ import yaml
 # /memory/measured, and a summary names them in its pred_<component> columns: read_log and read_summary
 # take those, so a new or renamed component needs no change here.
 COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "snapshot")
-TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens")
+# The /train and /eval series in the trainer's order (kTrainMetrics, kEvalMetrics: src/io/metrics.hpp), the
+# order of its train.csv and eval.csv columns.
+TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens",
+                "fp8_saturated", "peak_memory", "gathered_bytes")
 EVAL_FIELDS = ("step", "val_loss", "hellaswag_acc", "hellaswag_acc_norm", "sample_end")
 STATUSES = ("running", "ok", "failed", "oom", "checkpointed")
 GIB = float(1 << 30)
