@@ -15,7 +15,7 @@ import pytest
 
 import numpy as np
 
-from conftest import ROOT, TINY_SYNTH, flip_bit, merge_sections, run_train, write_yaml
+from conftest import ROOT, TINY_SYNTH, as_killed, flip_bit, merge_sections, run_train, write_yaml
 
 SCRIPTS = ROOT / "scripts"
 LIMIT = 60  # seconds: a reader still going then is hanging (HDF5's SWMR retries never ended before)
@@ -241,3 +241,45 @@ def test_to_csv_never_replaces_a_live_runs_csv(tmp_path, train_bin):
         run.communicate()
     rows = read_rows(folder / "train.csv")
     assert [int(r[0]) for r in rows[1:]][:4] == [1, 2, 3, 4]
+
+
+def test_follow_replaces_the_steps_a_resume_runs_again(tmp_path, train_bin):
+    pytest.importorskip("tensorboard", reason="SKIP: tensorboard not installed (scripts/requirements.txt)")
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+    import h5py
+    y = write_yaml(tmp_path / "a.yaml", TINY_SYNTH.format(name="a", out_dir=tmp_path / "runs", steps=6, B=4, stage=0,
+                                                          accum=1, ckpt_every=4))
+    run_train(["--yaml", y], check=True)
+    # as a kill after step 6 whose checkpoint never got written leaves it: the resume goes on from step 4
+    run = tmp_path / "runs/a"
+    shutil.rmtree(run / "checkpoints/step_00000006")
+    (run / "checkpoints/latest").write_text("step_00000004\n")
+    as_killed(run)
+    tb = follow(run, "--grace", "120")
+    out = run / "tensorboard"
+
+    def steps_seen():
+        if not out.is_dir():
+            return None, []
+        acc = EventAccumulator(str(out), size_guidance={SCALARS: 0})
+        acc.Reload()
+        return acc, [e.step for e in acc.Scalars("train/step_ms")] if "train/step_ms" in acc.Tags()["scalars"] else []
+
+    try:
+        deadline = time.time() + LIMIT
+        while steps_seen()[1] != list(range(1, 7)):
+            assert time.time() < deadline and tb.poll() is None, "the first 6 steps never came"
+            time.sleep(0.2)
+        run_train(["--yaml", y, "--resume", "training.steps=9"], check=True, timeout=LIMIT)
+    except BaseException:
+        tb.kill()
+        raise
+    rc, _, err = ended(tb)
+    assert rc == 0, err
+    with h5py.File(run / "log.h5", "r") as f:
+        logged = list(zip(f["train/step"][()].tolist(), f["train/step_ms"][()].tolist()))
+    assert [s for s, _ in logged] == list(range(1, 10))
+    acc, _ = steps_seen()
+    # each step once, as the log has it now: steps 5 and 6 of the first run are gone
+    assert [(e.step, e.value) for e in acc.Scalars("train/step_ms")] == \
+        [(s, pytest.approx(v, rel=1e-6)) for s, v in logged]

@@ -111,11 +111,23 @@ def test_follow_adds_the_steps_of_a_run_still_going(running_sweep, tmp_path):
     assert [v for _, v in scalars(acc, "train/loss")] == pytest.approx(losses(RUNNING)[:3], rel=1e-6)
 
 
-def test_to_tensorboard_errors_name_the_path(tmp_path):
+def test_to_tensorboard_errors_name_the_path(finished_sweep, tmp_path):
     r = run_script("to_tensorboard.py", tmp_path / "nothing")
     assert r.returncode == 1 and "nothing" in r.stderr
     r = run_script("to_tensorboard.py", tmp_path, tmp_path)
     assert r.returncode == 2 and "-o" in r.stderr
+    # -o naming a file: a message, not a traceback
+    (tmp_path / "afile").write_text("mine")
+    r = run_script("to_tensorboard.py", finished_sweep / "p000", "-o", tmp_path / "afile")
+    assert r.returncode == 1 and r.stderr.startswith(f"to_tensorboard: error: -o {tmp_path / 'afile'} is a file")
+    assert (tmp_path / "afile").read_text() == "mine"
+    # a log that is not HDF5: exit 1 naming it, and no event file
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "log.h5").write_bytes(b"not hdf5" * 100)
+    r = run_script("to_tensorboard.py", bad, "-o", tmp_path / "tb")
+    assert r.returncode == 1 and r.stderr.startswith(f"to_tensorboard: error: {bad / 'log.h5'}: damaged"), r.stderr
+    assert not list(tmp_path.glob("tb/**/events.out.tfevents.*"))
 
 
 def read_csv(path):
