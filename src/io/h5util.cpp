@@ -67,6 +67,13 @@ Id create_group(hid_t loc, const std::string& name) {
 }
 Id open_group(hid_t loc, const std::string& name) { return Id(H5_CHECK(H5Gopen2(loc, name.c_str(), H5P_DEFAULT))); }
 
+// An attribute to read: absent, or unreadable (a damaged file), is input_error naming it.
+static void need_attr(hid_t obj, const std::string& name) {
+  const htri_t e = H5Aexists(obj, name.c_str());
+  if (e < 0) throw input_error("attribute '" + name + "' cannot be read (HDF5: " + last_error() + ")");
+  if (e == 0) throw input_error("missing attribute '" + name + "'");
+}
+
 static void replace_attr(hid_t obj, const std::string& name) {
   if (H5Aexists(obj, name.c_str()) > 0) H5_CHECK(H5Adelete(obj, name.c_str()));
 }
@@ -94,7 +101,7 @@ void set_attr(hid_t obj, const std::string& name, double v) {
   H5_CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v));
 }
 std::string get_attr_str(hid_t obj, const std::string& name) {
-  if (H5_CHECK(H5Aexists(obj, name.c_str())) == 0) throw input_error("missing attribute '" + name + "'");
+  need_attr(obj, name);
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   Id ftype(H5_CHECK(H5Aget_type(a)));
   if (H5Tget_class(ftype) != H5T_STRING) throw input_error("attribute '" + name + "' is not a string");
@@ -116,14 +123,14 @@ std::string get_attr_str(hid_t obj, const std::string& name) {
   return s;
 }
 int64_t get_attr_i64(hid_t obj, const std::string& name) {
-  if (H5_CHECK(H5Aexists(obj, name.c_str())) == 0) throw input_error("missing attribute '" + name + "'");
+  need_attr(obj, name);
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   int64_t v = 0;
   H5_CHECK(H5Aread(a, H5T_NATIVE_INT64, &v));
   return v;
 }
 double get_attr_f64(hid_t obj, const std::string& name) {
-  if (H5_CHECK(H5Aexists(obj, name.c_str())) == 0) throw input_error("missing attribute '" + name + "'");
+  need_attr(obj, name);
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   double v = 0;
   H5_CHECK(H5Aread(a, H5T_NATIVE_DOUBLE, &v));

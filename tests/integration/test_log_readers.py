@@ -90,6 +90,14 @@ def script(name, *args):
                           timeout=LIMIT)
 
 
+def test_summarize_says_what_it_wrote(logs, tmp_path):
+    shutil.copytree(logs["sweep"], tmp_path / "runs/sw")
+    p = run_train(["--yaml", sweep_yaml(tmp_path), "--summarize"], timeout=LIMIT)
+    sweep = tmp_path / "runs/sw"
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert p.stdout == f"summary of 2 point(s): {sweep}/summary.csv, {sweep}/summary.h5\n"
+
+
 @pytest.mark.parametrize("how", ["flip", "cut"])
 @pytest.mark.parametrize("writer", ["finished", "killed"])
 def test_summary_lists_a_damaged_point_and_goes_on(logs, tmp_path, writer, how):
