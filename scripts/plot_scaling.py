@@ -8,8 +8,8 @@ scaling efficiency (tokens/s per GPU over that of the smallest GPU count in the 
 a table and drawn in scaling.png (the total tokens/s of each model size against linear scaling, then
 the efficiency of every point); memory per GPU (measured peak, less the process's baseline on CPUs as
 plot_sweep.py's memory.png has it, and predicted as a wide pale line) in scaling_memory.png. Lines are
-coloured by ZeRO stage, one marker and line style per model size (the other varied keys). Sweeps run on CPUs say ranks for GPUs. Works on sweeps still running (rows without
-a time are left out).
+coloured by ZeRO stage, one marker and line style per model size (the other varied keys). Sweeps run on
+CPUs say ranks for GPUs. Works on sweeps still running (rows without a time are left out).
 """
 import argparse
 import sys
@@ -113,6 +113,10 @@ def _models(points, varied):
     return list(out.items())
 
 
+def _si_tick(v, _):
+    return f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}k" if v else "0"
+
+
 def measured_gib(row):
     """The measured peak per rank in GiB, less the process's baseline where the log knows it (CPU: what
     the process held before the model; GPU: 0), as memory.png of plot_sweep.py draws it."""
@@ -157,7 +161,7 @@ def plot(points, varied, out_dir):
                     transform=ax.transAxes,
                     ha="right", va="bottom", fontsize=8)
         ax.set_ylim(0, top * 1.08)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}k" if v else "0"))
+        ax.yaxis.set_major_formatter(FuncFormatter(_si_tick))
         ax.set_ylabel("tokens/s, all " + unit + "s")
         ax.set_title("throughput" + (f"\n{title}" if title else ""), fontsize=10)
         ax.legend(fontsize=7, loc="upper left")
