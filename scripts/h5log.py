@@ -8,6 +8,7 @@ Files still being written (SWMR) are read as far as they have been flushed. A da
 naming it, within a second: no read waits on HDF5's retries (open_h5).
 """
 import csv
+import functools
 import math
 import os
 import re
@@ -90,6 +91,7 @@ def _plain(value):
 SWMR_READ_ATTEMPTS = 24
 
 
+@functools.lru_cache(maxsize=None)
 def _hdf5_library():
     """ctypes handle of the HDF5 library h5py runs on (the one loaded in this process), or None."""
     import ctypes
