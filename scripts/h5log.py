@@ -4,11 +4,15 @@
     log["attrs"]["status"], log["train"]["loss"], log["memory"]["predicted"]["total"]
     summary = read_summary("runs/mysweep")  # summary.h5, or the points' pNNN/log.h5 files
 
-Files still being written (SWMR) are read as far as they have been flushed.
+Files still being written (SWMR) are read as far as they have been flushed. A damaged file is LogError
+naming it, within a second: no read waits on HDF5's retries (open_h5).
 """
 import csv
+import functools
 import math
+import os
 import re
+import sys
 from pathlib import Path
 
 import h5py
@@ -20,7 +24,10 @@ import yaml
 # /memory/measured, and a summary names them in its pred_<component> columns: read_log and read_summary
 # take those, so a new or renamed component needs no change here.
 COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "workspace", "comm", "snapshot")
-TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens")
+# The /train and /eval series in the trainer's order (kTrainMetrics, kEvalMetrics: src/io/metrics.hpp), the
+# order of its train.csv and eval.csv columns.
+TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens",
+                "fp8_saturated", "peak_memory", "gathered_bytes")
 EVAL_FIELDS = ("step", "val_loss", "hellaswag_acc", "hellaswag_acc_norm", "sample_end")
 STATUSES = ("running", "ok", "failed", "oom", "checkpointed")
 GIB = float(1 << 30)
@@ -79,22 +86,83 @@ def _plain(value):
     return value
 
 
-def open_h5(path):
-    """Open an HDF5 file read-only, as a SWMR reader where the file allows it.
+# Metadata read tries of a SWMR reader (the trainer's h5::kSwmrReadAttempts). HDF5's default, 100 tries
+# with a sleep that doubles each time from 1 ns, never returns on a damaged file; 24 give up within ~20 ms.
+SWMR_READ_ATTEMPTS = 24
 
-    Falls back to a plain read (file not written in SWMR mode) and then to a read without
-    file locking (file held open by a writer that did not enable SWMR).
+
+@functools.lru_cache(maxsize=None)
+def _hdf5_library():
+    """ctypes handle of the HDF5 library h5py runs on (the one loaded in this process), or None."""
+    import ctypes
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            paths = {line.split()[-1] for line in maps if "/libhdf5" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        name = Path(path).name
+        if name.startswith("libhdf5") and not name.startswith("libhdf5_"):
+            try:
+                lib = ctypes.CDLL(path)
+                lib.H5Pset_metadata_read_attempts.argtypes = [ctypes.c_int64, ctypes.c_uint]
+                lib.H5Pset_metadata_read_attempts.restype = ctypes.c_int
+                return lib
+            except (OSError, AttributeError):
+                continue
+    return None
+
+
+def _open_swmr_bounded(path):
+    """path opened as a SWMR reader whose metadata reads give up after SWMR_READ_ATTEMPTS tries."""
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    lib = _hdf5_library()
+    if lib is None or lib.H5Pset_metadata_read_attempts(fapl.id, SWMR_READ_ATTEMPTS) < 0:
+        raise OSError("cannot bound HDF5's SWMR read retries (the HDF5 library h5py uses was not found): "
+                      "not opened as a SWMR reader, which could wait forever on a damaged file")
+    fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ, fapl=fapl)
+    return h5py.File(fid)
+
+
+def open_h5(path):
+    """Open an HDF5 file read-only; a damaged file is LogError at once, never a wait.
+
+    A plain read comes first: it fails at once on a file a writer holds (or a killed writer left
+    flagged), which is then opened as a SWMR reader with bounded retries, as far as it has been
+    flushed. Last, a read without file locking (a writer that did not enable SWMR holds the file).
     """
     path = Path(path)
     if not path.is_file():
         raise LogError(f"{path}: no such file")
     errors = []
-    for kwargs in ({"swmr": True}, {}, {"locking": False}):
+    for how, opener in (("plain", lambda: h5py.File(path, "r")),
+                        ("as a SWMR reader", lambda: _open_swmr_bounded(path)),
+                        ("without file locking", lambda: h5py.File(path, "r", locking=False))):
         try:
-            return h5py.File(path, "r", **kwargs)
-        except (OSError, TypeError, ValueError) as e:  # TypeError: h5py without `locking`
-            errors.append(f"{kwargs or 'plain'}: {e}")
-    raise LogError(f"{path}: cannot open as HDF5 ({'; '.join(errors)})")
+            return opener()
+        except (OSError, TypeError, ValueError, KeyError, RuntimeError) as e:  # TypeError: h5py without `locking`
+            errors.append(f"{how}: {e}")
+    raise LogError(f"{path}: damaged or not an HDF5 file, cannot open it ({'; '.join(errors)})")
+
+
+def run_is_live(run_dir):
+    """True while a trainer holds the run folder's .lock: an exclusive flock it takes before writing
+    anything there and holds until it exits, however it ends (src/io/run_dir.hpp). Probed with a shared
+    flock let go at once; no .lock, or a filesystem without flock, is "not live"."""
+    import fcntl
+    try:
+        fd = os.open(Path(run_dir) / ".lock", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # lets our lock go with it
+    return False
 
 
 def find_log(path):
@@ -160,8 +228,8 @@ def read_log(path):
                 listed = memory[group].pop("components", None)
                 if listed:
                     memory["components"] = listed.split()
-        except (KeyError, OSError) as e:
-            raise LogError(f"{path}: unreadable ({e})") from e
+        except (KeyError, OSError, ValueError, RuntimeError, TypeError, UnicodeDecodeError) as e:
+            raise LogError(f"{path}: damaged log, cannot read it ({type(e).__name__}: {e})") from e
     return {"path": str(path), "attrs": attrs, "train": train, "eval": evals, "samples": samples,
             "memory": memory}
 
@@ -330,6 +398,13 @@ def _to_int(value):
 
 
 def _summary_from_h5(path):
+    try:
+        return _read_summary_h5(path)
+    except (KeyError, OSError, ValueError, RuntimeError, TypeError, UnicodeDecodeError) as e:
+        raise LogError(f"{path}: damaged summary, cannot read it ({type(e).__name__}: {e})") from e
+
+
+def _read_summary_h5(path):
     with open_h5(path) as f:
         if "points" not in f:
             raise LogError(f"{path}: no /points group")
@@ -378,7 +453,7 @@ def _summary_from_logs(sweep_dir):
         try:
             log = read_log(log_path)
         except LogError as e:
-            rows.append({"index": index, "dir": pdir.name, "status": "unreadable", "message": str(e)})
+            rows.append({"index": index, "dir": pdir.name, "status": "damaged", "message": str(e)})
             continue
         row = summary_row(log, index=index, dirname=pdir.name)
         components += [c for c in log["memory"]["components"] if c not in components]
@@ -424,7 +499,8 @@ def read_summary(sweep_dir, source="auto"):
 
 
 def point_log(sweep_dir, row):
-    """The read_log() of a summary row's point, or None when it has no readable log."""
+    """The read_log() of a summary row's point, or None when it has no readable log (a damaged one is
+    named in a warning on stderr)."""
     sweep_dir = Path(sweep_dir)
     d = str(row.get("dir", "") or "")
     candidates = []
@@ -436,7 +512,8 @@ def point_log(sweep_dir, row):
         if (c / "log.h5").is_file():
             try:
                 return read_log(c)
-            except LogError:
+            except LogError as e:
+                print(f"warning: {e}: point left out", file=sys.stderr)
                 return None
     return None
 

@@ -5,10 +5,11 @@
 
 Points are matched by their varied values (e.g. zero_stage and model). For each, tokens/s per GPU and
 scaling efficiency (tokens/s per GPU over that of the smallest GPU count in the inputs) are printed as
-a table and drawn in scaling.png; memory per GPU (measured peak, and predicted as a wide pale line) in
-scaling_memory.png. Lines are coloured by ZeRO stage, one marker and line style per model size (the
-other varied keys). Sweeps run on CPUs say ranks for GPUs. Works on sweeps still running (rows without
-a time are left out).
+a table and drawn in scaling.png (the total tokens/s of each model size against linear scaling, then
+the efficiency of every point); memory per GPU (measured peak, less the process's baseline on CPUs as
+plot_sweep.py's memory.png has it, and predicted as a wide pale line) in scaling_memory.png. Lines are
+coloured by ZeRO stage, one marker and line style per model size (the other varied keys). Sweeps run on
+CPUs say ranks for GPUs. Works on sweeps still running (rows without a time are left out).
 """
 import argparse
 import sys
@@ -22,6 +23,7 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 import h5log  # noqa: E402
 import plot_style as style  # noqa: E402
@@ -100,41 +102,98 @@ def _styles(points, varied):
     return out
 
 
+def _models(points, varied):
+    """[(title, [point keys])]: the points grouped by every varied key but the colour key (the model
+    size and its micro-batch), in input order."""
+    ckey = style.color_key(varied)
+    out = {}
+    for key in points:
+        rest = ", ".join(f"{style.short(k)}={v}" for k, v in key if k != ckey)
+        out.setdefault(rest, []).append(key)
+    return list(out.items())
+
+
+def _si_tick(v, _):
+    return f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}k" if v else "0"
+
+
+def measured_gib(row):
+    """The measured peak per rank in GiB, less the process's baseline where the log knows it (CPU: what
+    the process held before the model; GPU: 0), as memory.png of plot_sweep.py draws it."""
+    base = row.get("meas_baseline", float("nan"))
+    base = 0.0 if h5log.is_missing(base) else float(base)
+    return (row.get("meas_peak", float("nan")) - base) / h5log.GIB
+
+
 def plot(points, varied, out_dir):
+    """scaling.png: the total tokens/s of each model size against linear scaling, one panel each, then
+    the scaling efficiency of every point; scaling_memory.png: measured and predicted memory per GPU."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    unit = style.rank_word(all_rows(points), plural=False)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.5))
+    rows = all_rows(points)
+    unit = style.rank_word(rows, plural=False)
+    styles = _styles(points, varied)
+    models = _models(points, varied)
+    fig, axes = plt.subplots(1, len(models) + 1, figsize=(4.6 * len(models) + 6.5, 4.5), squeeze=False)
+    axes = list(axes.flat)
+    eff_ax = axes[-1]
     fig2, ax3 = plt.subplots(figsize=(9, 4.5))
-    for key, (label, color, marker, ls) in _styles(points, varied).items():
+    for ax, (title, keys) in zip(axes, models):
+        # total tokens/s against the ideal: each point's own figure at the fewest GPUs, times the GPUs
+        top, speedups = 0.0, []
+        for key in keys:
+            label, color, marker, ls = styles[key]
+            g = sorted(points[key])
+            total = [points[key][x]["tokens_per_s_per_gpu"] * x for x in g]
+            top = max(top, max(total), total[0] / g[0] * g[-1])
+            ax.plot(g, total, marker=marker, ls=ls, color=color, label=label.split(",")[0])
+            if len(g) > 1:
+                speedups.append((g[-1], total[-1] / total[0], g[0]))
+        g0 = min(x for key in keys for x in points[key])
+        base = sum(points[k][g0]["tokens_per_s_per_gpu"] for k in keys if g0 in points[k]) / \
+            sum(1 for k in keys if g0 in points[k])
+        counts = sorted({x for key in keys for x in points[key]})
+        ax.plot(counts, [base * x for x in counts], color="0.5", ls=":", lw=1.5, label="ideal (linear)")
+        if speedups:
+            at = max(s[0] for s in speedups)
+            fs = [f for g, f, _ in speedups if g == at]
+            ratio = f"{min(fs):.2f}x" if max(fs) - min(fs) < 0.005 else f"{min(fs):.2f}-{max(fs):.2f}x"
+            ax.text(0.97, 0.05, f"{at} {unit}s: {ratio} the tokens/s of {speedups[0][2]} {unit}",
+                    transform=ax.transAxes,
+                    ha="right", va="bottom", fontsize=8)
+        ax.set_ylim(0, top * 1.08)
+        ax.yaxis.set_major_formatter(FuncFormatter(_si_tick))
+        ax.set_ylabel("tokens/s, all " + unit + "s")
+        ax.set_title("throughput" + (f"\n{title}" if title else ""), fontsize=10)
+        ax.legend(fontsize=7, loc="upper left")
+    for key, (label, color, marker, ls) in styles.items():
         by_gpus = points[key]
         g = sorted(by_gpus)
         tpg = [by_gpus[x]["tokens_per_s_per_gpu"] for x in g]
-        ax1.plot(g, tpg, marker=marker, ls=ls, color=color, label=label)
-        ax2.plot(g, [100 * t / tpg[0] for t in tpg], marker=marker, ls=ls, color=color, label=label)
-        ax3.plot(g, [by_gpus[x]["meas_peak"] / h5log.GIB for x in g], marker=marker, ls=ls, color=color,
-                 label=label)
+        eff_ax.plot(g, [100 * t / tpg[0] for t in tpg], marker=marker, ls=ls, color=color, label=label)
+        ax3.plot(g, [measured_gib(by_gpus[x]) for x in g], marker=marker, ls=ls, color=color, label=label)
         ax3.plot(g, [by_gpus[x]["pred_total"] / h5log.GIB for x in g], ls=ls, color=color, alpha=0.45, lw=3)
     gpus = sorted({x for by in points.values() for x in by})
-    for ax in (ax1, ax2, ax3):
+    for ax in axes + [ax3]:
         ax.set_xscale("log", base=2)
         ax.set_xticks(gpus, [str(x) for x in gpus])
+        ax.minorticks_off()
         ax.set_xlabel(unit + "s")
         ax.grid(alpha=0.3)
-    ax1.set_yscale("log")
-    ax1.set_ylabel(f"tokens/s per {unit}")
-    ax1.set_title(f"throughput per {unit}")
-    ax2.set_ylabel(f"% of tokens/s per {unit} on {gpus[0]} {unit}(s)")
-    ax2.set_title("scaling efficiency")
-    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    ax3.set_ylabel(f"GiB per {unit} (measured peak; predicted: wide pale line)")
-    ax3.set_title(f"memory per {unit}")
+    eff_ax.set_ylabel(f"% of tokens/s per {unit} on {gpus[0]} {unit}(s)")
+    eff_ax.set_title("scaling efficiency", fontsize=10)
+    eff_ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    on_cpu = any(not h5log.is_missing(r.get("meas_baseline")) and r.get("meas_baseline") > 0 for r in rows)
+    measured = "measured peak above the process's baseline" if on_cpu else "measured peak"
+    ax3.set_ylabel(f"GiB per {unit}")
+    ax3.set_title(f"memory per {unit}: {measured} (line with markers), predicted (wide pale line)", fontsize=10)
     ax3.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     fig2.tight_layout()
-    fig.savefig(out_dir / "scaling.png", dpi=110)
-    fig2.savefig(out_dir / "scaling_memory.png", dpi=110)
+    fig.savefig(out_dir / "scaling.png", dpi=110, bbox_inches="tight")
+    fig2.savefig(out_dir / "scaling_memory.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     plt.close(fig2)
+    return {"throughput_panels": [t for t, _ in models], "measured": measured}
 
 
 def main():

@@ -62,6 +62,21 @@ def _subplots(n, width, height):
     return fig, flat[:n]
 
 
+# characters of a 9-point panel title on one line of a 3.2-inch panel
+PANEL_CHARS = 40
+
+
+def _wrap(text, chars):
+    """text broken into lines of at most chars characters (its own line breaks kept): a title that fits
+    its panel or figure, neither clipped nor running into its neighbour's."""
+    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
+
+
+def _figure_chars(fig):
+    """Characters of a 10-point title on one line across the figure."""
+    return max(40, int(fig.get_figwidth() * 72 / 6.5))
+
+
 def _mark_missing(ax, x, row, y=0.0):
     ax.text(x, y, row.get("status", "") or "?", ha="center", va="bottom", rotation=90,
             color=style.FAILED_COLOR, fontsize=9)
@@ -100,14 +115,15 @@ def plot_throughput(summary, path):
         drawn["panels"].append((title, list(zip(labels, vals.tolist(), cols))))
         ax.set_xticks(x)
         ax.set_xticklabels(labels, fontsize=8)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_wrap(title, PANEL_CHARS), fontsize=9)
         ax.grid(axis="y", alpha=0.3)
         ax.set_ylim(0, max(np.nanmax(np.where(ok, vals, 0.0)) * 1.15, 1.0))
     drawn["ylabel"] = f"tokens/s per {unit}"
     axes[0].set_ylabel(drawn["ylabel"])
-    fig.suptitle(f"throughput per {unit}{_world_text(rows)}, by {_by(varied)} ({summary['source']})", fontsize=10)
+    title = f"throughput per {unit}{_world_text(rows)}, by {_by(varied)}\n({summary['source']})"
+    fig.suptitle(_wrap(title, _figure_chars(fig)), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return drawn
 
@@ -139,7 +155,7 @@ def _baselines(summary, sweep_dir):
     out = []
     for r in summary["rows"]:
         b = _value(r, "meas_baseline")
-        if math.isnan(b) and r.get("status") not in ("missing", "unreadable"):
+        if math.isnan(b) and r.get("status") not in ("missing", "unreadable", "damaged"):
             log = h5log.point_log(sweep_dir, r)
             if log is not None and "baseline" in log["memory"].get("measured", {}):
                 b = float(log["memory"]["measured"]["baseline"])
@@ -198,7 +214,7 @@ def plot_memory(summary, sweep_dir, path):
         drawn["panels"].append((title, list(zip(labels, bottom.tolist(), meas.tolist()))))
         ax.set_xticks(x)
         ax.set_xticklabels([label + "\npred | meas" for label in labels], fontsize=8)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_wrap(title, PANEL_CHARS), fontsize=9)
         ax.grid(axis="y", alpha=0.3)
         ax.set_ylim(0, max(top * 1.15, 1e-3))
     axes[0].set_ylabel(f"{unit} per {style.rank_word(rows, plural=False)}")
@@ -246,7 +262,7 @@ def plot_loss(summary, sweep_dir, path):
                                                                  len(log["eval"]["step"]))]
         if not logs:
             ax.text(0.5, 0.5, "no loss values logged yet", ha="center", va="center", transform=ax.transAxes)
-            ax.set_title(title, fontsize=9)
+            ax.set_title(_wrap(title, PANEL_CHARS), fontsize=9)
             continue
         anything = True
         curves = [(np.concatenate([log["train"]["step"], -1 - np.asarray(log["eval"]["step"])]),
@@ -271,7 +287,7 @@ def plot_loss(summary, sweep_dir, path):
             if len(ev["step"]):
                 ax.plot(ev["step"], ev["val_loss"], color=color, ls="--", marker="o", ms=3,
                         label=None if len(tr["step"]) else label)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_wrap(title, PANEL_CHARS), fontsize=9)
         ax.set_xlabel("step")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)

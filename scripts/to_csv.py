@@ -4,11 +4,14 @@
     python3 scripts/to_csv.py runs/myrun [-o OUT_DIR]      # a run: one row per logged step / evaluation
     python3 scripts/to_csv.py runs/mysweep [-o OUT_DIR]    # a sweep: every point's rows, with its values
 
-One column per dataset of the group (step first, then as docs/FORMATS.md lists them, then any others),
-numbers in their shortest exact form, NaN as an empty cell; eval.csv also has each evaluation's sample
-text. A sweep's files start with `point` and one column per varied key. OUT_DIR defaults to the run (or
-sweep) folder; the files are replaced whole. Works on a run still going (its log is read as far as it
-has been flushed).
+One column per dataset of the group, in the order of the trainer's own train.csv and eval.csv (log.csv:
+step first, then as docs/FORMATS.md lists them, then any others), numbers as the trainer writes them:
+the shortest text that reads back exactly (lr: as the float32 the optimizer used), a whole number
+without ".0", NaN as an empty cell; eval.csv also has each evaluation's sample text. A sweep's files
+start with `point` and one column per varied key. OUT_DIR defaults to the run (or sweep) folder; the
+files are replaced whole. Works on a run still going (its log is read as far as it has been flushed),
+but never writes into the folder of a live run (a trainer holds its .lock), whose train.csv and eval.csv
+are the trainer's to append to: give -o OUT_DIR then. A damaged log is an error naming it (exit 1).
 """
 import argparse
 import csv
@@ -35,13 +38,23 @@ def series_names(series, preferred):
     return names + sorted(c for c in series if c not in names and len(series[c]) == n)
 
 
-def cell(value):
+# series the trainer computes in float32 (the learning rate the optimizer is given): their float32 text
+FLOAT32_COLUMNS = ("lr",)
+
+
+def cell(value, float32=False):
+    """value as the trainer's CSV writes it (src/io/csv_log.cpp): the shortest text that reads back
+    exactly, in Python's layout, a whole number without '.0', NaN empty."""
     if isinstance(value, str):
         return value
     if isinstance(value, (np.integer, int)):
         return str(int(value))
     value = float(value)
-    return "" if math.isnan(value) else repr(value)
+    if math.isnan(value):
+        return ""
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return str(np.float32(value)) if float32 else repr(value)
 
 
 def log_tables(log):
@@ -87,8 +100,9 @@ def write_csv(path, table):
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
             w.writerow(table["columns"])
+            f32 = [c in FLOAT32_COLUMNS for c in table["columns"]]
             for r in table["rows"]:
-                w.writerow([cell(v) for v in r])
+                w.writerow([cell(v, f) for v, f in zip(r, f32)])
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
@@ -120,6 +134,12 @@ def main(argv=None):
             tables = log_tables(h5log.read_log(args.path))
             default = h5log.find_log(args.path).parent
         out = Path(args.out_dir) if args.out_dir else default
+        if h5log.run_is_live(out):
+            raise h5log.LogError(f"{out} is the folder of a live run (a trainer holds {out / '.lock'}): its "
+                                 "train.csv and eval.csv are the trainer's (log.csv), not replaced; give -o "
+                                 "OUT_DIR")
+        if out.exists() and not out.is_dir():
+            raise h5log.LogError(f"-o {out} is a file: give a folder (it is made when missing)")
         out.mkdir(parents=True, exist_ok=True)
         for name, table in zip(("train.csv", "eval.csv"), tables):
             write_csv(out / name, table)

@@ -10,14 +10,21 @@
 Each /train and /eval dataset becomes a scalar tag (train/loss, train/lr, ..., eval/val_loss; NaN, such
 as MFU on a CPU, is left out) at its step, with the wall time of /train/elapsed_s; the config
 (config_yaml), the run's attributes and memory, and each evaluation's sample become text. A sweep point's
-TensorBoard run is named by its folder and varied values (`p003 zero_stage=1 preset=d48`). The logs are
-read as SWMR readers, so a run still going is converted as far as it has been flushed; --follow then
-polls it and appends what is new until every run has ended (Ctrl-C stops it earlier). Event files this
-tool wrote before into the same folder are replaced, others left alone.
+TensorBoard run is named by its folder and varied values (`p003_zero_stage-1_preset-d48`). A run still
+going is converted as far as it has been flushed. Event files this tool wrote before into the same folder
+are replaced, others left alone. A log that cannot be read (damaged) is an error naming it (exit 1), and
+no event file is written for it.
+
+--follow polls the runs and appends what is new until each has ended: its status is ok, failed or oom;
+or it stopped (status checkpointed after a stop signal, or running with its .lock free: killed) and no
+trainer has held its .lock for --grace seconds (default 600), since a requeued or resumed run continues
+the same log (the steps it runs again replace those after its checkpoint). --until-stop ends at a stop
+without waiting for a resume. Ctrl-C ends it earlier.
 """
 import argparse
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,6 +35,7 @@ import project_env  # noqa: E402
 project_env.need("h5py", "numpy", "yaml", "tensorboard")
 import numpy as np  # noqa: E402
 from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: E402
+from tensorboard.compat.proto.event_pb2 import SessionLog  # noqa: E402
 from tensorboard.plugins.text.summary_v2 import text_pb  # noqa: E402
 from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
 
@@ -35,7 +43,8 @@ import h5log  # noqa: E402
 
 # event files of this tool end so, and only those are replaced on a new conversion
 SUFFIX = ".log_h5"
-FINAL = ("ok", "failed", "oom", "checkpointed")
+FINAL = ("ok", "failed", "oom")  # no resume follows these (a stop, "checkpointed", may be resumed)
+ENDED = FINAL + ("checkpointed",)  # an outcome to write
 SKIP_TRAIN = ("step",)
 SKIP_EVAL = ("step", "sample_end")
 
@@ -66,16 +75,43 @@ class RunWriter:
     def __init__(self, log_path, out_dir):
         self.log_path = Path(log_path)
         self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        for old in self.out_dir.glob("events.out.tfevents.*" + SUFFIX):
-            old.unlink()
-        self.writer = EventFileWriter(str(self.out_dir), filename_suffix=SUFFIX)
+        self.writer = None  # made at the first good read: a log that cannot be read leaves no event file
         self.train_rows = 0
         self.eval_rows = 0
+        self.last_step = None  # the last train step written
+        self.resumed = None  # the log's resumed_from_step when last read
         self.wrote_texts = False
         self.wrote_outcome = False
         self.t0 = None
         self.status = "running"
+        self.free_since = None  # when the run's lock was first seen free while it had not ended
+
+    def _open_writer(self):
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.out_dir.glob("events.out.tfevents.*" + SUFFIX):
+            old.unlink()
+        self.writer = EventFileWriter(str(self.out_dir), filename_suffix=SUFFIX)
+
+    def _resync(self, steps, evals, a):
+        """A resumed run dropped its rows after the checkpoint's step and writes them again (a run that
+        started over, its whole log): TensorBoard is told to forget the steps from there (a SessionLog
+        START purges the events at and after its step) and this writer goes on from there."""
+        resumed = a.get("resumed_from_step")
+        since = None
+        if resumed is not None and resumed != self.resumed and self.last_step is not None \
+                and int(resumed) < self.last_step:
+            since = int(resumed)
+        elif len(steps) < self.train_rows:
+            since = int(steps[-1]) if len(steps) else 0
+        self.resumed = resumed
+        if since is None:
+            return
+        self.writer.add_event(event_pb2.Event(wall_time=time.time(), step=since + 1,
+                                              session_log=SessionLog(status=SessionLog.START)))
+        self.train_rows = int(np.searchsorted(steps, since, side="right"))
+        self.eval_rows = int(np.searchsorted(np.asarray(evals), since, side="right"))
+        self.last_step = since
+        self.wrote_outcome = False
 
     def _emit(self, step, wall, values=(), texts=()):
         summary = summary_pb2.Summary()
@@ -93,6 +129,9 @@ class RunWriter:
         self.status = a.get("status", "running")
         train, ev = log["train"], log["eval"]
         steps = np.asarray(train["step"])
+        if self.writer is None:
+            self._open_writer()
+        self._resync(steps, ev["step"], a)
         elapsed = np.asarray(train.get("elapsed_s", np.zeros(0)), dtype=float)
         if self.t0 is None:  # the run's start: the log's last change less the time it had run by then
             last = float(elapsed[-1]) if len(elapsed) and np.isfinite(elapsed[-1]) else 0.0
@@ -114,6 +153,8 @@ class RunWriter:
             values = [(f"train/{n}", float(train[n][i])) for n in names if math.isfinite(float(train[n][i]))]
             self._emit(steps[i], wall(i), values)
         self.train_rows = len(steps)
+        if len(steps):
+            self.last_step = int(steps[-1])
         enames = [n for n in ev if n not in SKIP_EVAL and len(ev[n]) == len(ev["step"])]
         for j in range(self.eval_rows, len(ev["step"])):
             step = int(ev["step"][j])
@@ -124,7 +165,7 @@ class RunWriter:
             sample = log["samples"][j] if j < len(log["samples"]) else ""
             self._emit(step, w, values, [("eval/sample", sample)] if sample else [])
         self.eval_rows = len(ev["step"])
-        if self.status in FINAL and not self.wrote_outcome:
+        if self.status in ENDED and not self.wrote_outcome:
             last = int(steps[-1]) if len(steps) else 0
             outcome = [("status", self.status), ("message", a.get("message", ""))]
             self._emit(last, wall(len(steps) - 1) if len(steps) else self.t0,
@@ -133,14 +174,29 @@ class RunWriter:
         self.writer.flush()
         return len(new)
 
+    def ended(self, until_stop, grace):
+        """Whether --follow is done with this run (see the module's doc)."""
+        if self.status in FINAL:
+            return True
+        if h5log.run_is_live(self.log_path.parent):
+            self.free_since = None
+            return False
+        if until_stop:
+            return True
+        if self.free_since is None:
+            self.free_since = time.time()
+        return time.time() - self.free_since >= grace
+
     def close(self):
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
 
 
 def point_name(row, varied):
-    """'p003 zero_stage=1 preset=d48': a sweep point's TensorBoard run."""
-    parts = [row["dir"]] + [f"{k.split('.')[-1]}={row.get(k, '')}" for k in varied]
-    return " ".join(parts).replace("/", "_")
+    """'p003_zero_stage-1_preset-d48': a sweep point's TensorBoard run (a folder name needing no quotes:
+    letters, digits, '.', '-' and '_')."""
+    parts = [row["dir"]] + [f"{k.split('.')[-1]}-{row.get(k, '')}" for k in varied]
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(parts))
 
 
 def targets(paths, out):
@@ -160,10 +216,13 @@ def targets(paths, out):
     return found
 
 
-def convert(paths, out=None, follow=False, interval=10.0, say=print):
-    """Writes the event files; with follow, keeps polling until every run has ended. Returns the writers."""
+def convert(paths, out=None, follow=False, interval=10.0, say=print, until_stop=False, grace=600.0):
+    """Writes the event files; with follow, keeps polling until every run has ended. Returns the writers.
+    A log that cannot be read is LogError; with follow, only once no trainer holds its run's lock (a
+    resumed run replaces its log while holding it)."""
     todo = targets(paths, out)
     writers = {}
+    waiting = set()  # runs told to be waiting for a resume
     try:
         while True:
             for log, folder, label in todo:
@@ -173,13 +232,24 @@ def convert(paths, out=None, follow=False, interval=10.0, say=print):
             for log, w in writers.items():
                 try:
                     n = w.update()
-                except h5log.LogError as e:  # a log being created or replaced: try again next round
-                    say(f"to_tensorboard: {e}; retrying")
+                except h5log.LogError as e:
+                    if not follow or not h5log.run_is_live(log.parent):
+                        raise
+                    say(f"to_tensorboard: {e}; its run holds its lock: retrying")
                     continue
                 if n or not follow:
                     say(f"{w.out_dir}: {w.train_rows} step(s), {w.eval_rows} evaluation(s), {w.status}")
             pending = [t for t in todo if t[0] not in writers]
-            running = [w for w in writers.values() if w.status not in FINAL]
+            running = []
+            for log, w in writers.items():
+                if not w.ended(until_stop, grace):
+                    running.append(w)
+                    if w.free_since is not None and log not in waiting:
+                        waiting.add(log)
+                        say(f"{log}: stopped ({w.status}, no trainer holds its lock): waiting up to {grace:g} s "
+                            "for a resume (--until-stop ends at a stop)")
+                else:
+                    waiting.discard(log)
             if not follow or (not running and not pending):
                 break
             time.sleep(interval)
@@ -197,13 +267,25 @@ def main(argv=None):
     ap.add_argument("-o", "--out-dir", help="TensorBoard's --logdir (default: PATH/tensorboard for one path)")
     ap.add_argument("--follow", action="store_true", help="keep converting until every run has ended")
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between polls with --follow")
+    ap.add_argument("--grace", type=float, default=600.0,
+                    help="with --follow: seconds a stopped run (no trainer holding its lock) is followed for a "
+                         "resume (default 600)")
+    ap.add_argument("--until-stop", action="store_true",
+                    help="with --follow: end when a run stops (signal, kill), not waiting for a resume")
     args = ap.parse_args(argv)
     if len(args.paths) > 1 and not args.out_dir:
         ap.error("several paths need -o OUT_DIR (each becomes OUT_DIR/<name>)")
+    if args.out_dir and Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
+        print(f"to_tensorboard: error: -o {args.out_dir} is a file: give a folder (TensorBoard's --logdir; it is "
+              "made when missing)", file=sys.stderr)
+        return 1
     try:
-        convert(args.paths, args.out_dir, args.follow, args.interval)
+        convert(args.paths, args.out_dir, args.follow, args.interval, until_stop=args.until_stop, grace=args.grace)
     except h5log.LogError as e:
         print(f"to_tensorboard: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # an output folder that cannot be made or written
+        print(f"to_tensorboard: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -24,6 +24,33 @@ void init_library() {
   silence_errors();
 }
 
+std::string last_error() {
+  std::string deepest;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+        if (e->desc && *e->desc) *static_cast<std::string*>(out) = e->desc;
+        return 0;
+      },
+      &deepest);
+  return deepest;
+}
+
+Id open_read_only(const std::string& path, std::string* why) {
+  silence_errors();
+  Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (f.valid()) return f;
+  const std::string plain = last_error();
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (fapl.valid() && H5Pset_metadata_read_attempts(fapl, kSwmrReadAttempts) >= 0)
+    f = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl));
+  if (!f.valid() && why) {
+    const std::string swmr = last_error();
+    *why = "HDF5: " + (swmr.empty() || swmr == plain ? plain : plain + "; as a SWMR reader: " + swmr);
+  }
+  return f;
+}
+
 bool exists(hid_t loc, const std::string& path) {
   // check every component so that a missing parent is "no", not an error
   size_t pos = 0;
@@ -39,6 +66,13 @@ Id create_group(hid_t loc, const std::string& name) {
   return Id(H5_CHECK(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
 }
 Id open_group(hid_t loc, const std::string& name) { return Id(H5_CHECK(H5Gopen2(loc, name.c_str(), H5P_DEFAULT))); }
+
+// An attribute to read: absent, or unreadable (a damaged file), is input_error naming it.
+static void need_attr(hid_t obj, const std::string& name) {
+  const htri_t e = H5Aexists(obj, name.c_str());
+  if (e < 0) throw input_error("attribute '" + name + "' cannot be read (HDF5: " + last_error() + ")");
+  if (e == 0) throw input_error("missing attribute '" + name + "'");
+}
 
 static void replace_attr(hid_t obj, const std::string& name) {
   if (H5Aexists(obj, name.c_str()) > 0) H5_CHECK(H5Adelete(obj, name.c_str()));
@@ -67,7 +101,7 @@ void set_attr(hid_t obj, const std::string& name, double v) {
   H5_CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &v));
 }
 std::string get_attr_str(hid_t obj, const std::string& name) {
-  if (H5Aexists(obj, name.c_str()) <= 0) throw input_error("missing attribute '" + name + "'");
+  need_attr(obj, name);
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   Id ftype(H5_CHECK(H5Aget_type(a)));
   if (H5Tget_class(ftype) != H5T_STRING) throw input_error("attribute '" + name + "' is not a string");
@@ -89,14 +123,14 @@ std::string get_attr_str(hid_t obj, const std::string& name) {
   return s;
 }
 int64_t get_attr_i64(hid_t obj, const std::string& name) {
-  if (H5Aexists(obj, name.c_str()) <= 0) throw input_error("missing attribute '" + name + "'");
+  need_attr(obj, name);
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   int64_t v = 0;
   H5_CHECK(H5Aread(a, H5T_NATIVE_INT64, &v));
   return v;
 }
 double get_attr_f64(hid_t obj, const std::string& name) {
-  if (H5Aexists(obj, name.c_str()) <= 0) throw input_error("missing attribute '" + name + "'");
+  need_attr(obj, name);
   Id a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
   double v = 0;
   H5_CHECK(H5Aread(a, H5T_NATIVE_DOUBLE, &v));

@@ -7,10 +7,17 @@
 
 #include "base/common.hpp"
 
+namespace gpt::h5 {
+// The most specific message of HDF5's error stack (what the last failed call of this thread ran into,
+// e.g. "incorrect metadata checksum after all read attempts"), or "" when it holds none.
+std::string last_error();
+}  // namespace gpt::h5
+
+// Throws Error naming the call, HDF5's own reason (h5::last_error) and where.
 #define H5_CHECK(expr)                                                                     \
   ([&]() {                                                                                 \
     auto r_ = (expr);                                                                      \
-    if (r_ < 0) ::gpt::throw_check_failure("HDF5", #expr, "", __FILE__, __LINE__);       \
+    if (r_ < 0) ::gpt::throw_check_failure("HDF5", #expr, ::gpt::h5::last_error(), __FILE__, __LINE__); \
     return r_;                                                                             \
   }())
 
@@ -47,6 +54,13 @@ void silence_errors();  // we report errors ourselves
 // close failed (a full disk) stays half-open inside the library, and its own clean-up at exit then
 // crashes; every file this program keeps is closed, or given up, by its owner before that.
 void init_library();
+// Opens a file read-only, also while its writer appends to it (SWMR). A plain open comes first: it fails at
+// once on a file a writer holds (or a killed writer left flagged); only then is the file opened as a SWMR
+// reader, with kSwmrReadAttempts tries per metadata read. (HDF5's default there, 100 tries with a sleep
+// that doubles each time from 1 ns, never returns on a damaged file.) Every later read of the file is
+// bounded the same way. Invalid Id when neither opens, with why (when given) saying what HDF5 ran into.
+inline constexpr unsigned kSwmrReadAttempts = 24;  // at most ~2^24 ns (17 ms) of sleeping per read
+Id open_read_only(const std::string& path, std::string* why = nullptr);
 bool exists(hid_t loc, const std::string& path);
 Id create_group(hid_t loc, const std::string& name);
 Id open_group(hid_t loc, const std::string& name);

@@ -338,14 +338,13 @@ LoggedRun read_logged_run(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return out;
   out.exists = true;
-  h5::silence_errors();
   // read-only; SWMR reading also opens the log of a writer that was killed (still flagged as written)
-  h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!f.valid()) f = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT));
+  std::string why;
+  h5::Id f = h5::open_read_only(path, &why);
   const std::string damaged = "run log '" + path + "' is damaged";
   const std::string what = ": move it away (or delete it) to resume; with a checkpoint the run then goes on "
                            "with a new log";
-  if (!f.valid()) throw input_error(damaged + " (HDF5 cannot open it)" + what);
+  if (!f.valid()) throw input_error(damaged + " (HDF5 cannot open it: " + why + ")" + what);
   try {
     out.status = h5::get_attr_str(f, "status");
     if (h5::exists(f, "/train/step")) {

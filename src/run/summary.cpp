@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <unistd.h>
 
 #include "base/format.hpp"
 #include "base/memory.hpp"
 #include "io/h5util.hpp"
+#include "run/signals.hpp"
 #include "run/sweep.hpp"
 
 namespace fs = std::filesystem;
@@ -33,6 +35,8 @@ std::vector<std::string> memory_columns() {
   return c;
 }
 
+void read_point_log(hid_t f, Row& r);
+
 Row summarize_point(const std::string& dir, const SweepPoint& p) {
   Row r;
   r.text["index"] = std::to_string(p.index);
@@ -53,24 +57,45 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
     r.text["message"] = "no log.h5 (point not run yet)";
     return r;
   }
-  h5::silence_errors();
-  h5::Id fapl(H5Pcreate(H5P_FILE_ACCESS));
-  h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl));
-  if (!f.valid()) f = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!f.valid()) {
-    r.text["status"] = "failed";
-    r.text["message"] = "unreadable log.h5";
-    return r;
+  // A damaged log makes its point "damaged" (the message names the file and what HDF5 ran into); the
+  // others are summarized as usual.
+  const auto damaged = [&](const std::string& why) {
+    Row d;
+    d.text = {{"index", r.text["index"]}, {"dir", r.text["dir"]}};
+    for (auto& v : p.values) d.text[v.key] = v.value;
+    d.num = r.num;
+    d.text["status"] = "damaged";
+    d.text["message"] = "run log '" + path + "' is damaged (" + why + ")";
+    std::cerr << "warning: sweep point " << p.index << ": " << d.text["message"] << "; the summary lists it as "
+              << "damaged\n";
+    return d;
+  };
+  std::string why;
+  h5::Id f = h5::open_read_only(path, &why);
+  if (!f.valid()) return damaged(why);
+  try {
+    read_point_log(f, r);
+  } catch (const Error& e) {
+    return damaged(e.what());
+  } catch (const YAML::Exception& e) {
+    return damaged(std::string("its config_yaml: ") + e.what());
   }
+  return r;
+}
+
+// The point's row from its open log.
+void read_point_log(hid_t f, Row& r) {
+  auto nan = std::nan("");
+  // an attribute absent from an older log (or a failure log) has its default; one HDF5 cannot read throws
   auto attr_or = [&](const char* k, const std::string& dflt) {
-    try { return h5::get_attr_str(f, k); } catch (const Error&) { return dflt; }
+    return H5Aexists(f, k) == 0 ? dflt : h5::get_attr_str(f, k);
   };
   r.text["status"] = attr_or("status", "unknown");
   r.text["message"] = attr_or("message", "");
   r.text["device"] = attr_or("device", "");  // what the ranks ran on: cpu or cuda
   if (H5Aexists(f, "shared_gpu") > 0 && h5::get_attr_i64(f, "shared_gpu"))  // the staged communicator
     r.text["message"] += std::string(r.text["message"].empty() ? "" : "; ") + kSharedGpuNote;
-  if (!h5::exists(f, "/train/step")) return r;
+  if (!h5::exists(f, "/train/step")) return;
   const double world = double(h5::get_attr_i64(f, "world_size"));
   r.num["world_size"] = world;
   r.num["n_params"] = double(h5::get_attr_i64(f, "n_params"));
@@ -81,7 +106,7 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
     YAML::Node cy = YAML::Load(h5::get_attr_str(f, "config_yaml"));
     r.num["micro_batch"] = cy["training"]["micro_batch"].as<double>(nan);
   }
-  h5::Id ms(H5Dopen2(f, "/train/step_ms", H5P_DEFAULT));
+  h5::Id ms(H5_CHECK(H5Dopen2(f, "/train/step_ms", H5P_DEFAULT)));
   auto v = h5::read_all<double>(ms, H5T_NATIVE_DOUBLE);
   if (v.size() > 1) v.erase(v.begin());  // the first step includes warm-up
   if (!v.empty()) {
@@ -92,10 +117,10 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
     r.num["tokens_per_s_per_gpu"] = r.num["tokens_per_s"] / world;
     if (peak > 0) r.num["mfu"] = r.num["flops_per_token"] * r.num["tokens_per_s"] / (peak * world);
   }
-  h5::Id loss(H5Dopen2(f, "/train/loss", H5P_DEFAULT));
+  h5::Id loss(H5_CHECK(H5Dopen2(f, "/train/loss", H5P_DEFAULT)));
   auto l = h5::read_all<double>(loss, H5T_NATIVE_DOUBLE);
   if (!l.empty()) r.num["final_train_loss"] = l.back();
-  h5::Id vl(H5Dopen2(f, "/eval/val_loss", H5P_DEFAULT));
+  h5::Id vl(H5_CHECK(H5Dopen2(f, "/eval/val_loss", H5P_DEFAULT)));
   auto e = h5::read_all<double>(vl, H5T_NATIVE_DOUBLE);
   if (!e.empty()) r.num["final_val_loss"] = e.back();
   for (const char* which : {"predicted", "measured"}) {
@@ -109,7 +134,6 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
     if (which[0] == 'm' && H5Aexists(g, "baseline") > 0)
       r.num["meas_baseline"] = double(h5::get_attr_i64(g, "baseline"));
   }
-  return r;
 }
 
 // The `units` attribute of a summary column (docs/FORMATS.md): text columns are "text", counts and
@@ -136,7 +160,13 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
   const std::string root = base.run.out_dir + "/" + base.run.name;
   fs::create_directories(root);
   std::vector<Row> rows;
-  for (auto& p : sw.points) rows.push_back(summarize_point(root + "/" + p.dir_name, p));
+  int damaged = 0;
+  for (auto& p : sw.points) {
+    // SIGTERM / SIGINT / SIGUSR1 (run/signals.hpp): no summary rather than one cut short
+    if (stop_requested()) throw Error(kExitFailure, "stopped by a signal: the summary in '" + root + "' was not written");
+    rows.push_back(summarize_point(root + "/" + p.dir_name, p));
+    damaged += rows.back().text["status"] == "damaged";
+  }
   std::vector<std::string> text_cols = {"index", "dir"};
   for (auto& k : sw.keys) text_cols.push_back(k);
   text_cols.push_back("status");
@@ -211,6 +241,10 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
     }
   }
   fs::rename(h5_tmp, root + "/summary.h5");
+  std::cout << "summary of " << rows.size() << " point(s)"
+            << (damaged ? " (" + std::to_string(damaged) + " with a damaged log)" : std::string()) << ": " << root
+            << "/summary.csv, " << root << "/summary.h5\n"
+            << std::flush;
 }
 
 }  // namespace gpt

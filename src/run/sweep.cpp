@@ -244,9 +244,10 @@ int run_sweep(const Config& base, const Sweep& sw, const std::vector<PlannedPoin
   // One point of an array job leaves the summary to the job that runs after all points (--summarize):
   // points finishing together would otherwise race on it.
   if (sw.is_sweep && host.rank() == 0 && points.size() == sw.points.size()) {
+    std::cout << "\n";
     write_summary(base, sw, yaml_text);
-    std::cout << "\nsweep: " << points.size() - failed << " of " << points.size() << " point(s) ok; summary in "
-              << base.run.out_dir << "/" << base.run.name << "/summary.csv\n" << lines << std::flush;
+    std::cout << "sweep: " << points.size() - failed << " of " << points.size() << " point(s) ok\n" << lines
+              << std::flush;
   }
   if (!failed) return kExitOk;
   return points.size() == 1 ? last_code : kExitFailure;

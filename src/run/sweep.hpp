@@ -48,7 +48,9 @@ int run_sweep(const Config& base, const Sweep& sw, const std::vector<PlannedPoin
 // its summary's `message` and to its line at the end of the sweep.
 inline constexpr const char* kSharedGpuNote =
     "throughput not representative: collectives staged through host memory (parallel.shared_gpu: host)";
-// (Re)writes <out_dir>/<name>/summary.{h5,csv} from the points' logs.
+// (Re)writes <out_dir>/<name>/summary.{h5,csv} from the points' logs and prints a line naming them. A log
+// HDF5 cannot read makes its point's status "damaged" (a warning on stderr names the file), and the others
+// are summarized; a stop signal (run/signals.hpp) ends it before the files are written.
 void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_text);
 
 }  // namespace gpt

@@ -707,3 +707,25 @@ def test_plot_scaling_rejects_two_results_for_one_gpu_count(tmp_path):
     r = run_script("plot_scaling.py", s, s)
     assert r.returncode != 0
     assert "second result" in r.stderr and "1 GPU" in r.stderr
+
+
+def test_plot_scaling_draws_each_model_against_linear_and_memory_as_memory_png(tmp_path):
+    """scaling.png: one throughput panel per model size (total tokens/s against linear scaling);
+    scaling_memory.png: the measured peak less the process's baseline on CPUs, as memory.png has it."""
+    sweeps = []
+    for world in (1, 2):
+        sweeps.append(tmp_path / f"cpu_{world}")
+        write_zero_sweep(sweeps[-1], device="cpu", world=world)
+    plot_scaling = load_script("plot_scaling")
+    points, varied = plot_scaling.collect(sweeps)
+    drawn = plot_scaling.plot(points, varied, tmp_path / "out")
+    assert drawn["throughput_panels"] == ["preset=d12, micro_batch=64", "preset=d48, micro_batch=16"]
+    assert drawn["measured"] == "measured peak above the process's baseline"
+    mem = load_script("plot_sweep").plot_memory(h5log.read_summary(sweeps[1]), sweeps[1], tmp_path / "m.png")
+    (_, d12), = [p for p in mem["panels"] if p[0].startswith("preset=d12")]
+    for stage, (_, _, meas) in enumerate(d12):
+        row = points[(("training.zero_stage", str(stage)), ("model.preset", "d12"),
+                      ("training.micro_batch", "64"))][2]
+        assert plot_scaling.measured_gib(row) == pytest.approx(meas, rel=1e-9)  # the same figure in both plots
+    for name in ("scaling.png", "scaling_memory.png"):
+        png_shape(tmp_path / "out" / name)

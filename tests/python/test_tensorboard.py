@@ -61,8 +61,9 @@ def test_a_sweep_is_one_tensorboard_run_per_point(finished_sweep, tmp_path):
     assert r.returncode == 0, r.stderr
     out = finished_sweep / "tensorboard"
     runs = sorted(d.name for d in out.iterdir())
-    assert runs == ["p000 zero_stage=0 micro_batch=8", "p001 zero_stage=1 micro_batch=8",
-                    "p002 zero_stage=2 micro_batch=16", "p003 zero_stage=3 micro_batch=8"]
+    # folder names a shell and TensorBoard take as they are: no spaces, no '='
+    assert runs == ["p000_zero_stage-0_micro_batch-8", "p001_zero_stage-1_micro_batch-8",
+                    "p002_zero_stage-2_micro_batch-16", "p003_zero_stage-3_micro_batch-8"]
     oom = events(out / runs[2])
     assert oom.Tags()["scalars"] == []  # no step ran
     assert "out of memory" in text(oom, "outcome")[0]
@@ -110,11 +111,23 @@ def test_follow_adds_the_steps_of_a_run_still_going(running_sweep, tmp_path):
     assert [v for _, v in scalars(acc, "train/loss")] == pytest.approx(losses(RUNNING)[:3], rel=1e-6)
 
 
-def test_to_tensorboard_errors_name_the_path(tmp_path):
+def test_to_tensorboard_errors_name_the_path(finished_sweep, tmp_path):
     r = run_script("to_tensorboard.py", tmp_path / "nothing")
     assert r.returncode == 1 and "nothing" in r.stderr
     r = run_script("to_tensorboard.py", tmp_path, tmp_path)
     assert r.returncode == 2 and "-o" in r.stderr
+    # -o naming a file: a message, not a traceback
+    (tmp_path / "afile").write_text("mine")
+    r = run_script("to_tensorboard.py", finished_sweep / "p000", "-o", tmp_path / "afile")
+    assert r.returncode == 1 and r.stderr.startswith(f"to_tensorboard: error: -o {tmp_path / 'afile'} is a file")
+    assert (tmp_path / "afile").read_text() == "mine"
+    # a log that is not HDF5: exit 1 naming it, and no event file
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "log.h5").write_bytes(b"not hdf5" * 100)
+    r = run_script("to_tensorboard.py", bad, "-o", tmp_path / "tb")
+    assert r.returncode == 1 and r.stderr.startswith(f"to_tensorboard: error: {bad / 'log.h5'}: damaged"), r.stderr
+    assert not list(tmp_path.glob("tb/**/events.out.tfevents.*"))
 
 
 def read_csv(path):
