@@ -77,6 +77,7 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
        std::to_string(tokens_per_step(old.training, ck.world)), std::to_string(plan.tokens_per_step));
   same("data.train", quoted(old.data.train), quoted(now.data.train));
   same("training.optimizer", old.training.optimizer, now.training.optimizer);  // its state means another thing
+  same("training.optimizer_state", old.training.optimizer_state, now.training.optimizer_state);  // its rounding
   same("data.synthetic", old.data.synthetic ? "true" : "false", now.data.synthetic ? "true" : "false");
   if (now.data.synthetic) {
     same("data.synthetic_vocab", std::to_string(old.data.synthetic_vocab), std::to_string(now.data.synthetic_vocab));
