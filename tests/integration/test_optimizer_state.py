@@ -37,10 +37,10 @@ def files_of(root):
 
 
 # ---- training: the low-precision states follow fp32's losses
-# Over 30 steps of the tiny model (lr 1e-2, losses from ~4.2 down to ~2.2), the mean loss of the last 10 steps
-# moved from fp32's by at most 0.3% (bf16) and 0.8% (int8) with AdamW and 0.5% / 1.5% with Lion when this was
-# written: the bound is 3%.
-LOSS_RTOL = 0.03
+# Over 60 steps of the tiny model (losses from 4.18 down to about 3.41 AdamW, 3.46 Lion, as the mean of the
+# last 20 steps), that mean moved from fp32's by 0.013% (bf16) and 0.004% (int8) with AdamW and by 0.03% and
+# 0.05% with Lion when this was written: the bound is 1%.
+LOSS_RTOL = 0.01
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "lion"])
@@ -48,15 +48,15 @@ def test_low_precision_states_train_like_fp32(tmp_path, optimizer):
     sets = [f"training.optimizer={optimizer}"] + (["training.lr=2e-3"] if optimizer == "lion" else [])
     logs = {}
     for state in ("fp32", "bf16", "int8"):
-        ok(train(tmp_path, f"{optimizer}_{state}", state, steps=30, ckpt_every=0, extra_sets=sets))
+        ok(train(tmp_path, f"{optimizer}_{state}", state, steps=60, ckpt_every=0, extra_sets=sets))
         logs[state] = read_log(tmp_path / "runs" / f"{optimizer}_{state}" / "log.h5")["loss"]
     ref = logs["fp32"]
-    assert ref[-10:].mean() < ref[0] - 1.0, f"fp32 {optimizer} should learn in 30 steps: {ref}"
+    assert ref[-20:].mean() < ref[0] - 0.5, f"fp32 {optimizer} should learn in 60 steps: {ref}"
     for state in ("bf16", "int8"):
         loss = logs[state]
-        assert np.all(np.isfinite(loss)) and loss[-10:].mean() < loss[0] - 1.0, (state, loss)
-        rel = abs(loss[-10:].mean() - ref[-10:].mean()) / ref[-10:].mean()
-        assert rel < LOSS_RTOL, f"{optimizer} {state}: last-10 mean loss {loss[-10:].mean()} vs fp32 {ref[-10:].mean()}"
+        assert np.all(np.isfinite(loss)) and loss[-20:].mean() < loss[0] - 0.5, (state, loss)
+        rel = abs(loss[-20:].mean() - ref[-20:].mean()) / ref[-20:].mean()
+        assert rel < LOSS_RTOL, f"{optimizer} {state}: last-20 mean loss {loss[-20:].mean()} vs fp32 {ref[-20:].mean()}"
         assert not np.array_equal(loss, ref), f"{state} state gave fp32's losses: is it used?"
 
 
@@ -68,10 +68,12 @@ def slots(ckpt, names):
 @pytest.mark.parametrize("state", ["fp32", "bf16", "int8"])
 @pytest.mark.parametrize("ranks,stage", [(1, 0), (2, 0), (2, 1), (2, 2), (2, 3)])
 def test_resume_is_bit_exact(tmp_path, state, ranks, stage):
-    # a: 8 steps straight; b: 4 steps, then resumed to 8 from its checkpoint of step 4
-    ok(train(tmp_path, "a", state, ranks=ranks, stage=stage))
-    ok(train(tmp_path, "b", state, ranks=ranks, stage=stage, steps=4))
-    p = ok(train(tmp_path, "b", state, ranks=ranks, stage=stage, resume=True))
+    # a: 8 steps straight; b: 4 steps, then resumed to 8 from its checkpoint of step 4 (a constant lr after
+    # the warm-up, so that the schedule does not depend on training.steps)
+    sets = ["training.schedule=constant"]
+    ok(train(tmp_path, "a", state, ranks=ranks, stage=stage, extra_sets=sets))
+    ok(train(tmp_path, "b", state, ranks=ranks, stage=stage, steps=4, extra_sets=sets))
+    p = ok(train(tmp_path, "b", state, ranks=ranks, stage=stage, resume=True, extra_sets=sets))
     assert "resumed from step 4" in p.stdout, p.stdout[-2000:]
     a, b = (read_log(tmp_path / "runs" / n / "log.h5") for n in "ab")
     for k in ("loss", "grad_norm"):
@@ -85,11 +87,14 @@ def test_resume_is_bit_exact(tmp_path, state, ranks, stage):
     m = np.concatenate([sa["v"][g] for g in sorted(sa["v"])])
     if state == "bf16":
         assert np.all(m.view(np.uint32) & 0xFFFF == 0)
-    if state == "int8":  # each value a code value times its block's scale: at most 256 distinct per block
-        x = sa["v"]["b0001"]
+    if state == "int8":  # each value a code value times its block's scale: r^k of the block's maximum
+        r = np.float32(float.fromhex("0x1.d3a098p-1"))  # the unsigned code's ratio (src/optim/state.hpp)
+        x = sa["v"]["b0001"].astype(np.float64)
         for blk in range(0, x.size, 256):
-            assert len(np.unique(x[blk:blk + 256])) <= 256
-            assert np.max(x[blk:blk + 256]) >= 0
+            y = x[blk:blk + 256]
+            y = y[y > 0] / y.max()
+            k = np.log(y) / np.log(float(r))
+            assert np.all(np.abs(k - np.round(k)) < 1e-3), k
 
 
 def test_resume_under_another_state_type_is_refused(tmp_path):
@@ -124,7 +129,7 @@ def expected_optim_bytes(state, stage, world):
 @pytest.mark.parametrize("state", ["fp32", "bf16", "int8"])
 def test_memory_prediction_counts_the_state(tmp_path, state):
     for ranks, stage in ((1, 0), (2, 1), (2, 3)):
-        ok(train(tmp_path, f"m{ranks}{stage}", state, ranks=ranks, stage=stage, steps=1, ckpt_every=0))
+        ok(train(tmp_path, f"m{ranks}{stage}", state, ranks=ranks, stage=stage, steps=1, ckpt_every=1))
         log = read_log(tmp_path / "runs" / f"m{ranks}{stage}" / "log.h5")
         pred, meas = int(log["mem_pred"]["optim"]), int(log["mem_meas"]["optim"])
         assert pred == meas == expected_optim_bytes(state, stage, ranks), (state, ranks, stage, pred, meas)
