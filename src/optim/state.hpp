@@ -87,8 +87,7 @@ inline const Code& code_of(bool is_signed) {
 // branchless binary search, the same comparisons everywhere. Unsigned codes keep a positive x off 0.
 GPT_RULE_HD uint8_t encode(float x, const float* mid, bool is_signed) {
   int c = 0;
-  for (int step = 128; step > 0; step >>= 1)
-    if (mid[c + step - 1] < x) c += step;
+  for (int step = 128; step > 0; step >>= 1) c += step * int(mid[c + step - 1] < x);  // no branch to mispredict
   if (!is_signed && c == 0 && x > 0.0f) c = 1;
   return uint8_t(c);
 }
