@@ -95,6 +95,16 @@ GPT_RULE_HD float decode(uint8_t code, const float* value, float scale) { return
 // 1 / a block's maximum (0 for an all-zero block, whose codes are then all zero's)
 GPT_RULE_HD float inverse_scale(float amax) { return amax > 0.0f ? 1.0f / amax : 0.0f; }
 
+// A block of m <= kQuantBlock values on the host: their codes into c; returns the block's scale. (The CUDA
+// kernel computes the same per element, the maximum by a block-wide reduction.)
+inline float quantize_block(const float* x, size_t m, const Code& code, bool is_signed, uint8_t* c) {
+  float amax = 0.0f;
+  for (size_t j = 0; j < m; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float inv = inverse_scale(amax);
+  for (size_t j = 0; j < m; ++j) c[j] = encode(Fused::mul(x[j], inv), code.mid, is_signed);
+  return amax;
+}
+
 // The parameters' random stream (kernels/common.cuh's hash_u32: splitmix64's finaliser) and stochastic
 // rounding to bf16 as bits, written once for both sides.
 GPT_RULE_HD uint32_t state_hash(uint64_t x) {

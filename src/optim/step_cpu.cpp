@@ -42,12 +42,7 @@ void step_cpu_lowp(const StepArgs& a) {
     bad |= unsigned(!finite);
     for (int k = 0; k < K; ++k) {
       if (q8) {
-        float amax = 0.0f;
-        for (size_t j = 0; j < m; ++j) amax = std::max(amax, std::fabs(s[k][j]));
-        const float inv = inverse_scale(amax);
-        uint8_t* c = static_cast<uint8_t*>(a.slot[k]) + i0;
-        for (size_t j = 0; j < m; ++j) c[j] = encode(Fused::mul(s[k][j], inv), code[k]->mid, Rule::kSlotSigned[k]);
-        a.scale[k][blk] = amax;
+        a.scale[k][blk] = quantize_block(s[k], m, *code[k], Rule::kSlotSigned[k], static_cast<uint8_t*>(a.slot[k]) + i0);
       } else {
         uint16_t* h = static_cast<uint16_t*>(a.slot[k]) + i0;
         for (size_t j = 0; j < m; ++j) h[j] = bf16_round(s[k][j], state_random(a.seed, a.index_offset + i0 + j, k));

@@ -420,22 +420,21 @@ void ZeroEngine::get_piece(int b, int s, float* out) {
     std::vector<char> held(optim::state_bytes(policy_.state, n));
     copy_piece_async(b, s, piece_begin(b), piece_end(b), held.data());
     be_.wait_copies();
-    held_to_f32(b, s, held.data(), n, out);
+    held_to_f32(s, held.data(), n, out);
   }
 }
 
-void ZeroEngine::held_to_f32(int b, int s, const void* held, size_t n, float* out) const {
+void ZeroEngine::held_to_f32(int s, const void* held, size_t n, float* out) const {
   if (policy_.state == optim::StateType::BF16) {
     for (size_t i = 0; i < n; ++i) out[i] = optim::bf16_value(static_cast<const uint16_t*>(held)[i]);
     return;
   }
   const uint8_t* c = static_cast<const uint8_t*>(held);
-  const float* scale = reinterpret_cast<const float*>(c + n);  // (copied as bytes: read unaligned)
   const optim::Code& code = *state_code(s);
   for (size_t i = 0; i < n; ++i) {
-    float sc;
-    std::memcpy(&sc, scale + i / optim::kQuantBlock, 4);
-    out[i] = optim::decode(c[i], code.value, sc);
+    float scale;  // the scales follow the codes, unaligned
+    std::memcpy(&scale, c + n + 4 * (i / optim::kQuantBlock), 4);
+    out[i] = optim::decode(c[i], code.value, scale);
   }
 }
 
@@ -501,12 +500,8 @@ void ZeroEngine::set_piece(int b, int s, const float* in) {
       uint8_t* c = reinterpret_cast<uint8_t*>(held.data());
       std::vector<float> scale(optim::quant_blocks(n));
       for (size_t blk = 0; blk < scale.size(); ++blk) {
-        const size_t i0 = blk * optim::kQuantBlock, i1 = std::min(n, i0 + optim::kQuantBlock);
-        float amax = 0.0f;
-        for (size_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(in[i]));
-        const float inv = optim::inverse_scale(amax);
-        for (size_t i = i0; i < i1; ++i) c[i] = optim::encode(optim::Fused::mul(in[i], inv), code.mid, sig);
-        scale[blk] = amax;
+        const size_t i0 = blk * optim::kQuantBlock;
+        scale[blk] = optim::quantize_block(in + i0, std::min<size_t>(optim::kQuantBlock, n - i0), code, sig, c + i0);
       }
       be_.copy_h2d(slot_ptr(s, b, 0), c, n);
       be_.copy_h2d(scale_ptr(s, b, 0), scale.data(), 4 * scale.size());

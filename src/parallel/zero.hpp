@@ -126,7 +126,7 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   void* slot_ptr(int s, int b, size_t off) const;
   float* scale_ptr(int s, int b, size_t off) const;  // int8: the scale of the block at off
   // n values of slot s as copy_piece_async copies them (bf16, or int8 codes and scales) in fp32
-  void held_to_f32(int b, int s, const void* held, size_t n, float* out) const;
+  void held_to_f32(int s, const void* held, size_t n, float* out) const;
   const ParamLayout& layout_;
   Backend& be_;
   const Optimizer& opt_;
