@@ -100,6 +100,7 @@ struct TrainingConfig {
   int warmup_steps = 0;
   Schedule schedule = Schedule::cosine;
   std::string optimizer = "adamw";
+  std::string optimizer_state = "fp32";  // fp32 | bf16 | int8 (optim/state.hpp)
   float min_lr_frac = 0.0f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;

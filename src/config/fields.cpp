@@ -113,6 +113,12 @@ std::vector<Field> fields_of(Config& c) {
       {"training.schedule", &t.schedule, "cosine / linear / constant (after warmup)"},
       {"training.min_lr_frac", &t.min_lr_frac, "final lr = lr * min_lr_frac"},
       {"training.optimizer", &t.optimizer, optimizer_doc()},
+      {"training.optimizer_state", &t.optimizer_state,
+       "how every optimizer slot (AdamW's m and v, Lion's m) is held: `fp32` (4 bytes a value); `bf16` (2 bytes, "
+       "written with stochastic rounding, so slowly decaying moments still decay); `int8` (1 byte a value and "
+       "one fp32 scale, the absolute maximum, per block of 256: 1.016 bytes; logarithmic codes, signed for "
+       "first moments and unsigned for second moments; docs/DESIGN.md, The optimizer). The CPU and the GPU "
+       "write the same state bytes. A run resumes only under the state type it was written with"},
       {"training.beta1", &t.beta1, "the optimizer's first decay rate (AdamW: first moment; Lion: the update's interpolation)"},
       {"training.beta2", &t.beta2, "the optimizer's second decay rate (AdamW: second moment; Lion: the moment)"},
       {"training.eps", &t.eps, "AdamW epsilon (unused by Lion)"},

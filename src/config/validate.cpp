@@ -83,6 +83,9 @@ void validate(const Config& cfg, int world) {
     for (const OptimizerInfo& o : optimizers()) known += (known.empty() ? "" : ", ") + o.name;
     bad("training.optimizer", "'" + t.optimizer + "' is not one of " + known);
   }
+  optim::StateType state_type;
+  if (!optim::parse_state_type(t.optimizer_state, state_type))
+    bad("training.optimizer_state", "'" + t.optimizer_state + "' is not one of fp32, bf16, int8");
   if (t.precision == Precision::fp8 && (d.n_embd % 16 != 0 || t.seq_len % 16 != 0))
     bad("training.precision", "fp8 needs model.n_embd and training.seq_len to be multiples of 16 (FP8 tensor "
                               "cores); they are " + std::to_string(d.n_embd) + " and " + std::to_string(t.seq_len));

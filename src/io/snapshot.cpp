@@ -23,7 +23,7 @@ size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 std::pair<size_t, size_t> share(const ShardedState& e, int b, int rank, int world) {
   const size_t plo = e.piece_begin(b), phi = e.piece_end(b);
   if (e.shards()) return {plo, phi};
-  const size_t len = phi - plo, per = (len + world - 1) / world;
+  const size_t len = phi - plo, per = round_up((len + world - 1) / world, e.piece_align());
   return {plo + std::min(len, size_t(rank) * per), plo + std::min(len, size_t(rank + 1) * per)};
 }
 
@@ -52,6 +52,7 @@ bool Snapshot::reserve(ShardedState& e, const ParamLayout& L, int rank, int worl
   slot_.assign(n, 0);
   has_.assign(n, 0);
   narrow_.assign(n, 0);
+  code_.assign(n, nullptr);
   begin_.resize(L.n_buckets());
   end_.resize(L.n_buckets());
   size_t at = 0;
@@ -62,8 +63,10 @@ bool Snapshot::reserve(ShardedState& e, const ParamLayout& L, int rank, int worl
       const size_t i = size_t(b) * K + k;
       has_[i] = 1;
       narrow_[i] = e.state_dtype(int(k)) == DType::BF16;
+      code_[i] = e.state_code(int(k));
       off_[i] = at;
-      slot_[i] = round_up(end_[b] - begin_[b], kSlotAlign);
+      const size_t len = end_[b] - begin_[b];
+      slot_[i] = round_up(len + (code_[i] ? optim::quant_blocks(len) : 0), kSlotAlign);
       at += slot_[i];
     }
   }
@@ -85,7 +88,8 @@ Snapshot::Copies Snapshot::take(ShardedState& e, const ParamLayout& L, int rank,
     for (int k = 0; k < K; ++k) {
       const size_t i = size_t(b) * K + size_t(k);
       if (!has_[i]) continue;
-      char* dst = reinterpret_cast<char*>(block_ + off_[i]) + (narrow_[i] ? 2 * slot_[i] : 0);
+      char* dst = reinterpret_cast<char*>(block_ + off_[i]) +
+                  (narrow_[i] ? 2 * slot_[i] : code_[i] ? 3 * (end_[b] - begin_[b]) : 0);
       e.copy_piece_async(b, k, begin_[b], end_[b], dst);
     }
   return Copies(this);
@@ -96,7 +100,9 @@ const Snapshot& Snapshot::Copies::land(int threads) && {
   s_ = nullptr;
   s.be_->wait_copies();
   parallel_for(s.off_.size(), threads, [&](size_t i) {
-    if (s.has_[i] && s.narrow_[i]) widen_bf16_in_place(s.block_ + s.off_[i], s.elems(int(i / s.names_.size())), s.slot_[i]);
+    const size_t n = s.elems(int(i / s.names_.size()));
+    if (s.has_[i] && s.narrow_[i]) widen_bf16_in_place(s.block_ + s.off_[i], n, s.slot_[i]);
+    if (s.has_[i] && s.code_[i]) decode_int8_in_place(s.block_ + s.off_[i], n, *s.code_[i]);
   });
   return s;
 }
@@ -117,11 +123,35 @@ void widen_bf16_in_place(float* slot_start, size_t n, size_t slot) {
   }
 }
 
+// Front to back a block at a time: block [i, i+B) of floats ends at byte 4(i+B) <= 3n + (i+B), where the
+// codes not read yet begin, as long as i+B <= n; the scales, at bytes from 4n on, are never written over.
+void decode_int8_in_place(float* slot_start, size_t n, const optim::Code& code) {
+  constexpr size_t B = optim::kQuantBlock;
+  char* base = reinterpret_cast<char*>(slot_start);
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(base + 3 * n);
+  const float* scales = slot_start + n;
+  uint8_t c[B];
+  float f[B];
+  for (size_t i = 0; i < n; i += B) {
+    const size_t k = std::min(B, n - i);
+    std::memcpy(c, codes + i, k);
+    const float scale = scales[i / B];
+    for (size_t j = 0; j < k; ++j) f[j] = optim::decode(c[j], code.value, scale);
+    std::memcpy(base + 4 * i, f, 4 * k);
+  }
+}
+
 size_t snapshot_bytes(const ParamLayout& L, int world, const ZeroPolicy& policy, bool has_master, int n_slots) {
   size_t elems = 0;
-  for (const BucketShape& sh : bucket_shapes(L, world, policy))
-    elems += round_up(policy.shard_optimizer ? std::min(sh.shard, sh.size) : (sh.size + world - 1) / world, kSlotAlign);
-  return elems * sizeof(float) * size_t((has_master ? 2 : 1) + n_slots);
+  const bool q8 = policy.state == optim::StateType::Int8;
+  for (const BucketShape& sh : bucket_shapes(L, world, policy)) {
+    const size_t align = q8 ? size_t(optim::kQuantBlock) : 1;
+    const size_t len = policy.shard_optimizer ? std::min(sh.shard, sh.size)
+                                              : std::min(sh.size, round_up((sh.size + world - 1) / world, align));
+    elems += round_up(len, kSlotAlign) * size_t(has_master ? 2 : 1) +
+             round_up(len + (q8 ? optim::quant_blocks(len) : 0), kSlotAlign) * size_t(n_slots);
+  }
+  return elems * sizeof(float);
 }
 
 }  // namespace gpt

@@ -4,8 +4,10 @@
 // checkpoints only queues device-to-host copies on the backend's copy stream; the engine's next update
 // waits for them on the device. The copies are a value of their own (Snapshot::Copies): the bytes are
 // reachable only through it once they have landed (land), so no code can write a file from a copy still
-// in flight. Parameters held in bf16 are copied as they are (half the bytes over the bus) into the upper
-// half of their fp32 slot and widened in place there by land().
+// in flight. Parameters (and optimizer slots) held in bf16 are copied as they are (half the bytes over the
+// bus) into the upper half of their fp32 slot and widened in place there by land(); int8 optimizer slots
+// are copied as codes (into the last quarter of the slot's n floats) and block scales (after them, in
+// floats n.. of the slot) and decoded in place there by land() into the values they stand for.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -71,16 +73,19 @@ class Snapshot {
   size_t bytes_ = 0;
   bool pinned_ = false;
   std::vector<size_t> off_, slot_;  // per dataset: its start in block_ and its slot length (elements)
-  std::vector<char> has_, narrow_;  // narrow: copied in bf16, widened by complete()
+  std::vector<char> has_, narrow_;  // narrow: copied in bf16, widened by land()
+  std::vector<const optim::Code*> code_;  // int8 slots: copied as codes and scales, decoded by land()
   std::vector<size_t> begin_, end_;
   std::vector<std::string> names_;
 };
 
 // n bf16 values stored at byte 2*slot of a slot of `slot` >= n floats, widened to fp32 at its start.
 void widen_bf16_in_place(float* slot_start, size_t n, size_t slot);
+// n int8 codes at byte 3n of a slot, their quant_blocks(n) scales at float n, decoded to fp32 at its start.
+void decode_int8_in_place(float* slot_start, size_t n, const optim::Code& code);
 
 // Bytes of a snapshot per rank (the memory prediction: the largest rank's share), as reserve() takes,
-// for an optimizer with n_slots state slots.
+// for an optimizer with n_slots state slots (held as policy.state says).
 size_t snapshot_bytes(const ParamLayout& layout, int world, const ZeroPolicy& policy, bool has_master, int n_slots);
 
 }  // namespace gpt

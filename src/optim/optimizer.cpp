@@ -16,18 +16,29 @@ OptimizerInfo info_of() {
 template <class Rule>
 class RuleOptimizer final : public Optimizer {
  public:
-  explicit RuleOptimizer(bool stochastic) : info_(info_of<Rule>()), stochastic_(stochastic) {}
+  RuleOptimizer(bool stochastic, optim::StateType state)
+      : info_(info_of<Rule>()), stochastic_(stochastic), state_(state) {}
   const char* name() const override { return Rule::kName; }
   const std::vector<std::string>& slots() const override { return info_.slots; }
+  optim::StateType state() const override { return state_; }
+  bool slot_signed(int k) const override { return Rule::kSlotSigned[k]; }
   void update(Backend& be, const ParamRange& r, const OptimizerHyper& h) const override {
     optim::StepArgs a;
     a.param = r.param, a.master = r.master, a.grad = r.grad, a.n = r.n;
-    for (int k = 0; k < Rule::kSlots; ++k) a.slot[k] = r.slot[k];
+    for (int k = 0; k < Rule::kSlots; ++k) {
+      a.slot[k] = r.slot[k];
+      a.scale[k] = r.scale[k];
+      a.slot_signed[k] = Rule::kSlotSigned[k];
+    }
+    a.state = state_;
     optim::Hyper x;
     x.lr = h.lr, x.beta1 = h.beta1, x.beta2 = h.beta2, x.eps = h.eps;
-    x.weight_decay = r.decay ? h.weight_decay : 0.0f;
     x.step = h.step;
+    x.weight_decay = 0.0f;
+    a.h_rest = Rule::prepare(x);
+    x.weight_decay = r.decay || state_ != optim::StateType::F32 ? h.weight_decay : 0.0f;
     a.h = Rule::prepare(x);
+    a.n_decay = r.n_decay;
     a.grad_scale = h.grad_scale;
     a.seed = h.seed, a.index_offset = r.index_offset, a.nonfinite = r.nonfinite;
     a.stochastic = stochastic_;
@@ -42,6 +53,7 @@ class RuleOptimizer final : public Optimizer {
  private:
   OptimizerInfo info_;
   bool stochastic_;
+  optim::StateType state_;
 };
 
 }  // namespace
@@ -59,9 +71,9 @@ const OptimizerInfo* find_optimizer(const std::string& name) {
   return nullptr;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, bool stochastic_rounding) {
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, bool stochastic_rounding, optim::StateType state) {
 #define GPT_MAKE(R) \
-  if (name == optim::R::kName) return std::make_unique<RuleOptimizer<optim::R>>(stochastic_rounding);
+  if (name == optim::R::kName) return std::make_unique<RuleOptimizer<optim::R>>(stochastic_rounding, state);
   GPT_OPTIMIZER_RULES(GPT_MAKE)
 #undef GPT_MAKE
   std::string known;

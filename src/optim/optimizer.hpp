@@ -1,7 +1,8 @@
 // The optimizer: how parameters are updated from their gradients, and the per-parameter state it keeps.
-// An optimizer declares its state slots (fp32, one value per parameter each: AdamW's m and v, Lion's m);
-// ZeRO shards whatever is declared (parallel/zero.hpp), and the memory prediction, the dry run and the
-// checkpoints derive from the slots. Elementwise optimizers are a rule each (optim/rules.hpp).
+// An optimizer declares its state slots (one value per parameter each: AdamW's m and v, Lion's m), held
+// as training.optimizer_state says for every slot of every optimizer (fp32, bf16 or int8 blocks: a
+// StateType, optim/state.hpp); ZeRO allocates and shards whatever is declared (parallel/zero.hpp), and
+// the memory prediction, the dry run and the checkpoints derive from the slots and their type. Elementwise optimizers are a rule each (optim/rules.hpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "backend/backend.hpp"
 #include "optim/rules.hpp"
+#include "optim/state.hpp"
 
 namespace gpt {
 
@@ -27,9 +29,13 @@ struct ParamRange {
   void* param = nullptr;                   // (n) act dtype: the compute copy
   float* master = nullptr;                 // (n) fp32 master weights, or null (the param is updated)
   const void* grad = nullptr;              // (n) act dtype
-  float* slot[optim::kMaxSlots] = {};      // (n) each of the optimizer's slots
+  void* slot[optim::kMaxSlots] = {};       // (n) each of the optimizer's slots, as its StateType holds them
+  float* scale[optim::kMaxSlots] = {};     // int8: (quant_blocks(n)) each slot's block scales
   size_t n = 0;
-  bool decay = false;                      // weight decay applies to this range
+  bool decay = false;                      // fp32 state: weight decay applies to this range
+  // bf16 and int8 state: the range is a bucket's whole piece (element 0 at a quantization block's start)
+  // and its first n_decay elements decay
+  size_t n_decay = 0;
   uint64_t index_offset = 0;               // logical index of element 0 (rounding independent of sharding)
   unsigned* nonfinite = nullptr;           // (1) set when an updated value is not finite
 };
@@ -38,7 +44,9 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual const char* name() const = 0;
-  virtual const std::vector<std::string>& slots() const = 0;  // the fp32 state per parameter, by name
+  virtual const std::vector<std::string>& slots() const = 0;  // the state per parameter, by name
+  virtual optim::StateType state() const = 0;                  // how every slot is held
+  virtual bool slot_signed(int k) const = 0;                   // slot k's values take both signs (its int8 code)
   // Queues the update of one range on the backend (asynchronous like every op).
   virtual void update(Backend& be, const ParamRange& r, const OptimizerHyper& h) const = 0;
 };
@@ -52,7 +60,9 @@ struct OptimizerInfo {
 const std::vector<OptimizerInfo>& optimizers();
 const OptimizerInfo* find_optimizer(const std::string& name);  // null when there is none of that name
 
-// stochastic_rounding: bf16 parameter writes rounded stochastically (training.stochastic_rounding).
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, bool stochastic_rounding);
+// stochastic_rounding: bf16 parameter writes rounded stochastically (training.stochastic_rounding);
+// state: how the slots are held (training.optimizer_state).
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, bool stochastic_rounding,
+                                          optim::StateType state = optim::StateType::F32);
 
 }  // namespace gpt

@@ -4,8 +4,9 @@
 // slots s[0..kSlots) (fp32, updated in place), and returns the new value. Its step constants (bias
 // corrections and the like) are computed once per step on the host (prepare).
 //
-// Adding an optimizer: a struct here with the same members, a line in GPT_OPTIMIZER_RULES, and a test
-// (tests/cpu/test_optim.cpp against a NumPy-written reference). Everything else (the config's
+// Adding an optimizer: a struct here with the same members (kSlotSigned: whether each slot's values take
+// both signs, which picks its int8 code; apply's last template parameter the arithmetic, and apply_as<A>),
+// a line in GPT_OPTIMIZER_RULES, and a test (tests/cpu/test_optim.cpp against a NumPy-written reference). Everything else (the config's
 // `training.optimizer` values and docs, ZeRO's sharding of the slots, the memory prediction,
 // checkpoints) derives from the struct.
 #pragma once
@@ -36,6 +37,36 @@ GPT_RULE_HD float mul_add(float a, float b, float c) {
 #endif
 }
 
+// A rule's arithmetic, its apply's template parameter A. Compiled: mul and mul_add above (the GPU fuses, the
+// host rounds twice) and the rule's other expressions left to each compiler, as the fp32 state has always
+// been updated. Fused: every multiply-add one fused rounding on host and device alike (std::fma; __fmaf_rn),
+// every product an explicit rounding (__fmul_rn on the GPU, where nvcc would otherwise contract it into a
+// neighbouring add), division and square root IEEE on both (no fast-math anywhere), so the host and the
+// device compute the same bits. The low-precision optimizer state (optim/state.hpp) uses Fused: its codes
+// and scales must be the same bytes on both backends.
+struct Compiled {
+  static constexpr bool kFused = false;
+  GPT_RULE_HD static float mul(float a, float b) { return optim::mul(a, b); }
+  GPT_RULE_HD static float mul_add(float a, float b, float c) { return optim::mul_add(a, b, c); }
+};
+struct Fused {
+  static constexpr bool kFused = true;
+  GPT_RULE_HD static float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(a, b);
+#else
+    return a * b;  // x86-64-v2 has no FMA instruction: the host never contracts a product into an add
+#endif
+  }
+  GPT_RULE_HD static float mul_add(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+    return __fmaf_rn(a, b, c);
+#else
+    return std::fma(a, b, c);
+#endif
+  }
+};
+
 // The step's hyperparameters as the trainer has them (training.lr, beta1, beta2, eps, weight_decay; the
 // decay is 0 for tensors without weight decay), and what prepare() derives from them.
 struct Hyper {
@@ -49,6 +80,7 @@ struct AdamW {
   static constexpr const char* kName = "adamw";
   static constexpr int kSlots = 2;
   static constexpr const char* kSlotNames[kSlots] = {"m", "v"};
+  static constexpr bool kSlotSigned[kSlots] = {true, false};  // the int8 code of each (optim/state.hpp)
   static constexpr const char* kDoc =
       "AdamW: `beta1`, `beta2` the moments' decay, `eps`, decoupled `weight_decay`; two fp32 moments per "
       "parameter";
@@ -63,13 +95,22 @@ struct AdamW {
   // are those of earlier builds. On the host (no FMA) both forms round alike.
   //   MOnGradient: m = fma(1 - b1, g, b1 m), else fma(b1, m, g (1 - b1))
   //   VOnMoment:   v = fma(b2, v, g (g (1 - b2))), else fma(g, (1 - b2) g, b2 v)
-  template <bool MOnGradient = true, bool VOnMoment = false>
+  template <bool MOnGradient = true, bool VOnMoment = false, class A = Compiled>
   GPT_RULE_HD static float apply(float w, float g, float* s, const Hyper& h) {
-    s[0] = MOnGradient ? mul_add(1.0f - h.beta1, g, mul(h.beta1, s[0])) : mul_add(h.beta1, s[0], mul(g, 1.0f - h.beta1));
-    s[1] = VOnMoment ? mul_add(h.beta2, s[1], mul(g, mul(g, 1.0f - h.beta2)))
-                     : mul_add(g, mul(1.0f - h.beta2, g), mul(h.beta2, s[1]));
+    s[0] = MOnGradient ? A::mul_add(1.0f - h.beta1, g, A::mul(h.beta1, s[0]))
+                       : A::mul_add(h.beta1, s[0], A::mul(g, 1.0f - h.beta1));
+    s[1] = VOnMoment ? A::mul_add(h.beta2, s[1], A::mul(g, A::mul(g, 1.0f - h.beta2)))
+                     : A::mul_add(g, A::mul(1.0f - h.beta2, g), A::mul(h.beta2, s[1]));
     const float mhat = s[0] / h.c0, vhat = s[1] / h.c1;
-    return w - h.lr * (mhat / (sqrtf(vhat) + h.eps) + h.weight_decay * w);
+    if constexpr (A::kFused) {
+      return A::mul_add(-h.lr, A::mul_add(h.weight_decay, w, mhat / (sqrtf(vhat) + h.eps)), w);
+    } else {
+      return w - h.lr * (mhat / (sqrtf(vhat) + h.eps) + h.weight_decay * w);
+    }
+  }
+  template <class A>
+  GPT_RULE_HD static float apply_as(float w, float g, float* s, const Hyper& h) {
+    return apply<true, false, A>(w, g, s, h);
   }
 };
 
@@ -79,17 +120,30 @@ struct Lion {
   static constexpr const char* kName = "lion";
   static constexpr int kSlots = 1;
   static constexpr const char* kSlotNames[kSlots] = {"m"};
+  static constexpr bool kSlotSigned[kSlots] = {true};
   static constexpr const char* kDoc =
       "Lion: the update is sign(beta1 m + (1 - beta1) g), the moment decays with `beta2` (0.99 is the "
       "paper's choice), decoupled `weight_decay`, `eps` unused; one fp32 moment per parameter. Every "
       "element moves by lr per step, so lr is typically 3-10x smaller than AdamW's and weight_decay "
       "3-10x larger";
   static Hyper prepare(Hyper h) { return h; }
+  template <class A = Compiled>
   GPT_RULE_HD static float apply(float w, float g, float* s, const Hyper& h) {
-    const float c = h.beta1 * s[0] + (1.0f - h.beta1) * g;
-    s[0] = h.beta2 * s[0] + (1.0f - h.beta2) * g;
-    const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
-    return w - h.lr * (u + h.weight_decay * w);
+    if constexpr (A::kFused) {
+      const float c = A::mul_add(h.beta1, s[0], A::mul(1.0f - h.beta1, g));
+      s[0] = A::mul_add(h.beta2, s[0], A::mul(1.0f - h.beta2, g));
+      const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+      return A::mul_add(-h.lr, A::mul_add(h.weight_decay, w, u), w);
+    } else {
+      const float c = h.beta1 * s[0] + (1.0f - h.beta1) * g;
+      s[0] = h.beta2 * s[0] + (1.0f - h.beta2) * g;
+      const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+      return w - h.lr * (u + h.weight_decay * w);
+    }
+  }
+  template <class A>
+  GPT_RULE_HD static float apply_as(float w, float g, float* s, const Hyper& h) {
+    return apply<A>(w, g, s, h);
   }
 };
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "optim/rules.hpp"
+#include "optim/state.hpp"
 
 namespace gpt::optim {
 
@@ -16,9 +17,16 @@ struct StepArgs {
   void* param = nullptr;           // (n) activation dtype (bf16 or fp32)
   float* master = nullptr;         // (n) or null
   const void* grad = nullptr;      // (n) activation dtype
-  float* slot[kMaxSlots] = {};     // (n) each, the rule's kSlots of them
+  void* slot[kMaxSlots] = {};      // (n) each, the rule's kSlots of them, held as `state` says
+  float* scale[kMaxSlots] = {};    // int8: (quant_blocks(n)) each, the blocks' scales
+  StateType state = StateType::F32;
+  bool slot_signed[kMaxSlots] = {};  // the rule's kSlotSigned (int8: which code)
   size_t n = 0;
   Hyper h;                         // after the rule's prepare()
+  // bf16 and int8 state: one range per piece, element 0 at a block's start; elements [0, n_decay) are
+  // updated with h, the rest with h_rest (no weight decay). fp32: h for all (a range per decay setting).
+  size_t n_decay = 0;
+  Hyper h_rest;
   float grad_scale = 1.0f;         // multiplies the gradient first (clipping)
   uint64_t seed = 0;               // stochastic rounding of bf16 params: seed ^ (index_offset + i)
   uint64_t index_offset = 0;       // logical index of element 0, so rounding does not depend on sharding
@@ -27,6 +35,8 @@ struct StepArgs {
   unsigned* nonfinite = nullptr;   // (1) nullable; set to 1, never cleared here
 };
 
+// bf16 and int8 state (a.state): the slots are read and written as optim/state.hpp says, the rule run
+// with its Fused arithmetic, so that the CPU and the GPU write the same state bytes.
 // Rule is one of GPT_OPTIMIZER_RULES. The CPU loop needs host memory; the CUDA one device memory and a
 // cudaStream_t (it queues the kernel; failures are thrown as the kernels' errors).
 template <class Rule>

@@ -40,7 +40,7 @@ struct StepOp {
     const kern::Vec<X, V> g = kern::ldv<X, V>(grad + e);
     kern::Vec<float, V> s[Rule::kSlots];
 #pragma unroll
-    for (int k = 0; k < Rule::kSlots; ++k) s[k] = kern::ldv<float, V>(a.slot[k] + e);
+    for (int k = 0; k < Rule::kSlots; ++k) s[k] = kern::ldv<float, V>(static_cast<float*>(a.slot[k]) + e);
     kern::Vec<float, V> w;
     if (a.master) {
       w = kern::ldv<float, V>(a.master + e);
@@ -67,14 +67,97 @@ struct StepOp {
     }
     if (!finite && a.nonfinite) atomicOr(a.nonfinite, 1u);
 #pragma unroll
-    for (int k = 0; k < Rule::kSlots; ++k) kern::stv<float, V>(a.slot[k] + e, s[k]);
+    for (int k = 0; k < Rule::kSlots; ++k) kern::stv<float, V>(static_cast<float*>(a.slot[k]) + e, s[k]);
     if (a.master) kern::stv<float, V>(a.master + e, w);
     if (a.param) kern::stv<X, V>(param + e, p);
   }
 };
 
+// bf16 and int8 state: one thread block per quantization block, one thread per element (optim/state.hpp
+// has the math, shared with the CPU loop). The int8 codes are the host's tables (code_of), copied once.
+__device__ Code d_codes[2];  // signed, unsigned
+
+__device__ __forceinline__ float block_max(float x, float* red) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  const int w = threadIdx.x / 32;
+  __syncthreads();  // red's previous use is over
+  if (threadIdx.x % 32 == 0) red[w] = x;
+  __syncthreads();
+  float m = red[0];
+  for (int i = 1; i < kQuantBlock / 32; ++i) m = fmaxf(m, red[i]);
+  return m;
+}
+
+template <class Rule, class X, bool Q8>
+__global__ void __launch_bounds__(kQuantBlock) lowp_kernel(const StepArgs a) {
+  constexpr int K = Rule::kSlots;
+  __shared__ float value[K][256], mid[K][256], red[kQuantBlock / 32];
+  const int t = threadIdx.x;
+  if constexpr (Q8) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const Code& c = d_codes[a.slot_signed[k] ? 0 : 1];
+      value[k][t] = c.value[t];
+      if (t < 255) mid[k][t] = c.mid[t];
+    }
+    __syncthreads();
+  }
+  const size_t blk = blockIdx.x, i = blk * kQuantBlock + size_t(t);
+  const bool in = i < a.n;
+  float s[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    s[k] = 0.0f;
+    if (in) {
+      if constexpr (Q8) s[k] = decode(static_cast<const uint8_t*>(a.slot[k])[i], value[k], a.scale[k][blk]);
+      else s[k] = bf16_value(static_cast<const uint16_t*>(a.slot[k])[i]);
+    }
+  }
+  bool finite = true;
+  if (in) {
+    const X* grad = static_cast<const X*>(a.grad);
+    X* param = static_cast<X*>(a.param);
+    float w = a.master ? a.master[i] : kern::to_f(param[i]);
+    w = Rule::template apply_as<Fused>(w, Fused::mul(kern::to_f(grad[i]), a.grad_scale), s,
+                                       i < a.n_decay ? a.h : a.h_rest);
+    if (a.master) a.master[i] = w;
+    if (param) param[i] = round_param<X>(w, i, a);
+    finite = isfinite(w);
+#pragma unroll
+    for (int k = 0; k < K; ++k) finite &= isfinite(s[k]);
+  }
+  if (!finite && a.nonfinite) atomicOr(a.nonfinite, 1u);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if constexpr (Q8) {
+      const float amax = block_max(in ? fabsf(s[k]) : 0.0f, red);
+      const float inv = inverse_scale(amax);
+      if (in) static_cast<uint8_t*>(a.slot[k])[i] = encode(Fused::mul(s[k], inv), mid[k], a.slot_signed[k]);
+      if (t == 0) a.scale[k][blk] = amax;
+    } else if (in) {
+      static_cast<uint16_t*>(a.slot[k])[i] = bf16_round(s[k], state_random(a.seed, a.index_offset + i, k));
+    }
+  }
+}
+
+template <class Rule, class X>
+void launch_lowp(const StepArgs& a, cudaStream_t s) {
+  static bool codes_copied = false;  // one device per process
+  if (!codes_copied) {
+    const Code host[2] = {code_of(true), code_of(false)};
+    CUDA_CHECK(cudaMemcpyToSymbol(d_codes, host, sizeof host));
+    codes_copied = true;
+  }
+  if (a.n == 0) return;
+  const size_t blocks = quant_blocks(a.n);
+  if (a.state == StateType::Int8) lowp_kernel<Rule, X, true><<<unsigned(blocks), kQuantBlock, 0, s>>>(a);
+  else lowp_kernel<Rule, X, false><<<unsigned(blocks), kQuantBlock, 0, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <class Rule, class X>
 void launch(const StepArgs& a, cudaStream_t s) {
+  if (a.state != StateType::F32) return launch_lowp<Rule, X>(a, s);
   constexpr int V = 8;  // 16-byte bf16 accesses, two 16-byte fp32 ones
   bool vec = is_aligned(a.grad, V * sizeof(X)) && is_aligned(a.param, V * sizeof(X)) && is_aligned(a.master, 4 * V);
   for (int k = 0; k < Rule::kSlots; ++k) vec = vec && is_aligned(a.slot[k], 4 * V);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "optim/state.hpp"
 
 namespace gpt {
 
@@ -18,7 +19,14 @@ class ShardedState {
   static constexpr int kParam = 0, kMaster = 1;
   virtual const std::vector<std::string>& state_names() const = 0;
   virtual bool holds(int s) const = 0;
-  virtual DType state_dtype(int s) const = 0;  // as held: parameters in the compute dtype, the rest fp32
+  // As held: parameters in the compute dtype, master weights fp32, the optimizer's slots fp32 or bf16
+  // (training.optimizer_state); int8 slots say F32 (the values checkpoints see) and have a state_code.
+  virtual DType state_dtype(int s) const = 0;
+  // An int8 slot's code (optim/state.hpp), null for every other kind: its copies are codes and scales.
+  virtual const optim::Code* state_code(int s) const = 0;
+  // Elements every piece's start is a multiple of, counted from the bucket's start (int8 state: a
+  // quantization block); a checkpoint's slices at stage 0 keep to it.
+  virtual size_t piece_align() const = 0;
   virtual bool has_master() const = 0;
   virtual int zero_stage() const = 0;
   // Whether a rank's pieces are its own shards (ZeRO >= 1), or every rank holds everything (then a
@@ -30,7 +38,8 @@ class ShardedState {
   // This rank's piece of bucket b's state kind s, from fp32 host values (piece_end - piece_begin of them).
   virtual void set_piece(int b, int s, const float* in) = 0;
   // Queues a copy of logical elements [lo, hi) of bucket b's state s (within this rank's piece) into host
-  // memory `out`, as held (state_dtype). It lands at backend().wait_copies(); the state's next update waits
+  // memory `out`, as held (state_dtype; an int8 slot: hi - lo code bytes, then the fp32 scales of their
+  // quant_blocks(hi - lo) blocks; lo a multiple of piece_align()). It lands at backend().wait_copies(); the state's next update waits
   // for it on the device, so training goes on meanwhile and the copy stays the state of this step. Only
   // io/snapshot calls it, and hands the bytes out only once they have landed (Snapshot::Copies).
   virtual void copy_piece_async(int b, int s, size_t lo, size_t hi, void* out) = 0;

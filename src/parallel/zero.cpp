@@ -14,9 +14,11 @@ static int role_of(const ParamLayout& layout, int b) {
 EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy& policy) {
   EngineSizes z;
   z.shape = bucket_shapes(layout, world, policy);
+  z.state = policy.state;
   for (auto& x : z.shape) {
     z.full_total += x.cap;
     z.shard_total += x.shard;
+    z.state_total += policy.state == optim::StateType::Int8 ? optim::quant_blocks(x.shard) * optim::kQuantBlock : x.shard;
   }
   z.params = policy.shard_params ? z.shard_total : z.full_total;
   z.grads = policy.shard_grads ? z.shard_total : z.full_total;
@@ -43,7 +45,7 @@ MemoryBreakdown EngineSizes::bytes(DType act, bool master_weights, int n_slots) 
   m.params = e * params;
   m.grads = e * grads;
   m.master = has_master(act, master_weights) ? 4 * shard_total : 0;
-  m.optim = 4 * shard_total * size_t(n_slots);
+  m.optim = optim::state_bytes(state, state_total) * size_t(n_slots);
   m.comm = (grad_temps ? e * roles : 0) + (gather_bufs ? e * roles : 0) + fp8_gather_bytes + e * rest_gather;
   return m;
 }
@@ -56,16 +58,23 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
   for (const std::string& s : optimizer.slots()) state_names_.push_back(s);
   if (optimizer.slots().size() > size_t(optim::kMaxSlots))
     throw Error(kExitFailure, "internal error: an optimizer with more state slots than optim::kMaxSlots");
+  if (optimizer.state() != policy.state)
+    throw Error(kExitFailure, "internal error: the optimizer's state type is not the engine's");
   const EngineSizes z = engine_sizes(layout, world_, policy_);
   shape_ = z.shape;
   const int nb = layout.n_buckets();
   full_off_.resize(nb);
   shard_off_.resize(nb);
+  state_off_.resize(nb);
+  const bool q8 = policy_.state == optim::StateType::Int8;
+  size_t at = 0;
   for (int b = 0; b < nb; ++b) {
     full_off_[b] = full_total_;
     shard_off_[b] = shard_total_;
+    state_off_[b] = at;
     full_total_ += shape_[b].cap;
     shard_total_ += shape_[b].shard;
+    at += q8 ? optim::quant_blocks(shape_[b].shard) * optim::kQuantBlock : shape_[b].shard;
   }
   auto take = [&](size_t bytes, size_t& tally) {
     void* p = be_.alloc(bytes);
@@ -77,8 +86,10 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
   (policy_.shard_grads ? grads_shard_ : grads_full_) = take(esz_ * z.grads, alloc_.grads);
   if (EngineSizes::has_master(be.act_dtype(), master_weights))
     master_ = static_cast<float*>(take(4 * shard_total_, alloc_.master));
-  for (size_t k = 0; k < optimizer.slots().size(); ++k)
-    slots_.push_back(static_cast<float*>(take(4 * shard_total_, alloc_.optim)));
+  for (size_t k = 0; k < optimizer.slots().size(); ++k) {
+    slots_.push_back(take(optim::state_type_size(policy_.state) * z.state_total, alloc_.optim));
+    if (q8) scales_.push_back(static_cast<float*>(take(4 * (z.state_total / optim::kQuantBlock), alloc_.optim)));
+  }
   size_t flag_bytes = 0;  // not a memory component: 4 bytes
   nonfinite_ = static_cast<unsigned*>(take(sizeof(unsigned), flag_bytes));
   if (z.grad_temps)
@@ -103,7 +114,8 @@ ZeroEngine::~ZeroEngine() {
   for (void* p : {params_full_, params_shard_, grads_full_, grads_shard_, static_cast<void*>(master_),
                   static_cast<void*>(nonfinite_)})
     if (p) be_.free(p);
-  for (float* p : slots_) be_.free(p);
+  for (void* p : slots_) be_.free(p);
+  for (float* p : scales_) be_.free(p);
   for (void* p : grad_temps_) be_.free(p);
   for (void* p : gather_bufs_) be_.free(p);
   for (void* p : {fp8_bufs_[0], fp8_bufs_[1], rest_bufs_[0], rest_bufs_[1]})
@@ -111,6 +123,13 @@ ZeroEngine::~ZeroEngine() {
 }
 
 char* ZeroEngine::act_ptr(void* base, size_t elems) const { return static_cast<char*>(base) + esz_ * elems; }
+
+void* ZeroEngine::slot_ptr(int s, int b, size_t off) const {
+  return static_cast<char*>(slots_[size_t(s - 2)]) + optim::state_type_size(policy_.state) * (state_off_[b] + off);
+}
+float* ZeroEngine::scale_ptr(int s, int b, size_t off) const {
+  return scales_[size_t(s - 2)] + (state_off_[b] + off) / optim::kQuantBlock;
+}
 
 size_t ZeroEngine::piece_start(int b) const {
   return policy_.shard_optimizer ? size_t(rank_) * shape_[b].shard : 0;
@@ -315,6 +334,24 @@ void ZeroEngine::update(const OptimizerHyper& h) {
     const size_t split = bk.decayed;
     const size_t lo = piece_begin(b), hi = piece_end(b);
     const size_t base = piece_start(b);  // logical start of the piece
+    if (policy_.state != optim::StateType::F32) {
+      // bf16 and int8 state: the whole piece at once (it starts at a block's start), its decayed part first
+      if (hi <= lo) continue;
+      ParamRange r;
+      r.param = param_piece(b);
+      r.master = master_ ? master_ + shard_off_[b] : nullptr;
+      r.grad = grad_piece(b);
+      for (size_t k = 0; k < slots_.size(); ++k) {
+        r.slot[k] = slot_ptr(int(k) + 2, b, 0);
+        if (!scales_.empty()) r.scale[k] = scale_ptr(int(k) + 2, b, 0);
+      }
+      r.n = hi - lo;
+      r.n_decay = std::min(hi, std::max(lo, split)) - lo;
+      r.index_offset = layout_.logical_offset(b) + lo;
+      r.nonfinite = nonfinite_;
+      opt_.update(be_, r, h);
+      continue;
+    }
     for (int part = 0; part < 2; ++part) {
       const size_t s0 = std::max(lo, part == 0 ? size_t(0) : split);
       const size_t s1 = std::min(hi, part == 0 ? split : bk.size);
@@ -324,7 +361,7 @@ void ZeroEngine::update(const OptimizerHyper& h) {
       r.param = act_ptr(param_piece(b), off);
       r.master = master_ ? master_ + shard_off_[b] + off : nullptr;
       r.grad = act_ptr(grad_piece(b), off);
-      for (size_t k = 0; k < slots_.size(); ++k) r.slot[k] = slots_[k] + shard_off_[b] + off;
+      for (size_t k = 0; k < slots_.size(); ++k) r.slot[k] = slot_ptr(int(k) + 2, b, off);
       r.n = s1 - s0;
       r.decay = part == 0;
       r.index_offset = layout_.logical_offset(b) + s0;
@@ -377,13 +414,37 @@ void ZeroEngine::get_piece(int b, int s, float* out) {
     be_.act_to_f32(tmp, param_piece(b), n);
     be_.copy_d2h(out, tmp, 4 * n);
     be_.free(tmp);
+  } else if (policy_.state == optim::StateType::F32) {
+    be_.copy_d2h(out, slot_ptr(s, b, 0), 4 * n);
   } else {
-    be_.copy_d2h(out, slot_ptr(s) + shard_off_[b], 4 * n);
+    std::vector<char> held(optim::state_bytes(policy_.state, n));
+    copy_piece_async(b, s, piece_begin(b), piece_end(b), held.data());
+    be_.wait_copies();
+    held_to_f32(s, held.data(), n, out);
+  }
+}
+
+void ZeroEngine::held_to_f32(int s, const void* held, size_t n, float* out) const {
+  if (policy_.state == optim::StateType::BF16) {
+    for (size_t i = 0; i < n; ++i) out[i] = optim::bf16_value(static_cast<const uint16_t*>(held)[i]);
+    return;
+  }
+  const uint8_t* c = static_cast<const uint8_t*>(held);
+  const optim::Code& code = *state_code(s);
+  for (size_t i = 0; i < n; ++i) {
+    float scale;  // the scales follow the codes, unaligned
+    std::memcpy(&scale, c + n + 4 * (i / optim::kQuantBlock), 4);
+    out[i] = optim::decode(c[i], code.value, scale);
   }
 }
 
 DType ZeroEngine::state_dtype(int s) const {
-  return s == kParam || (s == kMaster && !master_) ? be_.act_dtype() : DType::F32;
+  if (s == kParam || (s == kMaster && !master_)) return be_.act_dtype();
+  return s >= 2 && policy_.state == optim::StateType::BF16 ? DType::BF16 : DType::F32;
+}
+
+const optim::Code* ZeroEngine::state_code(int s) const {
+  return s >= 2 && policy_.state == optim::StateType::Int8 ? &optim::code_of(opt_.slot_signed(s - 2)) : nullptr;
 }
 
 void ZeroEngine::copy_piece_async(int b, int s, size_t lo, size_t hi, void* out) {
@@ -393,7 +454,13 @@ void ZeroEngine::copy_piece_async(int b, int s, size_t lo, size_t hi, void* out)
   const size_t n = hi - lo, off = lo - piece_start(b);  // within the piece
   if (s == kMaster && master_) be_.copy_d2h_async(out, master_ + shard_off_[b] + off, 4 * n);
   else if (s == kParam || s == kMaster) be_.copy_d2h_async(out, act_ptr(param_piece(b), off), esz_ * n);
-  else be_.copy_d2h_async(out, slot_ptr(s) + shard_off_[b] + off, 4 * n);
+  else if (policy_.state != optim::StateType::Int8) be_.copy_d2h_async(out, slot_ptr(s, b, off), optim::state_type_size(policy_.state) * n);
+  else {
+    if (off % optim::kQuantBlock)
+      throw Error(kExitFailure, "internal error: an int8 state copy from within a quantization block");
+    be_.copy_d2h_async(out, slot_ptr(s, b, off), n);
+    be_.copy_d2h_async(static_cast<char*>(out) + n, scale_ptr(s, b, off), 4 * optim::quant_blocks(n));
+  }
 }
 
 void ZeroEngine::set_piece(int b, int s, const float* in) {
@@ -418,8 +485,27 @@ void ZeroEngine::set_piece(int b, int s, const float* in) {
     }
     settle_gather(b);
     drop_fp8_gathers();
+  } else if (n && policy_.state == optim::StateType::F32) {
+    be_.copy_h2d(slot_ptr(s, b, 0), in, 4 * n);
   } else if (n) {
-    be_.copy_h2d(slot_ptr(s) + shard_off_[b], in, 4 * n);
+    // the values as this state holds them: bf16 rounded to nearest (a bf16 state's values are exact), int8
+    // quantized as a step quantizes (a checkpoint of int8 state gives back its codes and scales exactly)
+    std::vector<char> held(optim::state_bytes(policy_.state, n));
+    if (policy_.state == optim::StateType::BF16) {
+      for (size_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(held.data())[i] = f32_to_bf16(in[i]);
+      be_.copy_h2d(slot_ptr(s, b, 0), held.data(), 2 * n);
+    } else {
+      const optim::Code& code = *state_code(s);
+      const bool sig = opt_.slot_signed(s - 2);
+      uint8_t* c = reinterpret_cast<uint8_t*>(held.data());
+      std::vector<float> scale(optim::quant_blocks(n));
+      for (size_t blk = 0; blk < scale.size(); ++blk) {
+        const size_t i0 = blk * optim::kQuantBlock;
+        scale[blk] = optim::quantize_block(in + i0, std::min<size_t>(optim::kQuantBlock, n - i0), code, sig, c + i0);
+      }
+      be_.copy_h2d(slot_ptr(s, b, 0), c, n);
+      be_.copy_h2d(scale_ptr(s, b, 0), scale.data(), 4 * scale.size());
+    }
   }
 }
 

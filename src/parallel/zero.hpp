@@ -33,8 +33,12 @@ struct EngineSizes {
   // gather_fp8: two byte buffers of a layer bucket's cap (the FP8 weights), two of world x the largest
   // rest of a layer bucket past its weights (act dtype elements)
   size_t fp8_gather_bytes = 0, rest_gather = 0;
+  // each optimizer slot: its values per rank (the shards; with int8 state each bucket's rounded up to whole
+  // quantization blocks) and how they are held
+  size_t state_total = 0;
+  optim::StateType state = optim::StateType::F32;
   static bool has_master(DType act, bool master_weights) { return master_weights && act != DType::F32; }
-  // state bytes per rank (no activations), for an optimizer of n_slots fp32 slots
+  // state bytes per rank (no activations), for an optimizer of n_slots slots
   MemoryBreakdown bytes(DType act, bool master_weights, int n_slots) const;
 };
 EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy& policy);
@@ -91,6 +95,8 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   void set_piece(int b, int s, const float* in) override;
   void copy_piece_async(int b, int s, size_t lo, size_t hi, void* out) override;
   DType state_dtype(int s) const override;
+  const optim::Code* state_code(int s) const override;
+  size_t piece_align() const override { return policy_.state == optim::StateType::Int8 ? optim::kQuantBlock : 1; }
   // This rank's piece (length piece_end-piece_begin) of state kind s, in fp32 on the host.
   void get_piece(int b, int s, float* out);
   // The full bucket's parameters in fp32 (gathers at stage 3; collective).
@@ -116,7 +122,11 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   void* param_piece(int b);
   void* grad_piece(int b);
 
-  float* slot_ptr(int s) const { return slots_[size_t(s - 2)]; }  // s >= 2
+  // state kind s >= 2 (an optimizer slot) of bucket b, from element `off` of this rank's piece on
+  void* slot_ptr(int s, int b, size_t off) const;
+  float* scale_ptr(int s, int b, size_t off) const;  // int8: the scale of the block at off
+  // n values of slot s as copy_piece_async copies them (bf16, or int8 codes and scales) in fp32
+  void held_to_f32(int s, const void* held, size_t n, float* out) const;
   const ParamLayout& layout_;
   Backend& be_;
   const Optimizer& opt_;
@@ -128,7 +138,7 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   int world_, rank_;
   size_t esz_;
   std::vector<BucketShape> shape_;
-  std::vector<size_t> full_off_, shard_off_;
+  std::vector<size_t> full_off_, shard_off_, state_off_;  // state_off_: each slot's, in values
   size_t full_total_ = 0, shard_total_ = 0, max_layer_cap_ = 0;
   // buffers
   void* params_full_ = nullptr;   // stages 0-2: (sum cap) act
@@ -136,7 +146,8 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   void* grads_full_ = nullptr;    // stages 0-1: (sum cap) act
   void* grads_shard_ = nullptr;   // stages 2-3: (sum shard) act
   float* master_ = nullptr;       // (sum shard) fp32, when act is bf16 and master weights are on
-  std::vector<float*> slots_;     // (sum shard) fp32 each: the optimizer's state
+  std::vector<void*> slots_;      // (state_total) each: the optimizer's state, held as policy_.state says
+  std::vector<float*> scales_;    // int8: (state_total / kQuantBlock) each, the blocks' scales
   unsigned* nonfinite_ = nullptr; // (1) set by the optimizer when it writes a non-finite value
   std::vector<void*> gather_bufs_;  // stage 3: [embedding, final, layer even, layer odd]
   std::vector<void*> grad_temps_;   // stages 2-3: same four roles

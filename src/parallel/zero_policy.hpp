@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/params.hpp"
+#include "optim/state.hpp"
 
 namespace gpt {
 
@@ -17,15 +18,20 @@ struct ZeroPolicy {
   // rank casting its own piece, once per change of the parameters or scales; the rest of a layer's
   // bucket is gathered as before
   bool gather_fp8 = false;
+  // how the optimizer's slots are held (training.optimizer_state); with int8, every piece is a whole
+  // number of quantization blocks (optim::kQuantBlock elements), so a block's scale has one owner
+  optim::StateType state = optim::StateType::F32;
 
-  static ZeroPolicy of_stage(int stage) { return {stage, stage >= 1, stage >= 2, stage >= 3, false}; }
+  static ZeroPolicy of_stage(int stage) { return {stage, stage >= 1, stage >= 2, stage >= 3, false, optim::StateType::F32}; }
+  // elements a piece is a multiple of (the last piece of a bucket aside)
+  size_t piece_align() const;
   // Parameters are whole on every rank but updated piece by piece (stages 1 and 2): after the optimizer
   // step, each rank's piece must be gathered back into everyone's full buffer.
   bool gathers_after_update() const { return shard_optimizer && !shard_params; }
 };
 
 // A shard is a range of each bucket: every bucket split into world-size pieces of equal length (the tail
-// padded), rank r owning piece r. Sizes of one bucket under a stage and world size.
+// padded), rank r owning piece r; the length a multiple of piece_align(). Sizes of one bucket under a stage and world size.
 struct BucketShape {
   size_t size = 0;       // logical elements
   size_t shard = 0;      // elements per rank (stage 0: size)

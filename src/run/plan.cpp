@@ -77,6 +77,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.flops_per_token = flops_per_token(layout, p.seq_len);
   p.zero = ZeroPolicy::of_stage(t.zero_stage);
   p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather;
+  optim::parse_state_type(t.optimizer_state, p.zero.state);  // validated
   p.master_weights = t.master_weights;
   p.recompute = t.recompute;
   p.backend.act = p.act;
@@ -168,12 +169,14 @@ std::string describe(const Plan& p) {
 }
 
 namespace {
-// "m, v: 2 fp32 values per parameter"
-std::string optimizer_state_text(const std::string& name) {
+// "m, v: 2 fp32 values per parameter" (int8: "..., and an fp32 scale per 256 of each")
+std::string optimizer_state_text(const std::string& name, optim::StateType type) {
   std::string s;
   for (const std::string& slot : find_optimizer(name)->slots) s += (s.empty() ? "" : ", ") + slot;
   const size_t n = find_optimizer(name)->slots.size();
-  return s + ": " + std::to_string(n) + " fp32 value" + (n == 1 ? "" : "s") + " per parameter";
+  s += ": " + std::to_string(n) + " " + optim::state_type_name(type) + " value" + (n == 1 ? "" : "s") + " per parameter";
+  if (type == optim::StateType::Int8) s += ", and an fp32 scale per " + std::to_string(optim::kQuantBlock) + " of each";
+  return s;
 }
 
 // "| training.lr                    0.000600000028" rows from the config's YAML
@@ -213,7 +216,7 @@ void print_plan(const Config& cfg, const Plan& plan) {
                 plan.n_params, plan.device.c_str(), plan.precision.any_fp8() ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
                 plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
                 (long long)plan.tokens_per_step, plan.flops_per_token, plan.optimizer.c_str(),
-                optimizer_state_text(plan.optimizer).c_str());
+                optimizer_state_text(plan.optimizer, plan.zero.state).c_str());
   os << buf;
   if (!plan.device_note.empty()) os << "| (" << plan.device_note << ")\n";
   os << "+-- predicted memory per rank " << std::string(39, '-') << "\n";

@@ -83,6 +83,7 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
   if (lexical(old.data.train) != lexical(now.data.train))
     same("data.train", quoted(old.data.train), quoted(now.data.train));
   same("training.optimizer", old.training.optimizer, now.training.optimizer);  // its state means another thing
+  same("training.optimizer_state", old.training.optimizer_state, now.training.optimizer_state);  // its rounding
   same("data.synthetic", old.data.synthetic ? "true" : "false", now.data.synthetic ? "true" : "false");
   if (now.data.synthetic) {
     same("data.synthetic_vocab", std::to_string(old.data.synthetic_vocab), std::to_string(now.data.synthetic_vocab));

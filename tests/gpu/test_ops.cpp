@@ -478,6 +478,76 @@ void test_optimizer(Ctx& c, const char* name, size_t n, bool master) {
   for (void* q : cs) c.cpu.free(q);
 }
 
+// The low-precision optimizer state (training.optimizer_state, optim/state.hpp) on the GPU against the CPU
+// loop: two steps from zero state on the same gradients (spread over decades, as moments are); the state's
+// bytes (bf16 values, or int8 codes and block scales) must be the CPU's, every one, and the parameters
+// match as the fp32 state's do.
+void test_optimizer_state(Ctx& c, const char* name, optim::StateType t, size_t n, bool master) {
+  const std::string sz = fmt("%s %s n=%zu %s", name, optim::state_type_name(t), n, master ? "master" : "no-master");
+  auto opt = make_optimizer(name, true, t);
+  const size_t K = opt->slots().size(), bytes = optim::state_type_size(t) * n, nb = optim::quant_blocks(n);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Vec w(n);
+  for (auto& x : w) x = d(g_rng);
+  if (!master) w = c.act(w);
+  std::vector<void*> cs, gs, csc, gsc;
+  auto zeroed = [](Backend& b, size_t sz) {
+    void* q = b.alloc(std::max<size_t>(sz, 4));
+    b.zero(q, std::max<size_t>(sz, 4));
+    return q;
+  };
+  for (size_t k = 0; k < K; ++k) {
+    cs.push_back(zeroed(c.cpu, bytes)), gs.push_back(zeroed(c.gpu, bytes));
+    csc.push_back(zeroed(c.cpu, 4 * nb)), gsc.push_back(zeroed(c.gpu, 4 * nb));
+  }
+  void* cw = up(c.cpu, w);
+  void* gmaster = master ? up(c.gpu, w, false) : nullptr;
+  void* gp = master ? up(c.gpu, poison(n)) : up(c.gpu, w);
+  OptimizerHyper h;
+  h.lr = 1e-2f, h.weight_decay = 0.1f, h.grad_scale = 0.7f, h.seed = 1234;
+  for (int st = 1; st <= 2; ++st) {
+    h.step = st, h.seed += uint64_t(st);
+    Vec g(n);
+    for (auto& x : g) x = 0.1f * d(g_rng) * std::exp(2.0f * nd(g_rng));
+    g = c.act(g);
+    void *cg = up(c.cpu, g), *gg = up(c.gpu, g);
+    ParamRange cr;
+    cr.param = cw, cr.grad = cg, cr.n = n, cr.n_decay = n / 3;
+    for (size_t k = 0; k < K; ++k) cr.slot[k] = cs[k], cr.scale[k] = static_cast<float*>(csc[k]);
+    opt->update(c.cpu, cr, h);
+    ParamRange gr = cr;
+    gr.param = gp, gr.master = static_cast<float*>(gmaster), gr.grad = gg;
+    for (size_t k = 0; k < K; ++k) gr.slot[k] = gs[k], gr.scale[k] = static_cast<float*>(gsc[k]);
+    opt->update(c.gpu, gr, h);
+    for (size_t k = 0; k < K; ++k) {
+      std::vector<char> a(bytes + 4 * nb), b(bytes + 4 * nb);
+      c.cpu.copy_d2h(a.data(), cs[k], bytes);
+      c.gpu.copy_d2h(b.data(), gs[k], bytes);
+      if (t == optim::StateType::Int8) {
+        c.cpu.copy_d2h(a.data() + bytes, csc[k], 4 * nb);
+        c.gpu.copy_d2h(b.data() + bytes, gsc[k], 4 * nb);
+      }
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+      expect(differ == 0, fmt("[%s] %s state bytes after step %d %s: %zu of %zu differ", c.prec,
+                              opt->slots()[k].c_str(), st, sz.c_str(), differ, a.size()));
+    }
+    c.cpu.free(cg);
+    c.gpu.free(gg);
+  }
+  const Vec ref = down(c.cpu, cw, n);
+  if (master) check(fmt("[%s] master %s", c.prec, sz.c_str()), down(c.gpu, gmaster, n, false), ref, kF32Exact);
+  check(fmt("[%s] param %s", c.prec, sz.c_str()), down(c.gpu, gp, n), ref, c.pick(kF32Exact, kBf16Elementwise));
+  for (void* q : {gmaster, gp})
+    if (q) c.gpu.free(q);
+  for (void* q : gs) c.gpu.free(q);
+  for (void* q : gsc) c.gpu.free(q);
+  c.cpu.free(cw);
+  for (void* q : cs) c.cpu.free(q);
+  for (void* q : csc) c.cpu.free(q);
+}
+
 // ---- NCCL plumbing with a single rank (world 1): collectives are copies, events must not hang
 class OneRank final : public HostComm {
  public:
@@ -560,6 +630,10 @@ void run_checks(const char* prec) {
   for (const char* opt : {"adamw", "lion"}) {
     guarded([&] { test_optimizer(c, opt, 1000003, true); });
     guarded([&] { test_optimizer(c, opt, 100001, false); });
+    for (optim::StateType t : {optim::StateType::BF16, optim::StateType::Int8}) {
+      guarded([&] { test_optimizer_state(c, opt, t, 1000003, true); });
+      guarded([&] { test_optimizer_state(c, opt, t, 100001, false); });
+    }
   }
   guarded([&] { test_nccl_single(c); });
   // products of 10 GFLOP and more with the configuration search on: whatever configuration wins computes
