@@ -88,6 +88,16 @@ void Terminal::note(const std::string& s) {
   std::cout << s << "\n" << std::flush;
 }
 
+void Terminal::memory_meaning(bool cpu, double predicted, double baseline) {
+  if (cpu)
+    note("memory: the plan predicts " + format_bytes(predicted) + " per rank for the run's buffers; a step "
+         "line's mem is the process's peak RSS, which held " + format_bytes(baseline) +
+         " (the binary and its libraries) before them");
+  else
+    note("memory: the plan predicts " + format_bytes(predicted) + " per rank; a step line's mem is the device's "
+         "peak allocation");
+}
+
 void Terminal::summary(const std::string& status, const std::string& log_path, const std::string& last_ckpt,
                        int64_t complete_at) {
   if (!on_) return;
@@ -101,9 +111,12 @@ void Terminal::summary(const std::string& status, const std::string& log_path, c
     return;
   }
   char buf[256];
-  std::snprintf(buf, sizeof buf, "run %s: %lld step(s) in %s, %.0f tokens/s", status.c_str(), (long long)t.steps,
-                format_duration(t.seconds).c_str(), t.tokens_per_s);
+  std::snprintf(buf, sizeof buf, "run %s: %lld step(s) in %s", status.c_str(), (long long)t.steps,
+                format_duration(t.seconds).c_str());
   std::string s = buf;
+  if (t.eval_seconds > 0) s += ", evaluation " + format_duration(t.eval_seconds);
+  std::snprintf(buf, sizeof buf, ", %.0f tokens/s", t.tokens_per_s);
+  s += buf;
   if (!std::isnan(t.mfu)) s += ", MFU " + shortest(std::round(1000 * t.mfu) / 10) + "%";
   if (!std::isnan(t.best_val_loss)) {
     std::snprintf(buf, sizeof buf, ", best val loss %.4f", t.best_val_loss);

@@ -304,12 +304,17 @@ class Trainer {
   void open_log() {
     if (!lead_) return;
     std::filesystem::create_directories(dir_);
-    if (resume_ && !resumed_ && earlier_.log.exists) {
-      // starting over: the earlier run's log is kept, never overwritten
+    // log.csv's files read and checked first: a refusal leaves the run log (and every file) as it was
+    if (cfg_.log.csv) csv_ = std::make_unique<CsvLog>(dir_, resumed_ ? st_.step : -1, dir_ + "/log.h5");
+    if (resume_ && !resumed_) {
+      // starting over: the earlier run's log (and its CSV files) are kept, never overwritten
       const std::string kept = keep_earlier_log(dir_);
-      term_.note("the earlier run's log (status " + earlier_.log.status + ", last step " +
-                 std::to_string(earlier_.log.last_step) + ") is kept as " + kept + "; this run starts a new " +
-                 dir_ + "/log.h5");
+      if (!kept.empty())
+        term_.note("the earlier run's log" +
+                   (earlier_.log.exists ? " (status " + earlier_.log.status + ", last step " +
+                                              std::to_string(earlier_.log.last_step) + ")"
+                                        : std::string()) +
+                   " is kept as " + kept + "; this run starts a new " + dir_ + "/log.h5");
     }
     RunInfo info;
     info.name = cfg_.run.name;
@@ -331,11 +336,13 @@ class Trainer {
     if (world_ > 1 && !info.ranks.empty()) term_.note(describe_placement(info.ranks));
     log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(plan_), resumed_ ? st_.step : -1);
     sinks_ = {log_.get()};
-    if (cfg_.log.csv) {
-      csv_ = std::make_unique<CsvLog>(dir_, resumed_ ? st_.step : -1);
+    if (csv_) {
+      csv_->open();
+      if (!csv_->note().empty()) term_.note(csv_->note());
       sinks_.push_back(csv_.get());
     }
     sinks_.push_back(&term_);
+    term_.memory_meaning(plan_.device == "cpu", double(predict_memory(plan_).total()), double(be_->baseline_bytes()));
     const std::string evals = eval_->describe();
     term_.note("train data: " + train_src_->describe() + (evals.empty() ? "" : "; " + evals));
   }
@@ -514,7 +521,16 @@ class Trainer {
       if (eval) {
         faults_.at("eval", st_.step);
         if (faults_.any("eval_data")) agreed("evaluation", [&] { faults_.at("eval_data", st_.step); });
+        const auto e0 = std::chrono::steady_clock::now();
         ev = eval_->run(*model_, *engine_, st_.step);
+        term_.count_eval(seconds_since(e0));
+        if (!eval_->stopped().empty()) {
+          // a stop signal: the evaluation ends at once; the step's checkpoint and exit follow (boundary)
+          const std::string s = "the evaluation at step " + std::to_string(st_.step) + " was stopped by a signal during " +
+                                eval_->stopped() + ": that and the rest of the evaluation are not logged";
+          term_.note(s);
+          if (last) message_ = s;  // the run is complete; its final evaluation is not
+        }
       }
       term_.progress(int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
       const std::optional<Error> failed = log_rows(row, log_row, ev);

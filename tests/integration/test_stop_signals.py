@@ -139,3 +139,31 @@ def test_slurm_scripts_say_when_sigint_cannot_be_trapped():
     assert "warning: SIGINT was ignored when this shell started" in p.stderr, p.stderr
     assert "SIGTERM" not in p.stderr and "SIGUSR1" not in p.stderr, p.stderr
     assert "returned 0" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_a_stop_signal_during_a_long_evaluation_ends_it(tmp_path, last):
+    # an evaluation of far more batches than the test waits for: only the stop can end it in time
+    steps = 2 if last else 4
+    y = tiny_yaml(tmp_path, steps=steps, ckpt_every=0, extra="eval: {every: 2, batches: 100000000}\n")
+    proc = subprocess.Popen([str(TRAIN), "--yaml", str(y)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, **ENV))
+    try:
+        wait_for(proc, "step      1/")  # step 2's evaluation comes next
+        import time
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run_dir = tmp_path / "runs/t"
+    attrs = read_log(run_dir / "log.h5")["attrs"]
+    assert "the evaluation at step 2 was stopped by a signal during the validation loss" in out, out[-2000:]
+    if last:  # the run is complete: its final evaluation is not, and the log says so
+        assert proc.returncode == 0 and attrs["status"] == "ok", (proc.returncode, err[-2000:])
+        assert "stopped by a signal" in attrs["message"]
+    else:  # the step's checkpoint and exit 75, as for a stop between steps
+        assert proc.returncode == EXIT_CHECKPOINTED and attrs["status"] == "checkpointed", (proc.returncode, err)
+        assert (run_dir / "checkpoints/latest").read_text().strip() == "step_00000002"
+    assert list(read_log(run_dir / "log.h5")["eval_step"]) == []  # nothing of it was measured whole
