@@ -472,6 +472,37 @@ class Trainer {
     return worst & 1;
   }
 
+  bool eval_due(int64_t step) const {
+    return (cfg_.eval.every > 0 && step % cfg_.eval.every == 0) || step == t_.steps;
+  }
+
+  // The evaluation of step st_.step into ev; false when a stop signal cut it short (every rank agrees),
+  // which the terminal is told.
+  bool evaluate(EvalRow& ev) {
+    faults_.at("eval", st_.step);
+    if (faults_.any("eval_data")) agreed("evaluation", [&] { faults_.at("eval_data", st_.step); });
+    const auto e0 = std::chrono::steady_clock::now();
+    ev = eval_->run(*model_, *engine_, st_.step);
+    term_.count_eval(seconds_since(e0));
+    if (eval_->stopped().empty()) return true;
+    term_.note("the evaluation at step " + std::to_string(st_.step) + " was stopped by a signal during " +
+               eval_->stopped() + ": it is not logged; a resumed run evaluates that step again first");
+    return false;
+  }
+
+  // A stop signal, after the checkpoint of st_.step: the run ends `checkpointed` (exit 75).
+  void stopped_by_signal(bool during_eval) {
+    // Counted after the checkpoint, by when a signal sent to every rank at once has reached them all:
+    // it shows whether the launcher passed it on to every rank on every node.
+    const int seen = int(host_.sum(stop_requested() ? 1 : 0));
+    status_ = "checkpointed";
+    message_ = "stopped by a signal at step " + std::to_string(st_.step) + " (received by " + std::to_string(seen) +
+               " of " + std::to_string(world_) + " ranks)" + (during_eval ? " during its evaluation" : "") +
+               "; resume with --resume";
+    exit_code_ = kExitCheckpointed;
+    term_.note(message_);
+  }
+
   void loop() {
     const double peak = be_->peak_flops() * world_;
     double avg_ms = 0;
@@ -480,6 +511,14 @@ class Trainer {
     be_->reset_peak();
     const auto run_t0 = std::chrono::steady_clock::now();
     const double elapsed0 = log_ ? log_->elapsed_before() : 0.0;  // a resumed run's clock goes on
+    // A resumed run whose checkpoint's step is due an evaluation its log lacks (a stop signal cut it short,
+    // or came before it): that evaluation first, as the run would have had it.
+    if (resumed_ && eval_due(st_.step) && host_.max(lead_ && log_ && log_->last_eval_step() < st_.step ? 1L : 0L)) {
+      EvalRow ev;
+      const bool cut = !evaluate(ev);
+      const std::optional<Error> failed = log_rows(TrainRow(), false, ev);
+      if (boundary(failed) && cut) return stopped_by_signal(true);  // its checkpoint is the one resumed from
+    }
     for (int step = int(st_.step); step < t_.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       fetch(*train_src_, plan_.grad_accum, "reading the training data");
@@ -516,37 +555,18 @@ class Trainer {
       if (log_row) row[M::fp8_saturated] = fp8_ ? double(fp8_->take_saturated()) : 0.0;
       if (log_row) row[M::peak_memory] = double(be_->peak_bytes());
       row[M::gathered_bytes] = double(gathered);
-      const bool eval = (cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last;
       EvalRow ev;
-      if (eval) {
-        faults_.at("eval", st_.step);
-        if (faults_.any("eval_data")) agreed("evaluation", [&] { faults_.at("eval_data", st_.step); });
-        const auto e0 = std::chrono::steady_clock::now();
-        ev = eval_->run(*model_, *engine_, st_.step);
-        term_.count_eval(seconds_since(e0));
-        if (!eval_->stopped().empty()) {
-          // a stop signal: the evaluation ends at once; the step's checkpoint and exit follow (boundary)
-          const std::string s = "the evaluation at step " + std::to_string(st_.step) + " was stopped by a signal during " +
-                                eval_->stopped() + ": that and the rest of the evaluation are not logged";
-          term_.note(s);
-          if (last) message_ = s;  // the run is complete; its final evaluation is not
-        }
-      }
+      const bool cut = eval_due(st_.step) && !evaluate(ev);
       term_.progress(int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
       const std::optional<Error> failed = log_rows(row, log_row, ev);
       faults_.signal("sigterm", st_.step);
       const bool stop = boundary(failed);  // every rank stops at the same step
       const bool every = cfg_.checkpoint.every > 0;  // and the run's last step with checkpoints on
-      if ((every && (st_.step % cfg_.checkpoint.every == 0 || last)) || (stop && !last)) checkpoint(stop || last);
-      if (stop && !last) {
-        // Counted after the checkpoint, by when a signal sent to every rank at once has reached them all:
-        // it shows whether the launcher passed it on to every rank on every node.
-        const int seen = int(host_.sum(stop_requested() ? 1 : 0));
-        status_ = "checkpointed";
-        message_ = "stopped by a signal at step " + std::to_string(st_.step) + " (received by " + std::to_string(seen) +
-                   " of " + std::to_string(world_) + " ranks); resume with --resume";
-        exit_code_ = kExitCheckpointed;
-        term_.note(message_);
+      // a stop at the last step ends the run as it would anyway, unless it cut the final evaluation short
+      const bool stopped = stop && (!last || cut);
+      if ((every && (st_.step % cfg_.checkpoint.every == 0 || last)) || stopped) checkpoint(stop || last);
+      if (stopped) {
+        stopped_by_signal(cut);
         return;
       }
     }

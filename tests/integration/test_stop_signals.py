@@ -158,12 +158,17 @@ def test_a_stop_signal_during_a_long_evaluation_ends_it(tmp_path, last):
         if proc.poll() is None:
             proc.kill()
     run_dir = tmp_path / "runs/t"
-    attrs = read_log(run_dir / "log.h5")["attrs"]
+    log = read_log(run_dir / "log.h5")
     assert "the evaluation at step 2 was stopped by a signal during the validation loss" in out, out[-2000:]
-    if last:  # the run is complete: its final evaluation is not, and the log says so
-        assert proc.returncode == 0 and attrs["status"] == "ok", (proc.returncode, err[-2000:])
-        assert "stopped by a signal" in attrs["message"]
-    else:  # the step's checkpoint and exit 75, as for a stop between steps
-        assert proc.returncode == EXIT_CHECKPOINTED and attrs["status"] == "checkpointed", (proc.returncode, err)
-        assert (run_dir / "checkpoints/latest").read_text().strip() == "step_00000002"
-    assert list(read_log(run_dir / "log.h5")["eval_step"]) == []  # nothing of it was measured whole
+    # the step's checkpoint and exit 75, as for a stop between steps, the final evaluation's too
+    assert proc.returncode == EXIT_CHECKPOINTED and log["attrs"]["status"] == "checkpointed", (proc.returncode, err)
+    assert "stopped by a signal at step 2 (received by 1 of 1 ranks) during its evaluation" in log["attrs"]["message"]
+    assert (run_dir / "checkpoints/latest").read_text().strip() == "step_00000002"
+    assert list(log["eval_step"]) == []  # nothing of it was measured whole
+    # the resumed run evaluates step 2 first (a shorter evaluation: eval.* may change on resume)
+    p = subprocess.run([str(TRAIN), "--yaml", str(y), "--resume", "eval.batches=2"], capture_output=True, text=True,
+                       env=dict(os.environ, **ENV), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    log = read_log(run_dir / "log.h5")
+    assert log["attrs"]["status"] == "ok" and list(log["eval_step"]) == ([2] if last else [2, 4])
+    assert list(log["step"]) == list(range(1, steps + 1))
