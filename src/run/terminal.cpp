@@ -111,17 +111,15 @@ void Terminal::summary(const std::string& status, const std::string& log_path, c
     return;
   }
   char buf[256];
-  std::snprintf(buf, sizeof buf, "run %s: %lld step(s) in %s", status.c_str(), (long long)t.steps,
-                format_duration(t.seconds).c_str());
+  std::snprintf(buf, sizeof buf, "run %s: %lld step(s) in %s, %.0f tokens/s", status.c_str(), (long long)t.steps,
+                format_duration(t.seconds).c_str(), t.tokens_per_s);
   std::string s = buf;
-  if (t.eval_seconds > 0) s += ", evaluation " + format_duration(t.eval_seconds);
-  std::snprintf(buf, sizeof buf, ", %.0f tokens/s", t.tokens_per_s);
-  s += buf;
   if (!std::isnan(t.mfu)) s += ", MFU " + shortest(std::round(1000 * t.mfu) / 10) + "%";
   if (!std::isnan(t.best_val_loss)) {
     std::snprintf(buf, sizeof buf, ", best val loss %.4f", t.best_val_loss);
     s += buf;
   }
+  if (t.eval_seconds > 0) s += "\n  evaluation: " + format_duration(t.eval_seconds) + " besides the steps' time";
   s += "\n  log: " + log_path;
   if (!last_ckpt.empty()) s += "\n  last checkpoint: " + last_ckpt;
   std::cout << s << "\n" << std::flush;
