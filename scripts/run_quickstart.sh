@@ -22,7 +22,26 @@ else
   make -j"$JOBS" PY=.venv/bin/python3 train
   TRAIN=./train
 fi
-"$TRAIN" --yaml experiments/quickstart.yaml --resume "$@"
+# A quickstart run continued past the YAML's training.steps (`./train --yaml experiments/quickstart.yaml
+# training.steps=650 --resume`, as the README shows) is resumed with the steps its log records, not cut back
+# to the YAML's (which --resume refuses): run again, it is complete (nothing to do) and is plotted again.
+steps=()
+if [ -f runs/quickstart/log.h5 ]; then
+  logged=$(.venv/bin/python3 - 2>/dev/null <<'EOF'
+import h5py, yaml
+with h5py.File("runs/quickstart/log.h5", "r") as f:
+    text = f.attrs["config_yaml"]
+logged = yaml.safe_load(text.decode() if isinstance(text, bytes) else text)["training"]["steps"]
+if logged > yaml.safe_load(open("experiments/quickstart.yaml"))["training"]["steps"]:
+    print(logged)
+EOF
+  ) || logged=""  # a log it cannot read: the trainer names what is wrong with it
+  if [ -n "$logged" ]; then
+    echo "quickstart: runs/quickstart was trained to $logged steps: resuming with training.steps=$logged"
+    steps=("training.steps=$logged")
+  fi
+fi
+"$TRAIN" --yaml experiments/quickstart.yaml --resume ${steps[@]+"${steps[@]}"} "$@"
 .venv/bin/python3 scripts/plot_runs.py runs/quickstart -o runs/quickstart/loss.png
 echo "log: runs/quickstart/log.h5   plot: runs/quickstart/loss.png   checkpoints: runs/quickstart/checkpoints/"
 if [ "$cuda_later" = 1 ]; then

@@ -1,10 +1,25 @@
 #include "base/common.hpp"
+#include "base/input_file.hpp"
+
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstring>
 #include <sstream>
 
 namespace gpt {
+
+void check_input_file(const std::string& path, const std::string& what) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return;
+  const char* kind = S_ISFIFO(st.st_mode)  ? "a FIFO (named pipe)"
+                     : S_ISCHR(st.st_mode) ? "a character device"
+                     : S_ISBLK(st.st_mode) ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a file";
+  throw input_error(what + ": '" + path + "' is " + kind +
+                    ", not a regular file (reading it may block or never end); give a file");
+}
 
 void throw_check_failure(const char* lib, const char* call, const std::string& detail, const char* file,
                          int line, ExitCode code) {

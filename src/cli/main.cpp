@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 
 #include <iostream>
+#include <string>
 
 #include "cli/app.hpp"
 #include "parallel/agree.hpp"
@@ -14,6 +15,14 @@
 #include "run/signals.hpp"
 
 namespace po = boost::program_options;
+
+namespace {
+// "error: WHAT", a configuration error's own "config error: " said once ("error: config: ...")
+std::string error_line(const std::string& what) {
+  const std::string prefix = "config error: ";
+  return "error: " + (what.rfind(prefix, 0) == 0 ? "config: " + what.substr(prefix.size()) : what);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   gpt::install_stop_signals();
@@ -27,11 +36,11 @@ int main(int argc, char** argv) {
     code = gpt::kExitBadInput;
   } catch (const gpt::AgreedError& e) {
     // every rank has it and ends here (bad input found before any work): said once, no MPI_Abort
-    if (host->rank() == 0) std::cerr << "error: " << e.what() << "\n";
+    if (host->rank() == 0) std::cerr << error_line(e.what()) << "\n";
     code = e.code();
   } catch (const gpt::Error& e) {
-    std::cerr << (host->world() > 1 ? "[rank " + std::to_string(host->rank()) + "] " : std::string()) << "error: "
-              << e.what() << "\n";
+    std::cerr << (host->world() > 1 ? "[rank " + std::to_string(host->rank()) + "] " : std::string())
+              << error_line(e.what()) << "\n";
     code = e.code();
     if (host->world() > 1) host->abort(code);  // never leave the other ranks waiting
   } catch (const std::exception& e) {

@@ -65,7 +65,8 @@ std::vector<Field> fields_of(Config& c) {
        "bf16 / fp32 / fp8 (on CPU activations are always fp32; fp8 there emulates the GPU's quantization). "
        "fp8: bf16 activations, the four block products of every layer on FP8 operands with per-tensor delayed "
        "scaling (E4M3 inputs and weights), fp32 master weights and AdamW state as in bf16; needs n_embd and "
-       "seq_len multiples of 16"},
+       "seq_len multiples of 16. The training.fp8_* keys act only at fp8: at another precision a run refuses "
+       "any of them set to other than its default"},
       {"training.fp8_grad_format", &t.fp8_grad_format,
        "precision fp8: the output gradients' format, e5m2 (wider range) or e4m3 (one more mantissa bit)"},
       {"training.fp8_amax_history", &t.fp8_amax_history,

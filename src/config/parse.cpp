@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/common.hpp"
+#include "base/input_file.hpp"
 #include "config/config_io.hpp"
 #include "config/fields.hpp"
 #include "config/yaml_map.hpp"
@@ -24,6 +25,7 @@ std::string read_text_file(const std::string& path) {
   std::error_code ec;
   // an ifstream opens a folder and reads it as empty, which would pass for a config of defaults
   if (std::filesystem::is_directory(path, ec)) throw input_error("cannot read '" + path + "': it is a folder, not a file");
+  check_input_file(path, "--yaml");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw input_error("cannot read '" + path + "': no such file or not readable");
   std::ostringstream os;

@@ -1,5 +1,7 @@
 // Every field and every combination checked once per run, before anything is written.
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "base/common.hpp"
 #include "config/config_io.hpp"
@@ -20,6 +22,17 @@ void check_finite(const Config& cfg) {
   for (const config::Field& f : config::fields_of(c))
     if (float* const* p = std::get_if<float*>(&f.ref); p && !std::isfinite(**p))
       bad(f.key, "must be a finite number, got " + config::field_text(f));
+}
+
+// The keys that act only at training.precision fp8 (every training.fp8_* key of the field table): changed
+// from their defaults at another precision they would be ignored without a word, so they are refused.
+void check_fp8_only(const Config& cfg) {
+  if (cfg.training.precision == Precision::fp8) return;
+  Config c = cfg, defaults;
+  const std::vector<config::Field> now = config::fields_of(c), was = config::fields_of(defaults);
+  for (size_t i = 0; i < now.size(); ++i)
+    if (std::string(now[i].key).rfind("training.fp8_", 0) == 0 && config::field_text(now[i]) != config::field_text(was[i]))
+      bad(now[i].key, std::string("needs training.precision: fp8 (it is ") + name_of(cfg.training.precision) + ")");
 }
 }  // namespace
 
@@ -76,8 +89,7 @@ void validate(const Config& cfg, int world) {
     bad("training.micro_batch", "'max' cannot be combined with training.total_batch_tokens (use grad_accum)");
   if (t.fp8_amax_history < 1 || t.fp8_amax_history > 1024) bad("training.fp8_amax_history", "must be 1-1024");
   if (t.fp8_margin < 0 || t.fp8_margin > 8) bad("training.fp8_margin", "must be 0-8");
-  if (t.fp8_classifier && t.precision != Precision::fp8)
-    bad("training.fp8_classifier", std::string("needs training.precision: fp8 (it is ") + name_of(t.precision) + ")");
+  check_fp8_only(cfg);
   if (!find_optimizer(t.optimizer)) {
     std::string known;
     for (const OptimizerInfo& o : optimizers()) known += (known.empty() ? "" : ", ") + o.name;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/common.hpp"
+#include "base/input_file.hpp"
 
 namespace gpt {
 
@@ -144,6 +145,8 @@ std::string utf8_valid(const std::string& s) {
 Gpt2Vocab::Gpt2Vocab(const std::string& dir) {
   const ByteTable& bt = bytes_table();
   const std::string vocab_path = dir + "/vocab.json", merges_path = dir + "/merges.txt";
+  check_input_file(vocab_path, "eval.vocab");
+  check_input_file(merges_path, "eval.vocab");
   std::ifstream vf(vocab_path);
   if (!vf) throw input_error("eval.vocab: cannot read '" + vocab_path + "' (GPT-2's vocab.json)");
   nlohmann::json j;

@@ -105,6 +105,10 @@ TrainState load_checkpoint(const std::string& ckpt_dir, ShardedState& engine, co
 bool load_latest_checkpoint(const std::string& run_dir, ShardedState& engine, const ParamLayout& layout,
                             HostComm& host, TrainState& out, const AcceptCheckpoint& accept = {}, int threads = 4);
 
+// A checkpoint folder's state (step, data position, config, world) as load_checkpoint reads it, on one
+// process and without its tensors (a dry run's --resume): input_error when damaged, ResumeMismatch
+// when it holds another model than layout's.
+TrainState read_checkpoint_state(const std::string& ckpt_dir, const ParamLayout& layout, int threads = 4);
 // Reads the whole model's parameters (logical layout, fp32: the master weights where the checkpoint has
 // them) from a checkpoint folder, on one process.
 std::vector<float> read_checkpoint_params(const std::string& ckpt_dir, const ParamLayout& layout, int threads = 4);

@@ -371,6 +371,18 @@ std::vector<float> read_checkpoint_params(const std::string& dir, const ParamLay
   return out;
 }
 
+TrainState read_checkpoint_state(const std::string& dir, const ParamLayout& L, int threads) {
+  OldCheckpoint c;
+  c.dir = dir;
+  TrainState st;
+  as_input([&] {
+    c.manifest = read_and_share_checks(dir, 0, 1, threads);
+    open_checkpoint(c, L, st, threads);
+  })();
+  if (!c.other_model.empty()) throw ResumeMismatch(kExitBadInput, other_model_text(c, st.step));
+  return st;
+}
+
 std::string read_checkpoint_config(const std::string& dir) {
   const std::string p = rank_file(dir, 0);
   h5::silence_errors();

@@ -12,15 +12,24 @@ namespace gpt {
 
 class CsvLog final : public MetricSink {
  public:
-  // Creates dir/train.csv and dir/eval.csv, or with resume_step >= 0 keeps the rows of steps up to it
-  // (under this table's columns: a column the file lacks is empty in its old rows) and appends after them.
-  CsvLog(const std::string& dir, int64_t resume_step);
+  // Decides what dir/train.csv and dir/eval.csv start with, reading and checking but writing nothing (a
+  // refusal leaves every file as it was): a new run, nothing; a resumed run (resume_step >= 0), the rows
+  // of steps up to resume_step, from the file (under this table's columns: a column the file lacks is
+  // empty in its old rows; an unterminated last line, a write cut short by a kill, is dropped) or, for a
+  // file that is not there (log.csv turned on at this resume), from the run log log_path, the source of
+  // truth. A row whose step is not a whole number, an unreadable log or a file that cannot be replaced
+  // is input_error naming the file (and line).
+  CsvLog(const std::string& dir, int64_t resume_step, const std::string& log_path);
+  // Writes the files with those rows (each aside, then renamed) and opens them for appending.
+  void open();
+  // What the files took from the run log ("" when nothing), for the terminal.
+  const std::string& note() const { return note_; }
   std::string name() const override { return "train.csv/eval.csv"; }
   void train_row(const TrainRow& r) override;
   void eval_row(const EvalRow& r) override;
 
  private:
-  std::string dir_;
+  std::string dir_, train_text_, eval_text_, note_;
   std::ofstream train_, eval_;
 };
 

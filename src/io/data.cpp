@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/common.hpp"
+#include "base/input_file.hpp"
 #include "config/config.hpp"
 
 namespace gpt {
@@ -232,6 +233,7 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
     for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
   globfree(&g);
   if (out.empty()) throw input_error("no data files match '" + pattern + "'");
+  for (const std::string& path : out) check_input_file(path, "data file");
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "base/common.hpp"
+#include "base/input_file.hpp"
 
 namespace gpt {
 
@@ -18,6 +19,7 @@ constexpr uint16_t kExampleStart = 65535;
 }  // namespace
 
 std::vector<ChoiceExample> read_choice_file(const std::string& path, int vocab_size) {
+  check_input_file(path, "eval.hellaswag");
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))  // an ifstream opens a folder, then fails inside its first read
     throw input_error("eval.hellaswag: '" + path + "' is a folder; give the token file scripts/prepare_hellaswag.py "

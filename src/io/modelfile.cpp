@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "base/common.hpp"
+#include "base/input_file.hpp"
 #include "io/hf.hpp"
 
 namespace gpt {
@@ -40,6 +41,7 @@ bool open_model_file(const std::string& path, const ModelDims& d, File& f) {
   if (std::filesystem::is_directory(path, ec))
     throw input_error("model.init_from: '" + path + "' is a folder without config.json (expected an llm.c model "
                       "file or a Hugging Face GPT-2 folder with config.json and model.safetensors)");
+  check_input_file(path, "model.init_from");
   f.reset(std::fopen(path.c_str(), "rb"));
   if (!f) throw input_error("model.init_from: cannot open '" + path + "'");
   int32_t h[256];

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "base/common.hpp"
 #include "io/checkpoint.hpp"
@@ -102,16 +103,27 @@ void check_run_dir(const std::string& dir, bool resume, bool overwrite) {
 }
 
 std::string keep_earlier_log(const std::string& dir) {
-  const std::string from = dir + "/log.h5";
+  // log.h5 and log.csv's files, each renamed to NAME.N.EXT with the first N free for every one of them
+  const std::pair<const char*, const char*> files[] = {{"log", ".h5"}, {"train", ".csv"}, {"eval", ".csv"}};
   std::error_code ec;
-  for (int i = 1;; ++i) {
-    const std::string to = dir + "/log." + std::to_string(i) + ".h5";
-    if (fs::exists(to, ec)) continue;
+  const auto at = [&](const std::pair<const char*, const char*>& f, const std::string& n) {
+    return dir + "/" + f.first + n + f.second;
+  };
+  int n = 1;
+  for (bool taken = true; taken; n += taken) {
+    taken = false;
+    for (const auto& f : files) taken = taken || fs::exists(at(f, "." + std::to_string(n)), ec);
+  }
+  std::string kept;
+  for (const auto& f : files) {
+    const std::string from = at(f, ""), to = at(f, "." + std::to_string(n));
+    if (!fs::exists(from, ec)) continue;
     fs::rename(from, to, ec);
     if (ec) throw input_error("cannot keep the earlier run's log: renaming '" + from + "' to '" + to + "' failed: " +
                               ec.message());
-    return to;
+    kept += (kept.empty() ? "" : ", ") + to;
   }
+  return kept;
 }
 
 RunDirLock::RunDirLock(const std::string& dir) {
@@ -151,6 +163,10 @@ void remove_earlier_run(const std::string& dir) {
   if (ec) throw input_error("run.overwrite: cannot remove '" + dir + "/log.h5': " + ec.message());
   fs::remove_all(dir + "/checkpoints", ec);
   if (ec) throw input_error("run.overwrite: cannot remove '" + dir + "/checkpoints': " + ec.message());
+  for (const char* csv : {"/train.csv", "/eval.csv"}) {  // log.csv's copies of the replaced log's rows
+    fs::remove(dir + csv, ec);
+    if (ec) throw input_error("run.overwrite: cannot remove '" + dir + csv + "': " + ec.message());
+  }
 }
 
 }  // namespace gpt

@@ -40,11 +40,13 @@ class RunDirLock {
 // messages of failed writes, whose library errors rarely say why.
 std::string full_disk_note(const std::string& path);
 
-// A resumed run that starts over (no checkpoint): the earlier run's dir/log.h5 is renamed to the first
-// free dir/log.N.h5 (N = 1, 2, ...), never overwritten; returns that path.
+// A resumed run that starts over (no checkpoint): the earlier run's dir/log.h5, and log.csv's train.csv
+// and eval.csv, are renamed to log.N.h5, train.N.csv and eval.N.csv with the first N (1, 2, ...) free
+// for all three, never overwritten; returns the new paths ("" when there was none of them).
 std::string keep_earlier_log(const std::string& dir);
 
-// run.overwrite: removes an earlier run's log.h5 and checkpoints/ (under the lock).
+// run.overwrite: removes an earlier run's log.h5, checkpoints/ and log.csv's train.csv and eval.csv
+// (under the lock).
 void remove_earlier_run(const std::string& dir);
 
 }  // namespace gpt

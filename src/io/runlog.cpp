@@ -60,6 +60,7 @@ struct RunLog::Impl {
   h5::Id file;
   h5::Id train[kNumTrain];
   double elapsed_before = 0;
+  int64_t last_eval_step = -1;
   h5::Id eval[kEvalN], samples;
   bool finished = false;
 
@@ -236,6 +237,7 @@ void RunLog::reopen(const RunInfo& info, int64_t resume_step) {
   while (ekeep < esteps.size() && esteps[ekeep] <= resume_step) ++ekeep;
   const auto ends = h5::read_all<int64_t>(p_->eval[kEvalN - 1], H5T_NATIVE_INT64);
   for (auto& d : p_->eval) h5::truncate(d, ekeep);
+  if (ekeep) p_->last_eval_step = esteps[ekeep - 1];
   h5::truncate(p_->samples, ekeep ? hsize_t(ends[ekeep - 1]) : 0);
   h5::set_attr(p_->file, "status", std::string("running"));
   h5::set_attr(p_->file, "message", std::string(""));
@@ -300,6 +302,8 @@ void RunLog::train_row(const TrainRow& r) {
 }
 
 double RunLog::elapsed_before() const { return p_->elapsed_before; }
+
+int64_t RunLog::last_eval_step() const { return p_->last_eval_step; }
 
 void RunLog::eval_row(const EvalRow& r) {
   p_->write([&] {

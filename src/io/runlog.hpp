@@ -50,6 +50,8 @@ class RunLog final : public MetricSink {
   void eval_row(const EvalRow& r) override;    // an /eval row, and the sample's text into /samples
   // elapsed_s of the last row kept when the log was reopened to resume (0 for a new log)
   double elapsed_before() const;
+  // the step of the last /eval row kept when the log was reopened to resume (-1: none, or a new log)
+  int64_t last_eval_step() const;
   // Ends SWMR writing and records the outcome and the measured memory.
   // measured_baseline: what the process held before the backend allocated (CPU: its RSS then; GPU: 0).
   void finish(const std::string& status, const std::string& message, const MemoryBreakdown& measured,

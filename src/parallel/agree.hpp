@@ -19,7 +19,8 @@ class AgreedError : public Error {
   explicit AgreedError(const Error& e) : Error(e) {}
 };
 
-// The message of the highest-numbered rank that has one (`mine` empty: none here), on every rank.
+// The message of the highest-numbered rank that has one (`mine` empty: none here), on every rank; with
+// " (on rank N)" on the others unless every rank has that same message (the same bad input everywhere).
 inline std::string shared_message(HostComm& host, const std::string& mine) {
   const int from = int(host.max(mine.empty() ? -1 : host.rank()));
   if (from < 0) return "";
@@ -27,7 +28,8 @@ inline std::string shared_message(HostComm& host, const std::string& mine) {
   host.broadcast(&n, sizeof n, from);
   std::string text = host.rank() == from ? mine : std::string(n, '\0');
   if (n) host.broadcast(text.data(), n, from);
-  return from == host.rank() ? text : text + " (on rank " + std::to_string(from) + ")";
+  const bool everywhere = host.max(mine == text ? 0L : 1L) == 0;
+  return from == host.rank() || everywhere ? text : text + " (on rank " + std::to_string(from) + ")";
 }
 
 // Runs fn; if it threw on any rank, every rank throws the same error: the exit status and message of a

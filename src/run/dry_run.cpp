@@ -11,10 +11,15 @@
 #include "run/eval.hpp"
 #include "run/max_batch.hpp"
 #include "run/plan.hpp"
+#include "run/resume.hpp"
 
 namespace gpt {
 
 namespace {
+
+constexpr const char* kZeroOneRank =
+    "planned for 1 rank, where ZeRO stages 1-3 divide nothing: plan for the ranks the run will have with "
+    "`mpirun -np N ./train ... --dry-run`";
 
 // The budget a point is checked against: training.memory_limit_gb, else the GPU's memory when this
 // machine has the GPU the plan is for; 0 = unknown.
@@ -82,12 +87,28 @@ void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indice
       mb = B > 0 ? "max->" + std::to_string(B) : "max";
       if (B > 0) plan = with_micro_batch(plan, B);
     }
+    // --resume: the run directory's log and checkpoint checked as the resume checks them
+    std::string resume;
+    if (c.checkpoint.resume == ResumeMode::automatic) {
+      try {
+        resume = check_resume(c, plan);
+      } catch (const Error& e) {
+        if (!sw.is_sweep) throw;
+        throw Error(e.code(), "sweep point " + std::to_string(pt.index) + " (" + c.run.name + "): " + e.what());
+      }
+    }
     if (!plan.device_note.empty()) notes[plan.device_note] = 1;
+    // ZeRO divides state among ranks: planned for one rank, stages 1-3 only add their buffers
+    const std::string zero = host.world() == 1 && plan.zero.stage > 0 ? kZeroOneRank : "";
     if (host.rank() != 0) continue;
     if (!as_table) {
       print_plan(c, plan);
+      if (!zero.empty()) std::cout << "(" << zero << ")\n";
+      if (!resume.empty()) std::cout << resume << "\n";
       continue;
     }
+    if (!zero.empty()) notes[zero] = 1;
+    if (!resume.empty()) notes["point " + std::to_string(pt.index) + ": " + resume] = 1;
     const double total = double(predict_memory(plan).total());
     const std::string fits = budget > 0 ? (total <= budget ? "yes" : "NO") : "n/a";
     std::snprintf(buf, sizeof buf, "%-5d %-5s %-12s %-6s %-5d %-11s %12s %5s  %s\n", pt.index, pt.dir_name.c_str(),

@@ -7,6 +7,7 @@
 #include "parallel/agree.hpp"
 #include "run/generate.hpp"
 #include "run/hellaswag.hpp"
+#include "run/signals.hpp"
 
 namespace gpt {
 
@@ -91,12 +92,18 @@ std::string Evaluator::describe() const {
   return s;
 }
 
+bool Evaluator::stopping() { return host_.max(stop_requested() ? 1L : 0L) != 0; }
+
 double Evaluator::val_loss(GPT& model, ParamStore& ps) {
   const int64_t n = ec_.batches.all ? val_->epoch_batches() : ec_.batches.count;
   if (n <= 0) return NAN;
   val_->seek(DataPosition{});  // the same batches every time
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
+    if (stopping()) {
+      stopped_ = "the validation loss (after " + std::to_string(i) + " of " + std::to_string(n) + " batches)";
+      return NAN;
+    }
     // agreed: a bad shard or token id may be in one rank's rows only
     agreed(host_, "reading the validation data", [&] { val_->next(tok_.data(), tgt_.data()); });
     sum += model.forward(ps, tok_.data(), tgt_.data(), false, 0.0f);
@@ -116,13 +123,18 @@ std::string Evaluator::sample(GPT& model, ParamStore& ps, int64_t step) {
 EvalRow Evaluator::run(GPT& model, ParamStore& ps, int64_t step) {
   EvalRow r;
   r[EvalMetric::step] = double(step);
+  stopped_.clear();
   if (val_) r[EvalMetric::val_loss] = val_loss(model, ps);
-  if (!hellaswag_.empty()) {
-    const ChoiceAccuracy a = score_choices(hellaswag_, model, ps, host_);
+  if (!hellaswag_.empty() && stopped_.empty()) {
+    const ChoiceAccuracy a = score_choices(hellaswag_, model, ps, host_, [this] { return stopping(); });
+    if (a.stopped) stopped_ = "HellaSwag";
     r[EvalMetric::hellaswag_acc] = a.acc;
     r[EvalMetric::hellaswag_acc_norm] = a.acc_norm;
   }
-  if (ec_.sample_tokens > 0) r.sample = sample(model, ps, step);
+  if (ec_.sample_tokens > 0 && stopped_.empty()) {
+    if (stopping()) stopped_ = "the sample";
+    else r.sample = sample(model, ps, step);
+  }
   return r;
 }
 

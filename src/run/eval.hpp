@@ -22,13 +22,18 @@ class Evaluator {
   // Opens what cfg.eval asks for (validation shards, the HellaSwag file, the vocabulary) and reads the
   // sample prompt; input errors name the key or the file.
   Evaluator(const Config& cfg, const Plan& plan, HostComm& host);
-  // Collective: one evaluation of model after `step` optimizer steps.
+  // Collective: one evaluation of model after `step` optimizer steps. A stop signal (run/signals.hpp) on
+  // any rank ends it between two batches: what finished before is in the row, the rest NaN (no sample).
   EvalRow run(GPT& model, ParamStore& ps, int64_t step);
+  // What the last run() left out because of a stop signal ("" when it was whole), for the terminal.
+  const std::string& stopped() const { return stopped_; }
   std::string describe() const;  // what is evaluated, for the terminal
 
  private:
   double val_loss(GPT& model, ParamStore& ps);
   std::string sample(GPT& model, ParamStore& ps, int64_t step);
+  // Collective, between batches: whether a stop signal has reached some rank (the same answer on every rank).
+  bool stopping();
 
   const EvalConfig ec_;
   const uint64_t seed_;
@@ -38,6 +43,7 @@ class Evaluator {
   std::unique_ptr<Gpt2Vocab> vocab_;
   std::vector<int> prompt_;
   std::vector<int> tok_, tgt_;
+  std::string stopped_;
 };
 
 // The sample prompt's token ids: ids separated by commas or spaces, else text encoded with vocab (an

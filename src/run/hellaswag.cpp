@@ -1,6 +1,7 @@
 #include "run/hellaswag.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace gpt {
 
@@ -43,7 +44,8 @@ ChoicePick pick_ending(const std::vector<double>& sums, const std::vector<int>& 
   return p;
 }
 
-ChoiceAccuracy score_choices(const std::vector<ChoiceExample>& examples, GPT& model, ParamStore& ps, HostComm& host) {
+ChoiceAccuracy score_choices(const std::vector<ChoiceExample>& examples, GPT& model, ParamStore& ps, HostComm& host,
+                             const std::function<bool()>& stop) {
   const int B = model.B(), T = model.T(), world = host.world(), rank = host.rank();
   std::vector<const ChoiceExample*> mine;
   std::vector<int64_t> rows_per_rank(world, 0);
@@ -61,6 +63,12 @@ ChoiceAccuracy score_choices(const std::vector<ChoiceExample>& examples, GPT& mo
   }
   std::vector<int> tok(size_t(B) * T), tgt(size_t(B) * T);
   for (int64_t r0 = 0; r0 < most; r0 += B) {
+    if (stop && stop()) {
+      ChoiceAccuracy a;
+      a.acc = a.acc_norm = NAN;
+      a.stopped = true;
+      return a;
+    }
     std::fill(tok.begin(), tok.end(), 0);
     std::fill(tgt.begin(), tgt.end(), 0);
     for (int b = 0; b < B && r0 + b < int64_t(rows.size()); ++b) {

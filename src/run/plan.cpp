@@ -80,6 +80,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   optim::parse_state_type(t.optimizer_state, p.zero.state);  // validated
   p.master_weights = t.master_weights;
   p.recompute = t.recompute;
+  p.checkpoints = cfg.checkpoint.every > 0;
   p.backend.act = p.act;
   p.backend.deterministic = t.deterministic;
   p.backend.fp8_fast_accum = t.fp8_fast_accum;
@@ -117,8 +118,9 @@ MemoryBreakdown predict_memory(const Plan& plan) {
     m.workspace = a.scratch;
   }
   if (plan.device == "cuda") m.workspace += size_t(32) << 20;  // cuBLASLt workspace
-  // a signal checkpoints even without checkpoint.every, so every run may need it
-  if (plan.device == "cpu") m.snapshot = host_snapshot_bytes(plan);
+  // CPU: the snapshot is taken by the first checkpoint, which without checkpoint.every only a stop signal
+  // makes (GPU: it is host memory, not the device's)
+  if (plan.device == "cpu" && plan.checkpoints) m.snapshot = host_snapshot_bytes(plan);
   return m;
 }
 
@@ -233,6 +235,9 @@ void print_plan(const Config& cfg, const Plan& plan) {
   if (plan.device != "cpu" && cfg.checkpoint.every > 0)  // the host memory a run takes only when it checkpoints
     os << "| (checkpoint snapshot: " << format_bytes(double(host_snapshot_bytes(plan)))
        << " of page-locked host memory per rank, taken at the start: checkpoint.every > 0)\n";
+  if (plan.device == "cpu" && cfg.checkpoint.every == 0)  // not in the total: no checkpoint unless a signal asks
+    os << "| (checkpoint snapshot: " << format_bytes(double(host_snapshot_bytes(plan)))
+       << " more per rank if a stop signal makes a checkpoint: checkpoint.every is 0)\n";
   os << "+" << std::string(69, '-') << "\n";
   std::cout << os.str() << std::flush;
 }

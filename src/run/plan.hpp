@@ -34,6 +34,7 @@ struct Plan {
   ZeroPolicy zero;
   bool master_weights = true;
   int recompute = 0;
+  bool checkpoints = true;       // checkpoint.every > 0: the run takes its checkpoint snapshot (else only a stop signal's checkpoint does)
   BackendOptions backend;        // what the backend is built with (local_rank filled in per rank)
   bool shared_gpu = false;       // parallel.shared_gpu: host (the staged communicator, GPUs shared by ranks)
 };

@@ -85,6 +85,8 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
   same("training.optimizer", old.training.optimizer, now.training.optimizer);  // its state means another thing
   same("training.optimizer_state", old.training.optimizer_state, now.training.optimizer_state);  // its rounding
   same("data.synthetic", old.data.synthetic ? "true" : "false", now.data.synthetic ? "true" : "false");
+  if (!now.data.synthetic && !old.data.synthetic)  // the data position is in the order it was saved in
+    same("data.shuffle", ck.data.shuffled ? "true" : "false", now.data.shuffle ? "true" : "false");
   if (now.data.synthetic) {
     same("data.synthetic_vocab", std::to_string(old.data.synthetic_vocab), std::to_string(now.data.synthetic_vocab));
     same("data.synthetic_branching", std::to_string(old.data.synthetic_branching),
@@ -149,6 +151,35 @@ EarlierRun check_earlier_run(const std::string& dir, int steps) {
                       "run.overwrite: true to replace this one");
   }
   return e;
+}
+
+std::string check_resume(const Config& cfg, const Plan& plan) {
+  const std::string dir = run_dir(cfg);
+  const EarlierRun e = check_earlier_run(dir, cfg.training.steps);
+  if (e.complete_at >= 0)
+    return "--resume: nothing to do, the run in '" + dir + "' is complete at step " + std::to_string(e.complete_at);
+  std::string skipped;
+  for (const std::string& ck : list_checkpoints(dir)) {
+    TrainState st;
+    try {
+      st = read_checkpoint_state(ck, ParamLayout(plan.dims), cfg.checkpoint.threads);
+    } catch (const ResumeMismatch&) {
+      throw;
+    } catch (const Error& ex) {
+      if (ex.code() != kExitBadInput) throw;
+      skipped += "; checkpoint '" + ck + "' is unusable (" + ex.what() + ")";
+      continue;
+    }
+    if (plan.micro_batch_max && plan.micro_batch == 0)  // the tokens per step are known once the run finds the size
+      return "--resume: continues from '" + ck + "' if micro_batch: max finds the tokens per step it has" + skipped;
+    const std::string warning = check_resumable(cfg, plan, st, data_files_text(cfg.data),
+                                                "the checkpoint of step " + std::to_string(st.step));
+    return "--resume: continues from the checkpoint of step " + std::to_string(st.step) + " ('" + ck + "')" +
+           skipped + (warning.empty() ? "" : "\n" + warning);
+  }
+  if (!skipped.empty()) throw input_error("no usable checkpoint in " + dir + "/checkpoints" + skipped);
+  return "--resume: no checkpoint in '" + dir + "/checkpoints': the run starts from scratch" +
+         (e.log.exists ? " (the earlier run's log is kept as log.N.h5)" : "");
 }
 
 }  // namespace gpt

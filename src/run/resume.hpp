@@ -40,4 +40,10 @@ struct EarlierRun {
 // more are refused without a checkpoint to continue from. A damaged log.h5 is named. input_error (exit 1).
 EarlierRun check_earlier_run(const std::string& dir, int steps);
 
+// --resume --dry-run: what the resume would decide, by the checks it makes, touching nothing: the earlier
+// run (check_earlier_run), then the newest usable checkpoint (read_checkpoint_state, falling back past
+// damaged ones as the resume does) against this config (check_resumable). Throws what the resume would
+// refuse with; returns what it would do ("continues from ...", for the dry run to print).
+std::string check_resume(const Config& cfg, const Plan& plan);
+
 }  // namespace gpt

@@ -88,6 +88,16 @@ void Terminal::note(const std::string& s) {
   std::cout << s << "\n" << std::flush;
 }
 
+void Terminal::memory_meaning(bool cpu, double predicted, double baseline) {
+  if (cpu)
+    note("memory: the plan predicts " + format_bytes(predicted) + " per rank for the run's buffers; a step "
+         "line's mem is the process's peak RSS, which held " + format_bytes(baseline) +
+         " (the binary and its libraries) before them");
+  else
+    note("memory: the plan predicts " + format_bytes(predicted) + " per rank; a step line's mem is the device's "
+         "peak allocation");
+}
+
 void Terminal::summary(const std::string& status, const std::string& log_path, const std::string& last_ckpt,
                        int64_t complete_at) {
   if (!on_) return;
@@ -109,6 +119,7 @@ void Terminal::summary(const std::string& status, const std::string& log_path, c
     std::snprintf(buf, sizeof buf, ", best val loss %.4f", t.best_val_loss);
     s += buf;
   }
+  if (t.eval_seconds > 0) s += "\n  evaluation: " + format_duration(t.eval_seconds) + " besides the steps' time";
   s += "\n  log: " + log_path;
   if (!last_ckpt.empty()) s += "\n  last checkpoint: " + last_ckpt;
   std::cout << s << "\n" << std::flush;

@@ -14,6 +14,7 @@ namespace gpt {
 struct RunTotals {
   int64_t steps = 0;              // optimizer steps this process ran
   double seconds = 0;             // wall-clock time of those steps
+  double eval_seconds = 0;        // wall-clock time of the evaluations between them
   double tokens_per_s = 0;        // mean over the steps after the first (warm-up), or the first alone
   double mfu = NAN;               // the same mean as a fraction of peak (NaN on CPU)
   double best_val_loss = NAN;     // NaN when there was no evaluation
@@ -26,6 +27,8 @@ class Terminal final : public MetricSink {
   Terminal(bool on, bool progress, int steps);
   // Every optimizer step, logged or not: its time, tokens and MFU, for the totals.
   void count_step(double ms, int64_t tokens, double mfu);
+  // Every evaluation: its wall-clock time, for the totals.
+  void count_eval(double seconds) { totals_.eval_seconds += seconds; }
   // Every step: the progress bar redrawn, at most 10 times a second (a terminal over ssh shows every
   // redraw of a fast run's thousands of steps otherwise) and always at the last step; eta_s is what the
   // next logged line says too.
@@ -35,6 +38,10 @@ class Terminal final : public MetricSink {
   void train_row(const TrainRow& r) override;
   void eval_row(const EvalRow& r) override;  // its results (and the best validation loss so far)
   void note(const std::string& s);
+  // A note, once, on what the step lines' `mem` is next to the plan's prediction (predicted: the run's
+  // buffers): the device's peak (a GPU), or the whole process's peak RSS (the CPU), which also holds the
+  // binary and its libraries (baseline: the RSS before the buffers).
+  void memory_meaning(bool cpu, double predicted, double baseline);
   // The closing lines: steps, time, mean tokens/s and MFU, best val loss, the log and the last checkpoint.
   // complete_at >= 0: the run was already complete at that step (a resume with nothing to train), which
   // is what the first line says instead.

@@ -304,12 +304,17 @@ class Trainer {
   void open_log() {
     if (!lead_) return;
     std::filesystem::create_directories(dir_);
-    if (resume_ && !resumed_ && earlier_.log.exists) {
-      // starting over: the earlier run's log is kept, never overwritten
+    // log.csv's files read and checked first: a refusal leaves the run log (and every file) as it was
+    if (cfg_.log.csv) csv_ = std::make_unique<CsvLog>(dir_, resumed_ ? st_.step : -1, dir_ + "/log.h5");
+    if (resume_ && !resumed_) {
+      // starting over: the earlier run's log (and its CSV files) are kept, never overwritten
       const std::string kept = keep_earlier_log(dir_);
-      term_.note("the earlier run's log (status " + earlier_.log.status + ", last step " +
-                 std::to_string(earlier_.log.last_step) + ") is kept as " + kept + "; this run starts a new " +
-                 dir_ + "/log.h5");
+      if (!kept.empty())
+        term_.note("the earlier run's log" +
+                   (earlier_.log.exists ? " (status " + earlier_.log.status + ", last step " +
+                                              std::to_string(earlier_.log.last_step) + ")"
+                                        : std::string()) +
+                   " is kept as " + kept + "; this run starts a new " + dir_ + "/log.h5");
     }
     RunInfo info;
     info.name = cfg_.run.name;
@@ -332,11 +337,13 @@ class Trainer {
     if (world_ > 1 && !info.ranks.empty()) term_.note(describe_placement(info.ranks));
     log_ = std::make_unique<RunLog>(dir_ + "/log.h5", info, predict_memory(plan_), resumed_ ? st_.step : -1);
     sinks_ = {log_.get()};
-    if (cfg_.log.csv) {
-      csv_ = std::make_unique<CsvLog>(dir_, resumed_ ? st_.step : -1);
+    if (csv_) {
+      csv_->open();
+      if (!csv_->note().empty()) term_.note(csv_->note());
       sinks_.push_back(csv_.get());
     }
     sinks_.push_back(&term_);
+    term_.memory_meaning(plan_.device == "cpu", double(predict_memory(plan_).total()), double(be_->baseline_bytes()));
     const std::string evals = eval_->describe();
     term_.note("train data: " + train_src_->describe() + (evals.empty() ? "" : "; " + evals));
   }
@@ -466,6 +473,37 @@ class Trainer {
     return worst & 1;
   }
 
+  bool eval_due(int64_t step) const {
+    return (cfg_.eval.every > 0 && step % cfg_.eval.every == 0) || step == t_.steps;
+  }
+
+  // The evaluation of step st_.step into ev; false when a stop signal cut it short (every rank agrees),
+  // which the terminal is told.
+  bool evaluate(EvalRow& ev) {
+    faults_.at("eval", st_.step);
+    if (faults_.any("eval_data")) agreed("evaluation", [&] { faults_.at("eval_data", st_.step); });
+    const auto e0 = std::chrono::steady_clock::now();
+    ev = eval_->run(*model_, *engine_, st_.step);
+    term_.count_eval(seconds_since(e0));
+    if (eval_->stopped().empty()) return true;
+    term_.note("the evaluation at step " + std::to_string(st_.step) + " was stopped by a signal during " +
+               eval_->stopped() + ": it is not logged; a resumed run evaluates that step again first");
+    return false;
+  }
+
+  // A stop signal, after the checkpoint of st_.step: the run ends `checkpointed` (exit 75).
+  void stopped_by_signal(bool during_eval) {
+    // Counted after the checkpoint, by when a signal sent to every rank at once has reached them all:
+    // it shows whether the launcher passed it on to every rank on every node.
+    const int seen = int(host_.sum(stop_requested() ? 1 : 0));
+    status_ = "checkpointed";
+    message_ = "stopped by a signal at step " + std::to_string(st_.step) + " (received by " + std::to_string(seen) +
+               " of " + std::to_string(world_) + " ranks)" + (during_eval ? " during its evaluation" : "") +
+               "; resume with --resume";
+    exit_code_ = kExitCheckpointed;
+    term_.note(message_);
+  }
+
   void loop() {
     const double peak = be_->peak_flops() * world_;
     double avg_ms = 0;
@@ -474,6 +512,14 @@ class Trainer {
     be_->reset_peak();
     const auto run_t0 = std::chrono::steady_clock::now();
     const double elapsed0 = log_ ? log_->elapsed_before() : 0.0;  // a resumed run's clock goes on
+    // A resumed run whose checkpoint's step is due an evaluation its log lacks (a stop signal cut it short,
+    // or came before it): that evaluation first, as the run would have had it.
+    if (resumed_ && eval_due(st_.step) && host_.max(lead_ && log_ && log_->last_eval_step() < st_.step ? 1L : 0L)) {
+      EvalRow ev;
+      const bool cut = !evaluate(ev);
+      const std::optional<Error> failed = log_rows(TrainRow(), false, ev);
+      if (boundary(failed) && cut) return stopped_by_signal(true);  // its checkpoint is the one resumed from
+    }
     for (int step = int(st_.step); step < t_.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       fetch(*train_src_, plan_.grad_accum, "reading the training data");
@@ -510,28 +556,18 @@ class Trainer {
       if (log_row) row[M::fp8_saturated] = fp8_ ? double(fp8_->take_saturated()) : 0.0;
       if (log_row) row[M::peak_memory] = double(be_->peak_bytes());
       row[M::gathered_bytes] = double(gathered);
-      const bool eval = (cfg_.eval.every > 0 && st_.step % cfg_.eval.every == 0) || last;
       EvalRow ev;
-      if (eval) {
-        faults_.at("eval", st_.step);
-        if (faults_.any("eval_data")) agreed("evaluation", [&] { faults_.at("eval_data", st_.step); });
-        ev = eval_->run(*model_, *engine_, st_.step);
-      }
+      const bool cut = eval_due(st_.step) && !evaluate(ev);
       term_.progress(int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);
       const std::optional<Error> failed = log_rows(row, log_row, ev);
       faults_.signal("sigterm", st_.step);
       const bool stop = boundary(failed);  // every rank stops at the same step
       const bool every = cfg_.checkpoint.every > 0;  // and the run's last step with checkpoints on
-      if ((every && (st_.step % cfg_.checkpoint.every == 0 || last)) || (stop && !last)) checkpoint(stop || last);
-      if (stop && !last) {
-        // Counted after the checkpoint, by when a signal sent to every rank at once has reached them all:
-        // it shows whether the launcher passed it on to every rank on every node.
-        const int seen = int(host_.sum(stop_requested() ? 1 : 0));
-        status_ = "checkpointed";
-        message_ = "stopped by a signal at step " + std::to_string(st_.step) + " (received by " + std::to_string(seen) +
-                   " of " + std::to_string(world_) + " ranks); resume with --resume";
-        exit_code_ = kExitCheckpointed;
-        term_.note(message_);
+      // a stop at the last step ends the run as it would anyway, unless it cut the final evaluation short
+      const bool stopped = stop && (!last || cut);
+      if ((every && (st_.step % cfg_.checkpoint.every == 0 || last)) || stopped) checkpoint(stop || last);
+      if (stopped) {
+        stopped_by_signal(cut);
         return;
       }
     }

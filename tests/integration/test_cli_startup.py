@@ -71,7 +71,7 @@ def test_commands_that_only_read_and_print_do_not_start_mpi(tmp_path, train_bin,
 def test_config_error_without_mpi_is_one_line(tmp_path, train_bin):
     p = run_train(["--yaml", tiny_yaml(tmp_path), "--dry-run", "training.no_such_key=1"], env=NO_MPI)
     assert p.returncode == 1
-    assert p.stderr.strip().splitlines() == ["error: config error: unknown key 'training.no_such_key' (in an override)"]
+    assert p.stderr.strip().splitlines() == ["error: config: unknown key 'training.no_such_key' (in an override)"]
 
 
 def test_dry_run_under_mpirun_plans_for_its_world_and_prints_once(tmp_path, train_bin):
@@ -99,6 +99,7 @@ def test_bad_input_under_mpirun_is_one_message_from_rank_0(tmp_path, train_bin, 
     assert p.returncode == 1, p.stdout + p.stderr
     ours = [l for l in p.stderr.splitlines() if l.startswith("error:") or "[rank" in l]
     assert len(ours) == 1 and needle in ours[0], p.stderr
+    assert "(on rank" not in ours[0] and "config error" not in ours[0], ours[0]  # every rank's: said once
     assert "MPI_ABORT" not in p.stderr
     assert "+-- config" not in p.stdout
     assert not (tmp_path / "runs").exists()
@@ -204,7 +205,7 @@ def test_resume_is_in_the_printed_and_stored_config(tmp_path, train_bin):
     assert row and row[0].split()[-1] == '"auto"', row
     with h5py.File(tmp_path / "runs/t/log.h5", "r") as f:
         assert yaml.safe_load(f.attrs["config_yaml"])["checkpoint"]["resume"] == "auto"
-    dry = run_train(["--yaml", y, "--resume", "--dry-run"], check=True)
+    dry = run_train(["--yaml", y, "--resume", "--dry-run", "training.steps=4"], check=True)
     assert '"auto"' in [l for l in dry.stdout.splitlines() if l.startswith("| checkpoint.resume")][0]
     plain = run_train(["--yaml", y, "--dry-run"], check=True)
     assert '"never"' in [l for l in plain.stdout.splitlines() if l.startswith("| checkpoint.resume")][0]
@@ -242,3 +243,73 @@ def test_list_and_dry_run_write_nothing(tmp_path, exported):
         p = run_train(["--yaml", y] + args)
         assert p.returncode == 0, p.stderr
         assert tree(tmp_path) == before, args
+
+
+@pytest.mark.parametrize("every", [0, 2])
+def test_cpu_plan_counts_the_snapshot_only_when_the_run_takes_it(tmp_path, train_bin, every):
+    y = tiny_yaml(tmp_path, name=f"s{every}", steps=2, ckpt_every=every)
+    p = run_train(["--yaml", y, "--dry-run"])
+    assert p.returncode == 0, p.stderr
+    row = next(line for line in p.stdout.splitlines() if line.startswith("| snapshot"))
+    assert (row.split()[-2] == "0") == (every == 0), row
+    assert ("more per rank if a stop signal makes a checkpoint" in p.stdout) == (every == 0), p.stdout
+    assert run_train(["--yaml", y]).returncode == 0
+    from conftest import read_log
+    log = read_log(tmp_path / "runs" / f"s{every}" / "log.h5")
+    assert log["mem_pred"]["snapshot"] == log["mem_meas"]["snapshot"], (log["mem_pred"], log["mem_meas"])
+
+
+# --- scripts/run_quickstart.sh run again after the README's `training.steps=650 --resume` ------------------
+
+def quickstart_tree(tmp_path):
+    """The script in a tree of its own: set-up, make and the plot stubbed, ./train the real one, the
+    quickstart YAML a tiny run of 4 steps."""
+    import shutil
+    t = tmp_path / "qs"
+    (t / "scripts").mkdir(parents=True)
+    (t / "experiments").mkdir()
+    shutil.copy(ROOT / "scripts" / "run_quickstart.sh", t / "scripts")
+    (t / "scripts" / "setup.sh").write_text("exit 0\n")
+    (t / "scripts" / "plot_runs.py").write_text("import sys; open(sys.argv[sys.argv.index('-o') + 1], 'w').write('png')\n")
+    (t / "Makefile").write_text("train:\n\t@true\n")
+    (t / "train").symlink_to(TRAIN)
+    (t / ".venv").symlink_to((ROOT / ".venv").resolve())
+    text = tiny_yaml(tmp_path, name="quickstart", steps=4, ckpt_every=2).read_text()
+    (t / "experiments" / "quickstart.yaml").write_text(text.replace(str(tmp_path / "runs"), "runs"))
+    return t
+
+
+def test_quickstart_again_after_a_longer_resume_is_nothing_to_do(tmp_path, train_bin):
+    t = quickstart_tree(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_HOME=str(tmp_path / "no-cuda"))
+    sh = lambda: subprocess.run(["bash", "scripts/run_quickstart.sh"], cwd=t, env=env, capture_output=True, text=True,
+                                timeout=300)
+    assert sh().returncode == 0
+    p = run_train(["--yaml", "experiments/quickstart.yaml", "training.steps=6", "--resume"], cwd=t)
+    assert p.returncode == 0, p.stderr
+    (t / "runs/quickstart/loss.png").unlink()
+    p = sh()
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "already complete at step 6, nothing to train" in p.stdout, p.stdout[-2000:]
+    assert (t / "runs/quickstart/loss.png").exists()
+
+
+def test_summary_counts_evaluation_and_memory_is_explained(tmp_path, train_bin):
+    y = tiny_yaml(tmp_path, steps=4, extra="eval: {every: 2, batches: 2}\n")
+    p = run_train(["--yaml", y])
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    at = next(i for i, l in enumerate(lines) if l.startswith("run ok: 4 step(s) in "))
+    assert re.match(r"  evaluation: \dm\d\ds besides the steps' time$", lines[at + 1]), lines[at:]
+    assert re.search(r"memory: the plan predicts [\d.]+ \w+ per rank for the run's buffers; a step line's mem is the "
+                     r"process's peak RSS, which held [\d.]+ \w+ \(the binary and its libraries\)", p.stdout), p.stdout
+
+
+def test_one_rank_zero_dry_run_says_how_to_plan_for_more(tmp_path, train_bin):
+    hint = "plan for the ranks the run will have with `mpirun -np N ./train ... --dry-run`"
+    y = tiny_yaml(tmp_path)
+    for stage, shown in [(0, False), (2, True)]:
+        p = run_train(["--yaml", y, f"training.zero_stage={stage}", "--dry-run"])
+        assert p.returncode == 0 and (hint in p.stdout) == shown, p.stdout[-1500:]
+    p = mpirun(["--yaml", y, "training.zero_stage=2", "--dry-run"], env=NO_MPI)
+    assert p.returncode == 0 and hint not in p.stdout, p.stdout[-1500:]

@@ -359,3 +359,45 @@ def test_an_infinite_weight_in_an_llmc_file_names_the_tensor(small_run, train_bi
     # the file as exported starts a run
     p = run_train(["--yaml", init_from_yaml(tmp_path, small_run / "m.bin")])
     assert p.returncode == 0, p.stderr
+
+
+# ---- inputs that are not regular files ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dry", [False, True])
+@pytest.mark.parametrize("what", ["data.train", "eval.hellaswag", "init_from", "eval.vocab"])
+def test_a_fifo_or_device_input_is_refused_at_once(tmp_path, train_bin, what, dry):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    if what == "data.train":
+        extra, needles = f"data: {{synthetic: false, train: '{fifo}'}}\n", [str(fifo), "a FIFO (named pipe)"]
+    elif what == "eval.hellaswag":
+        extra, needles = "eval: {hellaswag: /dev/urandom}\n", ["eval.hellaswag", "'/dev/urandom' is a character device"]
+    elif what == "init_from":
+        extra, needles = f"model: {{init_from: '{fifo}'}}\n", ["model.init_from", "a FIFO"]
+    else:
+        (tmp_path / "vocab").mkdir()
+        os.mkfifo(tmp_path / "vocab" / "vocab.json")
+        extra, needles = f"eval: {{vocab: '{tmp_path}/vocab'}}\n", ["eval.vocab", "vocab.json' is a FIFO"]
+    p = run_train(["--yaml", tiny_yaml(tmp_path, extra=extra)] + (["--dry-run"] if dry else []), timeout=60)
+    assert_refused(p, *needles)
+    assert_no_run_dir(tmp_path)
+
+
+def test_a_fifo_as_the_yaml_is_refused(tmp_path, train_bin):
+    os.mkfifo(tmp_path / "conf.yaml")
+    assert_refused(run_train(["--yaml", tmp_path / "conf.yaml"], timeout=60), "--yaml", "a FIFO")
+
+
+# ---- keys that act only at precision fp8 -------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", ["training.fp8_gelu_epilogue=true", "training.fp8_fast_accum=all",
+                                 "training.fp8_margin=2", "training.fp8_amax_history=8",
+                                 "training.fp8_grad_format=e4m3", "training.fp8_classifier=true"])
+def test_an_fp8_key_at_another_precision_is_refused(tmp_path, train_bin, key):
+    p = run_train(["--yaml", tiny_yaml(tmp_path), key, "--dry-run"])
+    assert_refused(p, f"{key.split('=')[0]}: needs training.precision: fp8 (it is bf16)")
+    # at its default it says nothing, and at fp8 it is taken
+    default = run_train(["--yaml", tiny_yaml(tmp_path), "training.fp8_margin=0", "--dry-run"])
+    assert default.returncode == 0, default.stderr
+    fp8 = run_train(["--yaml", tiny_yaml(tmp_path), key, "training.precision=fp8", "--dry-run"])
+    assert fp8.returncode == 0, fp8.stderr

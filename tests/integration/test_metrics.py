@@ -66,3 +66,93 @@ def test_csv_off_by_default(tmp_path):
     y = tiny_yaml(tmp_path, name="n", steps=2)
     run_train(["--yaml", y], check=True)
     assert not (tmp_path / "runs" / "n" / "train.csv").exists()
+
+
+def killed_csv_run(tmp_path, name, csv=True):
+    """A run of 6 steps with checkpoints at 4 and 6, then made to look killed after step 6 with only the
+    checkpoint of step 4 (a resume continues from it)."""
+    import shutil
+    extra = "log: {every: 1, progress: false, csv: %s}\n" % ("true" if csv else "false")
+    y = tiny_yaml(tmp_path, name=name, steps=8, ckpt_every=4, extra=extra)
+    run_train(["--yaml", y, "--set", "training.steps=6"], check=True)
+    d = tmp_path / "runs" / name
+    shutil.rmtree(d / "checkpoints" / "step_00000006")
+    (d / "checkpoints" / "latest").write_text("step_00000004\n")
+    with h5py.File(d / "log.h5", "a") as f:
+        f.attrs["status"] = "running"
+    return y, d
+
+
+def test_csv_malformed_row_is_named_and_the_log_left_as_it_was(tmp_path):
+    y, d = killed_csv_run(tmp_path, "m")
+    lines = (d / "train.csv").read_text().splitlines(keepends=True)
+    lines[3] = "x3" + lines[3][1:]  # the step of the third row
+    (d / "train.csv").write_text("".join(lines))
+    before = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name != ".lock"}
+    p = run_train(["--yaml", y, "--resume"])
+    assert p.returncode == 1, p.stderr
+    assert f"'{d}/train.csv' line 4: the step 'x3' is not a whole number" in p.stderr, p.stderr
+    after = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file() and p.name != ".lock"}
+    assert after == before  # log.h5's status too: a refusal touches nothing
+
+
+def test_csv_that_cannot_be_replaced_leaves_the_log_as_it_was(tmp_path):
+    y, d = killed_csv_run(tmp_path, "w")
+    (d / "eval.csv").unlink()
+    (d / "eval.csv").mkdir()
+    log = (d / "log.h5").read_bytes()
+    p = run_train(["--yaml", y, "--resume"])
+    assert p.returncode == 1 and f"'{d}/eval.csv' is not a regular file" in p.stderr, p.stderr
+    assert (d / "log.h5").read_bytes() == log
+
+
+def test_csv_unterminated_last_line_is_dropped(tmp_path):
+    import shutil
+    y = tiny_yaml(tmp_path, name="u", steps=12, ckpt_every=4, extra="log: {every: 1, progress: false, csv: true}\n")
+    run_train(["--yaml", y], check=True)
+    d = tmp_path / "runs" / "u"
+    shutil.rmtree(d / "checkpoints" / "step_00000012")
+    with h5py.File(d / "log.h5", "a") as f:
+        f.attrs["status"] = "running"
+    rows = (d / "train.csv").read_text().splitlines(keepends=True)
+    (d / "train.csv").write_text("".join(rows[:11]) + rows[11][:1])  # steps 1-10 whole, step 11 cut to "1"
+    assert run_train(["--yaml", y, "--resume"]).returncode == 0
+    head, got = read_csv(d / "train.csv")
+    assert [int(r[0]) for r in got] == list(range(1, 13))
+    assert all(len(r) == len(head) and r[1] for r in got)
+
+
+def test_csv_turned_on_at_resume_is_filled_from_the_log(tmp_path):
+    y, d = killed_csv_run(tmp_path, "o", csv=False)
+    assert not (d / "train.csv").exists()
+    p = run_train(["--yaml", y, "--resume", "log.csv=true"])
+    assert p.returncode == 0, p.stderr
+    assert "train.csv and eval.csv filled from log.h5 up to step 4" in p.stdout
+    head, rows = read_csv(d / "train.csv")
+    ehead, erows = read_csv(d / "eval.csv")
+    with h5py.File(d / "log.h5", "r") as f:
+        assert [int(r[0]) for r in rows] == list(f["train/step"][:]) == list(range(1, 9))
+        np.testing.assert_array_equal([float(r[head.index("loss")]) for r in rows], f["train/loss"][:])
+        assert [int(r[0]) for r in erows] == list(f["eval/step"][:])
+
+
+def test_csv_of_a_start_over_is_kept_beside_the_kept_log(tmp_path):
+    extra = "log: {every: 1, progress: false, csv: true}\n"
+    y = tiny_yaml(tmp_path, name="s", steps=3, extra=extra)  # no checkpoints: a resume starts over
+    run_train(["--yaml", y], check=True)
+    d = tmp_path / "runs" / "s"
+    with h5py.File(d / "log.h5", "a") as f:
+        f.attrs["status"] = "running"
+    old = (d / "train.csv").read_bytes()
+    p = run_train(["--yaml", y, "--resume"])
+    assert p.returncode == 0, p.stderr
+    assert (d / "log.1.h5").exists() and (d / "train.1.csv").read_bytes() == old and (d / "eval.1.csv").exists()
+    assert len(read_csv(d / "train.csv")[1]) == 3
+
+
+def test_overwrite_removes_the_replaced_runs_csv(tmp_path):
+    y = tiny_yaml(tmp_path, name="v", steps=3, extra="log: {every: 1, progress: false, csv: true}\n")
+    run_train(["--yaml", y], check=True)
+    d = tmp_path / "runs" / "v"
+    run_train(["--yaml", y, "run.overwrite=true", "log.csv=false"], check=True)
+    assert (d / "log.h5").exists() and not (d / "train.csv").exists() and not (d / "eval.csv").exists()

@@ -238,3 +238,43 @@ def test_resubmitted_sweep_point_is_left_as_it_is(tmp_path):
     assert p.returncode == 0 and "already complete at step 4" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     assert "train exited 0" in p.stderr
     assert snapshot(run_dir) == before
+
+
+# ---- a dry run of a resume checks what the resume checks
+@pytest.fixture
+def shard_run(tmp_path):
+    """A 3-step run on token shards with a checkpoint of step 3, left as a kill after it leaves it."""
+    rng = np.random.default_rng(0)
+    (tmp_path / "data").mkdir()
+    write_shard(tmp_path / "data" / "a.bin", rng.integers(0, 64, 4000))
+    y = tiny_yaml(tmp_path, steps=6, ckpt_every=3,
+                  extra=f"data: {{synthetic: false, train: '{tmp_path}/data/*.bin', shuffle: true}}\n")
+    ok(run(["--yaml", y, "--set", "training.steps=3"]))
+    from conftest import as_killed
+    as_killed(tmp_path / "runs/t")
+    return y
+
+
+@pytest.mark.parametrize("change, needle", [
+    ("training.seq_len=8", "training.seq_len was 16 and is 8 now"),
+    ("model.n_layer=3", "model.n_layer was 2 and is 3 now"),
+    ("run.seed=8", "run.seed was 7 and is 8 now"),
+    ("training.micro_batch=2", "tokens per step"),
+    ("data.shuffle=false", "data.shuffle was true and is false now"),
+    ("training.steps=2", "training.steps is 2, below the step the run has reached"),
+])
+def test_dry_run_of_a_resume_refuses_what_the_resume_refuses(tmp_path, shard_run, change, needle):
+    before = snapshot(tmp_path / "runs/t")
+    real = refused(run(["--yaml", shard_run, "--resume", change]), needle)
+    dry = refused(run(["--yaml", shard_run, "--resume", "--dry-run", change]), needle)
+    assert dry.stderr.splitlines()[0] == real.stderr.splitlines()[0]
+    assert snapshot(tmp_path / "runs/t") == before
+
+
+def test_dry_run_of_a_resume_says_what_it_would_do(tmp_path, shard_run):
+    p = ok(run(["--yaml", shard_run, "--resume", "--dry-run"]))
+    assert "--resume: continues from the checkpoint of step 3" in p.stdout, p.stdout[-2000:]
+    ok(run(["--yaml", shard_run, "--resume"]))
+    refused(run(["--yaml", shard_run, "--resume", "--dry-run", "training.steps=5"]), "training.steps is 5",
+            "completed 6 step(s)")
+    assert "nothing to do" in ok(run(["--yaml", shard_run, "--resume", "--dry-run"])).stdout

@@ -139,3 +139,36 @@ def test_slurm_scripts_say_when_sigint_cannot_be_trapped():
     assert "warning: SIGINT was ignored when this shell started" in p.stderr, p.stderr
     assert "SIGTERM" not in p.stderr and "SIGUSR1" not in p.stderr, p.stderr
     assert "returned 0" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_a_stop_signal_during_a_long_evaluation_ends_it(tmp_path, last):
+    # an evaluation of far more batches than the test waits for: only the stop can end it in time
+    steps = 2 if last else 4
+    y = tiny_yaml(tmp_path, steps=steps, ckpt_every=0, extra="eval: {every: 2, batches: 100000000}\n")
+    proc = subprocess.Popen([str(TRAIN), "--yaml", str(y)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, **ENV))
+    try:
+        wait_for(proc, "step      1/")  # step 2's evaluation comes next
+        import time
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run_dir = tmp_path / "runs/t"
+    log = read_log(run_dir / "log.h5")
+    assert "the evaluation at step 2 was stopped by a signal during the validation loss" in out, out[-2000:]
+    # the step's checkpoint and exit 75, as for a stop between steps, the final evaluation's too
+    assert proc.returncode == EXIT_CHECKPOINTED and log["attrs"]["status"] == "checkpointed", (proc.returncode, err)
+    assert "stopped by a signal at step 2 (received by 1 of 1 ranks) during its evaluation" in log["attrs"]["message"]
+    assert (run_dir / "checkpoints/latest").read_text().strip() == "step_00000002"
+    assert list(log["eval_step"]) == []  # nothing of it was measured whole
+    # the resumed run evaluates step 2 first (a shorter evaluation: eval.* may change on resume)
+    p = subprocess.run([str(TRAIN), "--yaml", str(y), "--resume", "eval.batches=2"], capture_output=True, text=True,
+                       env=dict(os.environ, **ENV), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    log = read_log(run_dir / "log.h5")
+    assert log["attrs"]["status"] == "ok" and list(log["eval_step"]) == ([2] if last else [2, 4])
+    assert list(log["step"]) == list(range(1, steps + 1))
