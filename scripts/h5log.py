@@ -36,7 +36,8 @@ GIB = float(1 << 30)
 # the memory columns (memory_columns()); `device` and `meas_baseline` are absent from older summaries.
 LEADING_COLUMNS = ("index", "dir")
 BASE_COLUMNS = ("status", "message", "device", "world_size", "n_params", "flops_per_token", "median_step_ms",
-                "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch")
+                "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch",
+                "startup_s")
 MEASURED_EXTRA = ("meas_peak", "meas_baseline")
 
 
@@ -319,6 +320,7 @@ def summary_row(log, index=None, dirname=None):
         "final_train_loss": _last(log["train"]["loss"]),
         "final_val_loss": _last(log["eval"]["val_loss"]),
         "micro_batch": _micro_batch(a),
+        "startup_s": float(a.get("startup_s", nan)),
     }
     for group, prefix in (("predicted", "pred_"), ("measured", "meas_")):
         mem = log["memory"].get(group, {})

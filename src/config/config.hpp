@@ -85,7 +85,7 @@ struct TrainingConfig {
   Fp8Format fp8_grad_format = Fp8Format::E5M2;
   int fp8_amax_history = 16;
   int fp8_margin = 0;
-  bool fp8_classifier = false;
+  bool fp8_classifier = true;
   bool fp8_gelu_epilogue = false;
   bool fp8_weight_gather = true;
   Fp8FastAccum fp8_fast_accum = Fp8FastAccum::dinp;

@@ -78,8 +78,10 @@ std::vector<Field> fields_of(Config& c) {
       {"training.fp8_classifier", &t.fp8_classifier,
        "precision fp8: the classifier (the output projection tied to wte) and its two gradient products on FP8 "
        "operands too: the final LayerNorm's output and wte E4M3, the logits' gradient in the gradients' format, "
-       "written by the softmax + cross-entropy kernel; the logits themselves stay bf16. false: the classifier "
-       "in bf16"},
+       "written by the softmax + cross-entropy kernel; the logits themselves stay bf16; its input gradient, a "
+       "sum over the vocabulary, keeps cuBLASLt's promotion to fp32 under every fp8_fast_accum setting. The "
+       "default: the fastest FP8 policy that stays within 1% of bf16's loss on real text (bench/RESULTS.md). "
+       "false: the classifier in bf16 (the only value accepted at another precision, where it is what happens)"},
       {"training.fp8_gelu_epilogue", &t.fp8_gelu_epilogue,
        "precision fp8: GELU's output, fcproj's FP8 input, is written in FP8 by the fc product's cuBLASLt "
        "epilogue (its amax folded in per call). false: fc writes its output before GELU in bf16 and fcproj's "
@@ -95,7 +97,7 @@ std::vector<Field> fields_of(Config& c) {
        "precision fp8: which FP8 products sum without cuBLASLt's periodic promotion of the running sums to "
        "fp32 (fast accumulation; Hopper's tensor cores keep fewer bits of the sum in between): `forward` the "
        "forward products only (what Transformer Engine and torchao do); `dinp` also the input gradients, whose "
-       "sums run over a layer's width (3-4% faster a step than `forward` on an H200 at GPT-2 1558M, "
+       "sums run over a layer's width (not the FP8 classifier's, over the vocabulary, which always promotes) (3-4% faster a step than `forward` on an H200 at GPT-2 1558M, "
        "bench/RESULTS.md); `all` also the weight gradients, whose sums run over a micro-batch's tokens (0-0.4% "
        "more). The CPU emulation sums in fp32 for all three"},
       {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},

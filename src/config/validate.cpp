@@ -25,13 +25,15 @@ void check_finite(const Config& cfg) {
 }
 
 // The keys that act only at training.precision fp8 (every training.fp8_* key of the field table): changed
-// from their defaults at another precision they would be ignored without a word, so they are refused.
+// from their defaults at another precision they would be ignored without a word, so they are refused;
+// fp8_classifier: false says what another precision does anyway (and older runs' configs stored it).
 void check_fp8_only(const Config& cfg) {
   if (cfg.training.precision == Precision::fp8) return;
   Config c = cfg, defaults;
   const std::vector<config::Field> now = config::fields_of(c), was = config::fields_of(defaults);
   for (size_t i = 0; i < now.size(); ++i)
-    if (std::string(now[i].key).rfind("training.fp8_", 0) == 0 && config::field_text(now[i]) != config::field_text(was[i]))
+    if (std::string(now[i].key).rfind("training.fp8_", 0) == 0 && config::field_text(now[i]) != config::field_text(was[i]) &&
+        !(now[i].key == std::string("training.fp8_classifier") && !cfg.training.fp8_classifier))  // bf16 anyway
       bad(now[i].key, std::string("needs training.precision: fp8 (it is ") + name_of(cfg.training.precision) + ")");
 }
 }  // namespace

@@ -175,6 +175,7 @@ void write_run_attrs(hid_t f, const RunInfo& info) {
   h5::set_attr(f, "precision", info.precision);
   h5::set_attr(f, "data_files", info.data_files);
   h5::set_attr(f, "shared_gpu", int64_t(info.shared_gpu));
+  if (info.startup_s >= 0) h5::set_attr(f, "startup_s", info.startup_s);
   if (h5::exists(f, "ranks")) H5_CHECK(H5Ldelete(f, "ranks", H5P_DEFAULT));
   h5::Id g = h5::create_group(f, "ranks");
   std::vector<std::string> node, from;

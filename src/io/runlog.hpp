@@ -22,6 +22,7 @@ struct RunInfo {
   std::string precision;  // "bf16", "fp32", or "fp8: " and the recipe (model/fp8_scaling.hpp)
   int64_t n_params = 0, tokens_per_step = 0, world_size = 1, zero_stage = 0, point_index = -1;
   double flops_per_token = 0, peak_flops = 0;
+  double startup_s = -1;  // seconds from this process's start to its first training step; < 0: unknown
   std::vector<RankPlace> ranks;  // node and local rank of every rank: /ranks, rewritten on resume
   // parallel.shared_gpu: host: collectives staged through host memory (ranks sharing GPUs), so the
   // throughput is not representative; the attribute `shared_gpu` (1, else 0)

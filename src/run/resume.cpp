@@ -100,9 +100,20 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
     throw ResumeMismatch(kExitBadInput, head + ": settings that may not change on resume differ (docs/FORMATS.md)" +
                                             diffs + (files.empty() ? "" : "\n  (data.allow_changed_files: true "
                                                                          "resumes on the changed files anyway)"));
-  if (files.empty()) return "";
-  return "warning: the files behind data.train changed since " + what +
-         " (data.allow_changed_files: true, so the run resumes on them):" + files;
+  std::string warning;
+  if (!files.empty())
+    warning = "warning: the files behind data.train changed since " + what +
+              " (data.allow_changed_files: true, so the run resumes on them):" + files;
+  // An FP8 run written before the FP8 classifier became the default, resumed without the key: said, since
+  // the classifier's products change precision from here (their scales calibrate as a new tensor's do).
+  if (old.training.precision == Precision::fp8 && now.training.precision == Precision::fp8 &&
+      old.training.fp8_classifier != now.training.fp8_classifier)
+    warning += std::string(warning.empty() ? "" : "\n") + "note: training.fp8_classifier was " +
+               (old.training.fp8_classifier ? "true" : "false") + " in " + what + " and is " +
+               (now.training.fp8_classifier ? "true" : "false") + " now: the classifier's products run in " +
+               (now.training.fp8_classifier ? "FP8" : "bf16") + " from here (set training.fp8_classifier: " +
+               (old.training.fp8_classifier ? "true" : "false") + " to keep them as they were)";
+  return warning;
 }
 
 std::string data_files_text(const DataConfig& data) {

@@ -45,8 +45,8 @@ Row summarize_point(const std::string& dir, const SweepPoint& p) {
   const std::string path = dir + "/log.h5";
   auto nan = std::nan("");
   for (const char* k : {"world_size", "n_params", "flops_per_token", "median_step_ms", "tokens_per_s",
-                        "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch", "meas_peak",
-                        "meas_baseline"})
+                        "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch", "startup_s",
+                        "meas_peak", "meas_baseline"})
     r.num[k] = nan;
   for (const std::string& c : memory_columns()) {
     r.num["pred_" + c] = nan;
@@ -95,6 +95,7 @@ void read_point_log(hid_t f, Row& r) {
   r.text["device"] = attr_or("device", "");  // what the ranks ran on: cpu or cuda
   if (H5Aexists(f, "shared_gpu") > 0 && h5::get_attr_i64(f, "shared_gpu"))  // the staged communicator
     r.text["message"] += std::string(r.text["message"].empty() ? "" : "; ") + kSharedGpuNote;
+  if (H5Aexists(f, "startup_s") > 0) r.num["startup_s"] = h5::get_attr_f64(f, "startup_s");
   if (!h5::exists(f, "/train/step")) return;
   const double world = double(h5::get_attr_i64(f, "world_size"));
   r.num["world_size"] = world;
@@ -143,7 +144,7 @@ const char* column_units(const std::string& c) {
       {"index", "1"},           {"world_size", "ranks"},          {"n_params", "parameters"},
       {"flops_per_token", "FLOP/token"}, {"median_step_ms", "ms"},  {"tokens_per_s", "tokens/s"},
       {"tokens_per_s_per_gpu", "tokens/s"}, {"mfu", "fraction"},  {"final_train_loss", "nats/token"},
-      {"final_val_loss", "nats/token"}, {"micro_batch", "sequences"}};
+      {"final_val_loss", "nats/token"}, {"micro_batch", "sequences"}, {"startup_s", "s"}};
   if (c.rfind("pred_", 0) == 0 || c.rfind("meas_", 0) == 0) return "bytes";
   auto it = units.find(c);
   return it == units.end() ? "text" : it->second;
@@ -173,7 +174,8 @@ void write_summary(const Config& base, const Sweep& sw, const std::string& yaml_
   text_cols.push_back("message");
   text_cols.push_back("device");
   std::vector<std::string> num_cols = {"world_size", "n_params", "flops_per_token", "median_step_ms", "tokens_per_s",
-                                       "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch"};
+                                       "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch",
+                                       "startup_s"};
   for (const std::string& c : memory_columns()) num_cols.push_back("pred_" + c);
   for (const std::string& c : memory_columns()) num_cols.push_back("meas_" + c);
   num_cols.push_back("meas_peak");

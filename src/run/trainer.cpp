@@ -1,11 +1,16 @@
 #include "run/trainer.hpp"
 
+#include <time.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include "config/config_io.hpp"
 #include "parallel/agree.hpp"
@@ -37,6 +42,23 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Seconds since the kernel started this process (loading the libraries and the device's start counted),
+// from /proc/self/stat's start time on the boot clock; -1 where that cannot be read.
+double process_age_s() {
+  std::ifstream in("/proc/self/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t close = stat.rfind(')');  // the command name may hold spaces: fields count from after it
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string f;
+  for (int i = 3; i < 22 && fields >> f;) ++i;  // fields 3-21
+  unsigned long long ticks = 0;
+  timespec now{};
+  if (!(fields >> ticks) || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return -1;
+  return double(now.tv_sec) + 1e-9 * double(now.tv_nsec) - double(ticks) / double(sysconf(_SC_CLK_TCK));
 }
 
 // Divergence (every rank sees it: the loss and norm are all-reduced, the state check is agreed): exit 2,
@@ -216,8 +238,11 @@ class Trainer {
     }
     if (!resumed_) timed("initialisation", [&] { init_params(); });
     if (cfg_.checkpoint.every > 0) timed("checkpoint memory", [&] { ckpt_.prepare(*engine_, *layout_); });
+    startup_s_ = process_age_s();  // the first step comes next (the run log's own opening is left out)
     timed("run log", [&] { open_log(); });
-    term_.note("set-up: " + times);
+    char startup[64] = "";
+    if (startup_s_ >= 0) std::snprintf(startup, sizeof startup, "; %.1f s from the process's start", startup_s_);
+    term_.note("set-up: " + times + startup);
   }
 
   // micro_batch: max on a GPU: whether a whole forward/backward at micro-batch B runs (within cap).
@@ -332,6 +357,7 @@ class Trainer {
     info.peak_flops = be_->peak_flops();
     info.ranks = host_.placement();
     info.shared_gpu = plan_.shared_gpu;
+    info.startup_s = startup_s_;
     info.precision = fp8_ ? "fp8: " + fp8_->describe() : dtype_name(plan_.act);
     info.data_files = data_files_;
     if (world_ > 1 && !info.ranks.empty()) term_.note(describe_placement(info.ranks));
@@ -467,7 +493,7 @@ class Trainer {
     }
     if (worst & 2)
       throw Diverged(kExitFailure, "training diverged at step " + std::to_string(st_.step) +
-                                       ": the optimizer state (parameters or AdamW moments) is not finite; nothing "
+                                       ": the optimizer state (parameters, master weights or the optimizer's moments) is not finite; nothing "
                                        "was checkpointed from it");
     if (ckpt_.in_flight() && !(worst & 4)) ckpt_.settle();
     return worst & 1;
@@ -608,6 +634,7 @@ class Trainer {
   bool resumed_ = false;
   int64_t resumed_at_ = -1;
   MemoryBreakdown measured_;
+  double startup_s_ = -1;  // the run log's startup_s
   std::string status_ = "ok", message_;
   int exit_code_ = kExitOk;
 };

@@ -254,6 +254,8 @@ def test_fp8_checkpoint_without_the_classifier_resumes_with_it(tmp_path):
     p = run_train(["--yaml", yb, "--resume", "--set", "training.steps=20", "--set", "training.fp8_classifier=true",
                    "--set", "checkpoint.every=11"], check=True)
     assert "resumed from step 10" in p.stdout
+    assert ("note: training.fp8_classifier was false in the checkpoint of step 10 and is true now: the "
+            "classifier's products run in FP8 from here") in p.stderr, p.stderr[-2000:]
     a, b = read_log(tmp_path / "runs/a/log.h5"), read_log(tmp_path / "runs/b/log.h5")
     assert list(b["step"]) == list(range(1, 21)) and np.isfinite(b["loss"]).all()
     assert np.array_equal(a["loss"][:10], b["loss"][:10])
@@ -269,12 +271,16 @@ def test_fp8_checkpoint_without_the_classifier_resumes_with_it(tmp_path):
         assert after[n] != 1.0 and np.log2(after[n]) == np.round(np.log2(after[n])), (n, after[n])
 
 
-def test_fp8_classifier_needs_fp8(tmp_path):
-    y = fp8_yaml(tmp_path, "bad", precision="bf16")
-    p = run_train(["--yaml", y, "--set", "training.fp8_classifier=true"])
-    assert p.returncode == 1 and "training.fp8_classifier: needs training.precision: fp8 (it is bf16)" in p.stderr, \
-        p.stderr[-2000:]
-    assert not (tmp_path / "runs/bad").exists()
+def test_fp8_classifier_is_the_fp8_default_and_false_is_what_other_precisions_do(tmp_path):
+    """precision fp8 puts the classifier's products in FP8 unless training.fp8_classifier is false; at
+    another precision false says what happens anyway (older runs' configs store it), so it is accepted."""
+    y = fp8_yaml(tmp_path, "d", ckpt_every=2, steps=2)
+    run_train(["--yaml", y], check=True)
+    _, state = fp8_state(tmp_path / "runs/d/checkpoints/step_00000002/rank_00000.h5")
+    assert all(n in state for n in CLASSIFIER_TENSORS), sorted(state)
+    y = fp8_yaml(tmp_path, "b", precision="bf16")
+    p = run_train(["--yaml", y, "--set", "training.fp8_classifier=false", "--dry-run"])
+    assert p.returncode == 0, p.stderr[-2000:]
 
 
 def test_gelu_output_from_the_epilogue_or_the_cast_is_the_same_on_cpu(tmp_path):
