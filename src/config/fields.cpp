@@ -139,9 +139,11 @@ std::vector<Field> fields_of(Config& c) {
        "residual stream entering it); each block's backward first runs the block's forward again, up to fc "
        "and attention's statistics included, into one set of buffers for all layers: the block inputs of "
        "all layers plus one block's working set, for about one more forward a step. The embeddings' output, "
-       "the final LayerNorm's and the FP8 weight copies are kept at every level. Every level gives bit-identical results (FP8: "
-       "recomputed with the forward's scales, the same bytes), except that training.fp8_gelu_epilogue "
-       "applies at level 0 only"},
+       "the final LayerNorm's and the FP8 weight copies are kept at every level. Level 3 gives bit-identical "
+       "results to level 0 (FP8: recomputed with the forward's scales, the same bytes), and so does every level "
+       "on the CPU and in FP8; on a GPU in bf16, levels 1 and 2 apply GELU to fc's stored bf16 output where "
+       "the forward's epilogue applied it to the fp32 sums, so their gradients differ by that rounding. "
+       "training.fp8_gelu_epilogue applies at level 0 only"},
       {"training.memory_limit_gb", &t.memory_limit_gb,
        "per-rank budget (GiB) for micro_batch max; 0 = the GPU's memory. On CPU the prediction is checked "
        "against it"},

@@ -45,6 +45,9 @@ constexpr Tol kF32Tf32{3e-3, 1e-2};
 constexpr Tol kF32Attention{2e-2, 4e-2};
 // bf16 outputs: one rounding to 8 significant bits (2^-9 relative) after fp32 math.
 constexpr Tol kBf16Elementwise{6e-3, 1e-2};
+// bf16 parameters updated twice without master weights, each write rounded stochastically (up to one ulp,
+// 2^-7 relative below 2), against the CPU's fp32 parameters: up to two roundings apart
+constexpr Tol kBf16TwoWrites{6e-3, 1.6e-2};
 // bf16 matmuls: bf16 output rounding plus a different fp32 accumulation order over K.
 constexpr Tol kBf16Matmul{8e-3, 2e-2};
 // bf16 backward ops whose result is a difference of bf16-rounded terms (LayerNorm dinp) or a sum of
@@ -538,7 +541,8 @@ void test_optimizer_state(Ctx& c, const char* name, optim::StateType t, size_t n
   }
   const Vec ref = down(c.cpu, cw, n);
   if (master) check(fmt("[%s] master %s", c.prec, sz.c_str()), down(c.gpu, gmaster, n, false), ref, kF32Exact);
-  check(fmt("[%s] param %s", c.prec, sz.c_str()), down(c.gpu, gp, n), ref, c.pick(kF32Exact, kBf16Elementwise));
+  check(fmt("[%s] param %s", c.prec, sz.c_str()), down(c.gpu, gp, n), ref,
+        c.pick(kF32Exact, master ? kBf16Elementwise : kBf16TwoWrites));
   for (void* q : {gmaster, gp})
     if (q) c.gpu.free(q);
   for (void* q : gs) c.gpu.free(q);
