@@ -60,6 +60,8 @@ def test_a_loss_two_percent_off_fails_the_one_percent_check_and_a_slow_default_f
     rows, ok = c.compare({"bf16": curves(100.0), "fp8 + classifier": curves(70.0, scale=1.02)}, "bf16", 0.01)
     assert not ok
     assert all(not w["ok"] for w in rows["fp8 + classifier"]["windows"])
+    assert all(not e["ok"] for e in rows["fp8 + classifier"]["evals"])  # reported beside the windows
+    assert rows["fp8 + classifier"]["epoch_speedup"] == pytest.approx(100 / 70)
     rows, ok = c.compare({"bf16": curves(100.0), "fp8 + classifier": curves(90.0)}, "bf16", 0.01, target=1.3)
     assert not ok and rows["fp8 + classifier"]["speedup"] == pytest.approx(100 / 90)
 
