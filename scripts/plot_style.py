@@ -89,9 +89,14 @@ def devices(rows):
     return {str(r.get("device") or "") for r in rows} - {""}
 
 
+SHARED_GPU_NOTE = "parallel.shared_gpu: host"  # in the message of a point whose ranks shared GPUs
+
+
 def rank_word(rows, plural=True):
-    """'GPU(s)' when every point ran on cuda, else 'rank(s)' (CPU points, or a summary that does not say)."""
-    word = "GPU" if devices(rows) == {"cuda"} else "rank"
+    """'GPU(s)' when every point ran on cuda with a GPU a rank, else 'rank(s)' (CPU points, ranks that
+    shared GPUs (parallel.shared_gpu: host), or a summary that does not say)."""
+    shared = any(SHARED_GPU_NOTE in str(r.get("message", "")) for r in rows)
+    word = "GPU" if devices(rows) == {"cuda"} and not shared else "rank"
     return word + ("s" if plural else "")
 
 

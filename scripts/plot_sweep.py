@@ -140,7 +140,10 @@ def _world_note(row, rows):
 def _world_text(rows):
     """' (2 GPUs per point)' when every point ran on the same number of ranks."""
     worlds = {int(r["world_size"]) for r in rows if not h5log.is_missing(r.get("world_size"))}
-    return f" ({worlds.pop()} {style.rank_word(rows)} per point)" if len(worlds) == 1 else ""
+    if len(worlds) != 1:
+        return ""
+    n = worlds.pop()
+    return f" ({n} {style.rank_word(rows, plural=n != 1)} per point)"
 
 
 def _by(varied):

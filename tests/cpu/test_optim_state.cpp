@@ -1,5 +1,5 @@
 // The optimizer's low-precision state (training.optimizer_state, optim/state.hpp) on the CPU backend: the
-// codes, one step through the optimizer interface, and a dump that tests/python/test_optimizer_state.py
+// codes, one step through the optimizer interface, and a dump that tests/python/test_optimizer_state_codes.py
 // checks against a NumPy implementation of the quantization and the stochastic rounding.
 //   test_optim_state [filter]          the unit tests
 //   test_optim_state --dump DIR        writes DIR/<optimizer>_<state>.bin: the gradient, then each slot as held
