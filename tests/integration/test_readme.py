@@ -163,6 +163,11 @@ def dry_run(w, cmd):
     assert re.search(r"\b8 point", p.stdout) or p.stdout.count("\n") > 8, p.stdout[-2000:]
 
 
+def memory_plan(w, cmd):
+    p = w.sh(cmd)  # the plan of a smaller footprint: its state and activations as the dry run predicts them
+    assert "2 int8 values per parameter" in p.stdout and re.search(r"\| activations +\d", p.stdout), p.stdout[-2000:]
+
+
 def list_points(w, cmd):
     p = w.sh(cmd)
     points = [line for line in p.stdout.splitlines() if re.match(r"\s*\d+\s", line)]
@@ -284,6 +289,7 @@ HANDLERS = [
     (r"^bash scripts/run_quickstart\.sh$", quickstart),
     (r"^bash scripts/run_tests\.sh$", run_tests),
     (r"^\./train --yaml experiments/quickstart\.yaml .*training\.steps=\d+", train_run),
+    (r"^\./train --yaml experiments/quickstart\.yaml training\.recompute=3 .*--dry-run$", memory_plan),
     (r"^\./train --yaml experiments/zero\.yaml --dry-run$", dry_run),
     (r"^\./train --yaml experiments/zero\.yaml --list$", list_points),
     (r"^\./train sample --ckpt runs/quickstart ", sample_ids),
@@ -296,6 +302,7 @@ HANDLERS = [
     (r"^\./train --config-reference$", config_reference),
     (r"^mpirun -np \d+ \./train --yaml experiments/zero\.yaml$", gpu_later),
     (r"^mpirun -np \d+ \./train --yaml experiments/zero_max\.yaml$", gpu_later),
+    (r"^mpirun -np \d+ \./train --yaml experiments/zero_shared_gpu\.yaml --index \d+$", gpu_later),
     (r"^\./train --yaml experiments/zero\.yaml --index \d+$", gpu_later),
     (r"^\./train --yaml experiments/scaling\.yaml$", gpu_later),
     (r"^\./train --yaml experiments/long_run\.yaml --resume$", gpu_later),
