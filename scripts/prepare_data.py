@@ -421,7 +421,9 @@ def main(argv=None):
         return 1
     if val:
         print(f"{val}: {n_val:,} tokens")
-    print(f"{len(train)} train shard(s), {n_train:,} tokens: {', '.join(str(p) for p in train)}")
+    print(f"{len(train)} train shard(s), {n_train:,} tokens:")
+    for p in train:  # one a line: a corpus has hundreds
+        print(f"  {p}")
     return 0
 
 

@@ -96,6 +96,10 @@ def test_split_into_val_and_several_train_shards(tmp_path, capsys):
     sizes = [len(prepare_data.read_shard(p)) for p in trains]
     assert all(s == 50 for s in sizes[:-1]) and 0 < sizes[-1] <= 50, sizes
     assert [p.name for p in trains] == [f"d_train_{i:06d}.bin" for i in range(len(trains))]
+    # the summary, then the train shards one a line
+    lines = out.splitlines()
+    at = lines.index(f"{len(trains)} train shard(s), {sum(sizes):,} tokens:")
+    assert lines[at + 1:] == [f"  {p}" for p in trains], out
     got = np.concatenate([val] + [prepare_data.read_shard(p) for p in trains])
     assert got.tolist() == expected
     assert not list(out_dir.glob("*.tmp")), "temporary files left behind"
