@@ -35,7 +35,13 @@ namespace {
 
 std::string train_line(const TrainRow& r) {
   std::string line;
-  for (int i = 0; i < kTrainMetricCount; ++i) line += (i ? "," : "") + csv_number(r.v[i], kTrainMetrics[i].integer);
+  for (int i = 0; i < kTrainMetricCount; ++i) {
+    const double v = r.v[i];
+    // the learning rate is the float32 the optimizer is given: its float32 text ("0.0003", as to_csv.py
+    // writes it), not the widened double's ("0.0003000000142492354") that log.h5 keeps
+    const bool f32 = i == int(TrainMetric::lr) && !std::isnan(v);
+    line += (i ? "," : "") + (f32 ? shortest(float(v)) : csv_number(v, kTrainMetrics[i].integer));
+  }
   return line;
 }
 
