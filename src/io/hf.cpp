@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "base/common.hpp"
+#include "base/input_file.hpp"
 #include "io/bpe.hpp"
 #include "io/safetensors.hpp"
 
@@ -182,6 +183,7 @@ void remove_hf_tokenizer(const std::string& dir) {
 void check_hf_config(const std::string& dir, const ModelDims& d) {
   const std::string cfg_path = dir + "/config.json";
   const auto bad = [&](const std::string& why) { return input_error("model.init_from: '" + cfg_path + "' " + why); };
+  check_input_file(cfg_path, "model.init_from");  // a FIFO would block the open
   std::ifstream in(cfg_path);
   if (!in) throw bad("cannot be read");
   nlohmann::json cfg;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "base/common.hpp"
+#include "base/input_file.hpp"
 
 namespace gpt {
 
@@ -83,6 +84,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  check_input_file(path, "safetensors file");  // a FIFO would block the open, a device never end
   std::ifstream in(path, std::ios::binary);
   if (!in) throw input_error("cannot open '" + path + "'");
   in.seekg(0, std::ios::end);

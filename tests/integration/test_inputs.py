@@ -364,7 +364,7 @@ def test_an_infinite_weight_in_an_llmc_file_names_the_tensor(small_run, train_bi
 # ---- inputs that are not regular files ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("dry", [False, True])
-@pytest.mark.parametrize("what", ["data.train", "eval.hellaswag", "init_from", "eval.vocab"])
+@pytest.mark.parametrize("what", ["data.train", "eval.hellaswag", "init_from", "init_from_hf", "eval.vocab"])
 def test_a_fifo_or_device_input_is_refused_at_once(tmp_path, train_bin, what, dry):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -374,6 +374,10 @@ def test_a_fifo_or_device_input_is_refused_at_once(tmp_path, train_bin, what, dr
         extra, needles = "eval: {hellaswag: /dev/urandom}\n", ["eval.hellaswag", "'/dev/urandom' is a character device"]
     elif what == "init_from":
         extra, needles = f"model: {{init_from: '{fifo}'}}\n", ["model.init_from", "a FIFO"]
+    elif what == "init_from_hf":  # a Hugging Face folder whose config.json is a FIFO
+        (tmp_path / "hf").mkdir()
+        os.mkfifo(tmp_path / "hf" / "config.json")
+        extra, needles = f"model: {{init_from: '{tmp_path}/hf'}}\n", ["model.init_from", "config.json' is a FIFO"]
     else:
         (tmp_path / "vocab").mkdir()
         os.mkfifo(tmp_path / "vocab" / "vocab.json")
@@ -392,7 +396,7 @@ def test_a_fifo_as_the_yaml_is_refused(tmp_path, train_bin):
 
 @pytest.mark.parametrize("key", ["training.fp8_gelu_epilogue=true", "training.fp8_fast_accum=all",
                                  "training.fp8_margin=2", "training.fp8_amax_history=8",
-                                 "training.fp8_grad_format=e4m3", "training.fp8_classifier=true"])
+                                 "training.fp8_grad_format=e4m3"])
 def test_an_fp8_key_at_another_precision_is_refused(tmp_path, train_bin, key):
     p = run_train(["--yaml", tiny_yaml(tmp_path), key, "--dry-run"])
     assert_refused(p, f"{key.split('=')[0]}: needs training.precision: fp8 (it is bf16)")
