@@ -374,10 +374,12 @@ def test_a_fifo_or_device_input_is_refused_at_once(tmp_path, train_bin, what, dr
         extra, needles = "eval: {hellaswag: /dev/urandom}\n", ["eval.hellaswag", "'/dev/urandom' is a character device"]
     elif what == "init_from":
         extra, needles = f"model: {{init_from: '{fifo}'}}\n", ["model.init_from", "a FIFO"]
-    elif what == "init_from_hf":  # a Hugging Face folder whose config.json is a FIFO
+    elif what == "init_from_hf":  # a Hugging Face folder whose weights are a FIFO
         (tmp_path / "hf").mkdir()
-        os.mkfifo(tmp_path / "hf" / "config.json")
-        extra, needles = f"model: {{init_from: '{tmp_path}/hf'}}\n", ["model.init_from", "config.json' is a FIFO"]
+        (tmp_path / "hf" / "config.json").write_text(json.dumps(
+            {"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 64, "n_positions": 32}))
+        os.mkfifo(tmp_path / "hf" / "model.safetensors")
+        extra, needles = f"model: {{init_from: '{tmp_path}/hf'}}\n", ["model.safetensors' is a FIFO"]
     else:
         (tmp_path / "vocab").mkdir()
         os.mkfifo(tmp_path / "vocab" / "vocab.json")
