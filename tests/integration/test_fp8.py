@@ -58,9 +58,14 @@ def test_cpu_quantization_matches_numpy(tmp_path):
 FP8_MODEL = "model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 64, max_seq_len: 32}"
 
 
-def fp8_yaml(tmp_path, name, precision="fp8", steps=20, extra="", **kw):
+def fp8_yaml(tmp_path, name, precision="fp8", steps=20, extra="", classifier=False, **kw):
+    """The tiny run at `precision`; at fp8 the block products only unless classifier (None: the default,
+    the classifier in FP8 too)."""
     y = tiny_yaml(tmp_path, name=name, steps=steps, **kw)
-    text = y.read_text().replace("training: {device: cpu,", f"training: {{device: cpu, precision: {precision},")
+    keys = f"precision: {precision}"
+    if precision == "fp8" and classifier is not None:
+        keys += f", fp8_classifier: {str(classifier).lower()}"
+    text = y.read_text().replace("training: {device: cpu,", f"training: {{device: cpu, {keys},")
     return write_yaml(y, text + extra)
 
 
@@ -274,7 +279,7 @@ def test_fp8_checkpoint_without_the_classifier_resumes_with_it(tmp_path):
 def test_fp8_classifier_is_the_fp8_default_and_false_is_what_other_precisions_do(tmp_path):
     """precision fp8 puts the classifier's products in FP8 unless training.fp8_classifier is false; at
     another precision false says what happens anyway (older runs' configs store it), so it is accepted."""
-    y = fp8_yaml(tmp_path, "d", ckpt_every=2, steps=2)
+    y = fp8_yaml(tmp_path, "d", ckpt_every=2, steps=2, classifier=None)
     run_train(["--yaml", y], check=True)
     _, state = fp8_state(tmp_path / "runs/d/checkpoints/step_00000002/rank_00000.h5")
     assert all(n in state for n in CLASSIFIER_TENSORS), sorted(state)

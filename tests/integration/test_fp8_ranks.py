@@ -57,12 +57,13 @@ END_SCALES_DIFFER = 2    # at the last step, scales a factor 2 from the one rank
 ONE_RANK_B = 4           # 2 ranks x 2 and 4 ranks x 1 against this
 
 # policy: (its --set keys beside training.precision=fp8, the gradients' format, scaled tensors)
+BLOCKS = "training.fp8_classifier=false"  # the block products only (the classifier is FP8 by default)
 POLICIES = {
-    "e5m2": ([], "e5m2", 24),
-    "e4m3": (["training.fp8_grad_format=e4m3"], "e4m3", 24),
+    "e5m2": ([BLOCKS], "e5m2", 24),
+    "e4m3": ([BLOCKS, "training.fp8_grad_format=e4m3"], "e4m3", 24),
     "classifier": (["training.fp8_classifier=true"], "e5m2", 27),
-    "recompute2": (["training.recompute=2"], "e5m2", 24),
-    "gelu_epilogue": (["training.fp8_gelu_epilogue=true"], "e5m2", 24),
+    "recompute2": ([BLOCKS, "training.recompute=2"], "e5m2", 24),
+    "gelu_epilogue": ([BLOCKS, "training.fp8_gelu_epilogue=true"], "e5m2", 24),
 }
 
 
