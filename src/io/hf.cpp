@@ -132,7 +132,8 @@ HfTokenizerSource hf_tokenizer_source(const ModelDims& d, const std::string& giv
   const std::string vocab = given ? given_vocab : run_vocab, merges = given ? given_merges : run_merges;
   const std::string from = merges.empty() ? vocab : vocab + " and " + merges;
   const std::string merges_key = given ? "--merges" : "eval.merges";
-  const std::string named = merges.empty() ? "'" + vocab + "'" : "'" + vocab + "' and " + merges_key + " '" + merges + "'";
+  const std::string named =
+      merges.empty() ? "'" + vocab + "'" : "'" + vocab + "' and " + merges_key + " '" + merges + "'";
   const std::string what = (given ? "--vocab " : "the run's eval.vocab ") + named;
   const std::string pass =
       "pass --vocab DIR (a folder with GPT-2's vocab.json and merges.txt) or --vocab FILE --merges FILE";
