@@ -5,7 +5,7 @@
     python3 scripts/sample.py --ckpt runs/x --prompt "ROMEO:" --tokens 100
 
 GPT-2's vocab.json and merges.txt are taken, without any download, from the first of: --vocab (a folder
-holding both, or the file with --merges), the run's eval.vocab, the folder of the run's data.train shards
+holding both, or the file with --merges), the run's eval.vocab (with eval.merges: the two files), the folder of the run's data.train shards
 (prepare_data.py puts the files it tokenized with there), and prepare_data.py's download cache. A model
 of another vocabulary (the synthetic quickstart's 256 ids) has no text: its token ids are printed.
 """
@@ -36,10 +36,15 @@ def run_config(train, ckpt):
 
 
 def bpe_candidates(cfg):
-    """[(where, folder or None when not set)] to look in for vocab.json and merges.txt, in order."""
+    """[(where, folder or None when not set)] to look in for vocab.json and merges.txt, in order; the run's
+    eval.vocab with eval.merges is (where, (vocab.json, merges.txt)) instead, the two files themselves."""
     out = []
-    vocab = (cfg.get("eval") or {}).get("vocab") or ""
-    out.append(("the run's eval.vocab", Path(vocab) if vocab else None))
+    ev = cfg.get("eval") or {}
+    vocab, merges = ev.get("vocab") or "", ev.get("merges") or ""
+    if vocab and merges:
+        out.append(("the run's eval.vocab and eval.merges", (Path(vocab), Path(merges))))
+    else:
+        out.append(("the run's eval.vocab", Path(vocab) if vocab else None))
     train = (cfg.get("data") or {}).get("train") or ""
     out.append(("the folder of the run's data.train shards", Path(train).parent if train else None))
     out.append(("prepare_data.py's download cache", prepare_data.default_cache_dir()))
@@ -55,6 +60,10 @@ def find_bpe(args, cfg):
     for where, folder in bpe_candidates(cfg):
         if folder is None:
             looked.append(f"{where} (not set)")
+        elif isinstance(folder, tuple):
+            if all(f.is_file() for f in folder):
+                return folder, []
+            looked.append(f"{where} ({folder[0]}, {folder[1]}: not both files)")
         elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
             return (folder / "vocab.json", folder / "merges.txt"), []
         else:

@@ -126,6 +126,7 @@ struct EvalConfig {
   std::string sample_prompt = "";
   float sample_temperature = 1.0f;
   std::string vocab = "";
+  std::string merges = "";
 };
 
 struct LogConfig {

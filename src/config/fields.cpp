@@ -184,8 +184,12 @@ std::vector<Field> fields_of(Config& c) {
       {"eval.sample_temperature", &c.eval.sample_temperature,
        "sampling temperature; 0 = greedy. The draws are seeded by run.seed and the step"},
       {"eval.vocab", &c.eval.vocab,
-       "folder with GPT-2's vocab.json and merges.txt (scripts/prepare_data.py leaves them beside the shards): "
-       "samples are decoded to text and a text sample_prompt encoded; empty = samples are token ids"},
+       "folder with GPT-2's vocab.json and merges.txt (scripts/prepare_data.py leaves them beside the shards), "
+       "or with eval.merges the vocab.json file itself: samples are decoded to text and a text sample_prompt "
+       "encoded; empty = samples are token ids"},
+      {"eval.merges", &c.eval.merges,
+       "GPT-2's merges.txt file; empty = merges.txt in eval.vocab's folder; set = eval.vocab names vocab.json "
+       "itself (the same rule as the scripts' and export's --vocab FILE --merges FILE)"},
       {"log.every", &c.log.every, "steps between log rows"},
       {"log.progress", &c.log.progress,
        "progress bar with ETA when rank 0's output is an interactive terminal (never under an MPI launcher, "

@@ -125,6 +125,8 @@ void validate(const Config& cfg, int world) {
   if (ev.sample_tokens < 0) bad("eval.sample_tokens", "must be >= 0");
   if (!(ev.sample_temperature >= 0) || !std::isfinite(ev.sample_temperature))
     bad("eval.sample_temperature", "must be a finite number >= 0 (0 = greedy)");
+  if (!ev.merges.empty() && ev.vocab.empty())
+    bad("eval.merges", "'" + ev.merges + "' needs eval.vocab to name GPT-2's vocab.json beside it");
   if (cfg.log.every < 1) bad("log.every", "must be >= 1");
   if (cfg.checkpoint.every < 0) bad("checkpoint.every", "must be >= 0");
   if (cfg.checkpoint.keep_last < 1) bad("checkpoint.keep_last", "must be >= 1");

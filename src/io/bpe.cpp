@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -142,11 +143,15 @@ std::string utf8_valid(const std::string& s) {
 
 }  // namespace
 
-Gpt2Vocab::Gpt2Vocab(const std::string& dir) {
+Gpt2Vocab::Gpt2Vocab(const std::string& dir) : Gpt2Vocab(dir + "/vocab.json", dir + "/merges.txt", "eval.vocab") {}
+
+Gpt2Vocab::Gpt2Vocab(const std::string& vocab_json, const std::string& merges_txt)
+    : Gpt2Vocab(vocab_json, merges_txt, "eval.merges") {}
+
+Gpt2Vocab::Gpt2Vocab(const std::string& vocab_path, const std::string& merges_path, const std::string& merges_key) {
   const ByteTable& bt = bytes_table();
-  const std::string vocab_path = dir + "/vocab.json", merges_path = dir + "/merges.txt";
   check_input_file(vocab_path, "eval.vocab");
-  check_input_file(merges_path, "eval.vocab");
+  check_input_file(merges_path, merges_key);
   std::ifstream vf(vocab_path);
   if (!vf) throw input_error("eval.vocab: cannot read '" + vocab_path + "' (GPT-2's vocab.json)");
   nlohmann::json j;
@@ -175,7 +180,7 @@ Gpt2Vocab::Gpt2Vocab(const std::string& dir) {
     ids_[key] = id;
   }
   std::ifstream mf(merges_path);
-  if (!mf) throw input_error("eval.vocab: cannot read '" + merges_path + "' (GPT-2's merges.txt)");
+  if (!mf) throw input_error(merges_key + ": cannot read '" + merges_path + "' (GPT-2's merges.txt)");
   std::string line;
   int rank = 0, lineno = 0;
   while (std::getline(mf, line)) {
@@ -183,7 +188,7 @@ Gpt2Vocab::Gpt2Vocab(const std::string& dir) {
     if (line.empty() || (lineno == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t sp = line.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 == line.size())
-      throw input_error("eval.vocab: '" + merges_path + "' line " + std::to_string(lineno) +
+      throw input_error(merges_key + ": '" + merges_path + "' line " + std::to_string(lineno) +
                         " is not a merge 'A B'");
     ranks_[{line.substr(0, sp), line.substr(sp + 1)}] = rank++;
   }
@@ -242,6 +247,28 @@ std::vector<int> Gpt2Vocab::encode(const std::string& text) const {
     from = at + std::string(kEndOfText).size();
   }
   return out;
+}
+
+std::pair<std::string, std::string> gpt2_vocab_files(const std::string& vocab, const std::string& merges,
+                                                     const std::string& vocab_key, const std::string& merges_key) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (merges.empty()) {
+    if (vocab.empty()) throw input_error(vocab_key + ": empty (a folder holding GPT-2's vocab.json and merges.txt)");
+    if (fs::exists(vocab, ec) && !fs::is_directory(vocab, ec))
+      throw input_error(vocab_key + ": '" + vocab + "' is a file, not a folder: give GPT-2's merges.txt with " +
+                        merges_key + " (then " + vocab_key + " is vocab.json itself), or a folder holding vocab.json "
+                        "and merges.txt");
+    return {vocab + "/vocab.json", vocab + "/merges.txt"};
+  }
+  if (vocab.empty())
+    throw input_error(merges_key + ": '" + merges + "' needs " + vocab_key + " to name GPT-2's vocab.json beside it");
+  if (fs::is_directory(vocab, ec))
+    throw input_error(merges_key + ": with it " + vocab_key + " names vocab.json itself, but '" + vocab +
+                      "' is a folder (give the folder alone, or its vocab.json)");
+  if (fs::is_directory(merges, ec))
+    throw input_error(merges_key + ": '" + merges + "' is a folder, not GPT-2's merges.txt");
+  return {vocab, merges};
 }
 
 }  // namespace gpt

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <tuple>
+#include <utility>
 
 #include "base/common.hpp"
 #include "base/input_file.hpp"
@@ -114,43 +116,63 @@ void write_hf_model(const std::string& dir, const ParamLayout& L, const std::vec
   }
 }
 
-HfTokenizerSource hf_tokenizer_source(const ModelDims& d, const std::string& given, const std::string& from_run) {
+HfTokenizerSource hf_tokenizer_source(const ModelDims& d, const std::string& given_vocab,
+                                      const std::string& given_merges, const std::string& run_vocab,
+                                      const std::string& run_merges) {
+  const bool given = !given_vocab.empty() || !given_merges.empty();
   const std::string vocab_text = std::to_string(d.vocab_size) + "-token vocabulary";
   if (d.vocab_size != kGpt2Vocab) {
-    if (!given.empty())
-      throw input_error("--vocab: the model's " + vocab_text + " is not GPT-2's BPE (" + std::to_string(kGpt2Vocab) +
+    if (given)
+      throw input_error(std::string(given_vocab.empty() ? "--merges" : "--vocab") + ": the model's " + vocab_text +
+                        " is not GPT-2's BPE (" + std::to_string(kGpt2Vocab) +
                         " tokens): there is no tokenizer of it to write");
-    return {"", "no tokenizer files: the model's " + vocab_text + " is not GPT-2's BPE (" +
-                    std::to_string(kGpt2Vocab) + " tokens); give AutoTokenizer the tokenizer it was trained with"};
+    return {"", "", "",
+            "no tokenizer files: the model's " + vocab_text + " is not GPT-2's BPE (" + std::to_string(kGpt2Vocab) +
+                " tokens); give AutoTokenizer the tokenizer it was trained with"};
   }
-  const std::string dir = given.empty() ? from_run : given;
-  const std::string what = given.empty() ? "the run's eval.vocab '" + from_run + "'" : "--vocab '" + given + "'";
-  if (dir.empty())
-    return {"", "no tokenizer files: pass --vocab DIR (a folder with GPT-2's vocab.json and merges.txt) to add "
-                "them (the run has no eval.vocab)"};
-  std::string problem;
+  const std::string vocab = given ? given_vocab : run_vocab, merges = given ? given_merges : run_merges;
+  const std::string from = merges.empty() ? vocab : vocab + " and " + merges;
+  const std::string merges_key = given ? "--merges" : "eval.merges";
+  const std::string named =
+      merges.empty() ? "'" + vocab + "'" : "'" + vocab + "' and " + merges_key + " '" + merges + "'";
+  const std::string what = (given ? "--vocab " : "the run's eval.vocab ") + named;
+  const std::string pass =
+      "pass --vocab DIR (a folder with GPT-2's vocab.json and merges.txt) or --vocab FILE --merges FILE";
+  if (vocab.empty() && merges.empty())
+    return {"", "", "", "no tokenizer files: " + pass + " to add them (the run has no eval.vocab)"};
+  std::string vocab_json, merges_txt, problem;
   try {
-    const Gpt2Vocab v(dir);
-    if (v.size() != kGpt2Vocab)
-      problem = "its vocab.json holds " + std::to_string(v.size()) + " tokens, not GPT-2's " + std::to_string(kGpt2Vocab);
-    else if (v.encode(kEndOfTextText) != std::vector<int>{kEndOfText})
-      problem = std::string("its vocab.json does not have ") + kEndOfTextText + " as token " + std::to_string(kEndOfText);
+    // the rule's errors name the flags (the run's keys are already checked when its config was read)
+    std::tie(vocab_json, merges_txt) =
+        gpt2_vocab_files(vocab, merges, given ? "--vocab" : "eval.vocab", given ? "--merges" : "eval.merges");
   } catch (const Error& e) {
-    // Gpt2Vocab names the config key it is read for at run time; here the folder is named instead
-    const std::string key = "eval.vocab: ";
+    if (given) throw;
     problem = e.what();
-    if (problem.rfind(key, 0) == 0) problem.erase(0, key.size());
   }
-  if (problem.empty()) return {dir, ""};
-  if (!given.empty()) throw input_error("--vocab: '" + given + "' cannot be the tokenizer: " + problem);
-  return {"", "no tokenizer files: " + what + " cannot be used (" + problem + "); pass --vocab DIR"};
+  if (problem.empty()) {
+    try {
+      const Gpt2Vocab v = merges.empty() ? Gpt2Vocab(vocab) : Gpt2Vocab(vocab_json, merges_txt);
+      if (v.size() != kGpt2Vocab)
+        problem = "its vocab.json holds " + std::to_string(v.size()) + " tokens, not GPT-2's " + std::to_string(kGpt2Vocab);
+      else if (v.encode(kEndOfTextText) != std::vector<int>{kEndOfText})
+        problem = std::string("its vocab.json does not have ") + kEndOfTextText + " as token " + std::to_string(kEndOfText);
+    } catch (const Error& e) {
+      // Gpt2Vocab names the config key it is read for at run time; here the files are named instead
+      problem = e.what();
+      for (const std::string key : {"eval.vocab: ", "eval.merges: "})
+        if (problem.rfind(key, 0) == 0) problem.erase(0, key.size());
+    }
+  }
+  if (problem.empty()) return {vocab_json, merges_txt, from, ""};
+  if (given) throw input_error("--vocab: " + named + " cannot be the tokenizer: " + problem);
+  return {"", "", "", "no tokenizer files: " + what + " cannot be used (" + problem + "); " + pass};
 }
 
 void write_hf_tokenizer(const std::string& dir, const ModelDims& d, const HfTokenizerSource& src) {
-  for (const char* name : {"vocab.json", "merges.txt"}) {
-    std::ifstream in(fs::path(src.dir) / name, std::ios::binary);
+  for (const auto& [from, name] : {std::pair{src.vocab_json, "vocab.json"}, std::pair{src.merges_txt, "merges.txt"}}) {
+    std::ifstream in(from, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.good() && !in.eof()) throw input_error("cannot read '" + (fs::path(src.dir) / name).string() + "'");
+    if (!in.good() && !in.eof()) throw input_error("cannot read '" + from + "'");
     write_file_whole(dir + "/" + name, bytes);
   }
   // GPT2Tokenizer's settings for GPT-2 itself: no prefix space, <|endoftext|> for every special role

@@ -19,17 +19,23 @@ bool is_hf_model_dir(const std::string& path);
 // earlier export's is removed), each file through a temporary file and a rename.
 void write_hf_model(const std::string& dir, const ParamLayout& layout, const std::vector<float>& logical, bool bf16);
 
-// Where a folder's tokenizer comes from: `dir` holds GPT-2's vocab.json and merges.txt (checked: they
-// load, hold 50257 tokens and <|endoftext|> is 50256), or is empty and `note` says why there is none.
+// Where a folder's tokenizer comes from: GPT-2's vocab.json and merges.txt (checked: they load, hold 50257
+// tokens and <|endoftext|> is 50256) and `from`, what they were named by (the folder, or the two files), or
+// none (empty paths) and `note` says why.
 struct HfTokenizerSource {
-  std::string dir;
+  std::string vocab_json, merges_txt;
+  std::string from;
   std::string note;
 };
-// Only a model of GPT-2's vocabulary size (50257) gets a tokenizer, and only from GPT-2's files: `given`
-// (--vocab; an input error when it cannot serve) or else the run's eval.vocab (`from_run`: a note when
-// it is missing or unusable, since the export stands without it).
-HfTokenizerSource hf_tokenizer_source(const ModelDims& dims, const std::string& given, const std::string& from_run);
-// Copies vocab.json and merges.txt from src.dir into dir and writes tokenizer_config.json and
+// Only a model of GPT-2's vocabulary size (50257) gets a tokenizer, and only from GPT-2's files, named as
+// gpt2_vocab_files (io/bpe.hpp) has it (a folder, or vocab.json and merges.txt): `given_vocab` and
+// `given_merges` (--vocab and --merges; an input error when they cannot serve) or else the run's eval.vocab
+// and eval.merges (`run_vocab`, `run_merges`: a note when missing or unusable, since the export stands
+// without them).
+HfTokenizerSource hf_tokenizer_source(const ModelDims& dims, const std::string& given_vocab,
+                                      const std::string& given_merges, const std::string& run_vocab,
+                                      const std::string& run_merges);
+// Copies vocab.json and merges.txt from src's two files into dir and writes tokenizer_config.json and
 // special_tokens_map.json (GPT2Tokenizer, <|endoftext|> as bos, eos and unk).
 void write_hf_tokenizer(const std::string& dir, const ModelDims& dims, const HfTokenizerSource& src);
 // Removes the tokenizer files write_hf_tokenizer writes from dir (an earlier export's, not this model's).

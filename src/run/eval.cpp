@@ -29,7 +29,8 @@ std::vector<int> sample_prompt_ids(const std::string& prompt, const Gpt2Vocab* v
   }
   if (!vocab)
     throw input_error("config error: eval.sample_prompt: '" + prompt +
-                      "' is text, which needs eval.vocab (a folder with GPT-2's vocab.json and merges.txt); "
+                      "' is text, which needs eval.vocab (a folder with GPT-2's vocab.json and merges.txt, or "
+                      "vocab.json itself with eval.merges); "
                       "or give token ids such as 50256,464");
   ids = vocab->encode(prompt);
   for (int id : ids)
@@ -40,10 +41,11 @@ std::vector<int> sample_prompt_ids(const std::string& prompt, const Gpt2Vocab* v
 }
 
 namespace {
-// eval.vocab, no larger than the model's vocabulary
+// eval.vocab (and eval.merges), no larger than the model's vocabulary
 std::unique_ptr<Gpt2Vocab> load_vocab(const EvalConfig& ec, int V) {
   if (ec.vocab.empty()) return nullptr;
-  auto vocab = std::make_unique<Gpt2Vocab>(ec.vocab);
+  const auto [vocab_json, merges_txt] = gpt2_vocab_files(ec.vocab, ec.merges, "eval.vocab", "eval.merges");
+  auto vocab = ec.merges.empty() ? std::make_unique<Gpt2Vocab>(ec.vocab) : std::make_unique<Gpt2Vocab>(vocab_json, merges_txt);
   if (vocab->size() > V)
     throw input_error("config error: eval.vocab: '" + ec.vocab + "' has " + std::to_string(vocab->size()) +
                       " tokens, more than model.vocab_size " + std::to_string(V));
@@ -65,7 +67,7 @@ void check_eval_inputs(const Config& cfg, const Plan& plan, std::set<std::string
   }
   if (!cfg.eval.hellaswag.empty() && once("hellaswag\n" + cfg.eval.hellaswag)) read_choice_file(cfg.eval.hellaswag, V);
   const bool prompt = cfg.eval.sample_tokens > 0;
-  if ((prompt || !cfg.eval.vocab.empty()) && once("vocab\n" + cfg.eval.vocab + "\n" + (prompt ? cfg.eval.sample_prompt : ""))) {
+  if ((prompt || !cfg.eval.vocab.empty()) && once("vocab\n" + cfg.eval.vocab + "\n" + cfg.eval.merges + "\n" + (prompt ? cfg.eval.sample_prompt : ""))) {
     const std::unique_ptr<Gpt2Vocab> vocab = load_vocab(cfg.eval, V);
     if (prompt) sample_prompt_ids(cfg.eval.sample_prompt, vocab.get(), V);
   }

@@ -79,7 +79,31 @@ TEST(Eval, bpe_names_missing_and_malformed_files) {
   EXPECT_THROW_WITH(Gpt2Vocab{dir}, "merges.txt");
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\na b\nnonsense\n";
   EXPECT_THROW_WITH(Gpt2Vocab{dir}, "line 3");
+  // the two files named themselves: a missing or malformed merges file is named with eval.merges
+  EXPECT_THROW_WITH((Gpt2Vocab{dir + "/vocab.json", dir + "/bpe.txt"}),
+                    "eval.merges: cannot read '" + dir + "/bpe.txt'");
+  EXPECT_THROW_WITH((Gpt2Vocab{dir + "/vocab.json", dir + "/merges.txt"}),
+                    "eval.merges: '" + dir + "/merges.txt' line 3");
+  EXPECT_THROW_WITH((Gpt2Vocab{dir + "/v.json", dir + "/merges.txt"}), "eval.vocab: cannot read '" + dir + "/v.json'");
   std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(Eval, bpe_reads_a_folder_or_the_two_files_alike) {
+  if (!have_vocab()) GTEST_SKIP() << kVocab << "/vocab.json not found (TEST_DATA_DIR)";
+  const Gpt2Vocab by_dir(kVocab), by_files(kVocab + "/vocab.json", kVocab + "/merges.txt");
+  const std::string text = "First Citizen: Thou art, sirrah!";
+  EXPECT_TRUE(by_files.size() == by_dir.size() && by_files.encode(text) == by_dir.encode(text));
+  EXPECT_TRUE(by_files.decode(by_dir.encode(text)) == text);
+  // the rule: a folder alone, or vocab.json with merges.txt; a file or folder in the other's place is named
+  using Files = std::pair<std::string, std::string>;
+  EXPECT_TRUE(gpt2_vocab_files(kVocab, "", "V", "M") == Files(kVocab + "/vocab.json", kVocab + "/merges.txt"));
+  EXPECT_TRUE(gpt2_vocab_files(kVocab + "/vocab.json", kVocab + "/merges.txt", "V", "M") ==
+              Files(kVocab + "/vocab.json", kVocab + "/merges.txt"));
+  EXPECT_THROW_WITH(gpt2_vocab_files(kVocab + "/vocab.json", "", "V", "M"),
+                    "V: '" + kVocab + "/vocab.json' is a file");
+  EXPECT_THROW_WITH(gpt2_vocab_files(kVocab, kVocab + "/merges.txt", "V", "M"), "M: with it V names vocab.json itself");
+  EXPECT_THROW_WITH(gpt2_vocab_files("", kVocab + "/merges.txt", "V", "M"), "M: '" + kVocab + "/merges.txt' needs V");
+  EXPECT_THROW_WITH(gpt2_vocab_files(kVocab + "/vocab.json", kVocab, "V", "M"), "M: '" + kVocab + "' is a folder");
 }
 
 TEST(Eval, choice_file_reads_back_and_rejects_damage) {

@@ -2,6 +2,7 @@
 across ranks; a model trained on a text beating chance on choices made from it; samples in the log and
 on the terminal; eval.batches: all."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -299,6 +300,49 @@ def test_sample_token_ids_are_the_models_greedy_continuation(tmp_path, train_bin
     p = run_train(["--yaml", y, "--set", "run.name=s2", "--set", "eval.sample_tokens=4",
                    "--set", "eval.sample_prompt=Hello there"], env=ENV)
     assert p.returncode == 1 and "eval.sample_prompt" in p.stderr and "eval.vocab" in p.stderr
+
+
+def gpt2_sample_run(tmp_path, name, vocab_keys):
+    """A tiny model on GPT-2's vocabulary size that samples greedily from a text prompt at its one evaluation;
+    the decoded sample."""
+    y = tiny_yaml(tmp_path, name=name, steps=2, extra=f"""
+model: {{vocab_size: 50257}}
+data: {{synthetic_vocab: 50257}}
+eval: {{every: 2, sample_tokens: 4, sample_prompt: "The fox", sample_temperature: 0, {vocab_keys}}}
+""")
+    run_train(["--yaml", y], env=ENV, check=True)
+    with h5py.File(tmp_path / f"runs/{name}/log.h5", "r") as f:
+        return bytes(f["samples"][:]).decode("utf-8")
+
+
+def test_eval_vocab_is_a_folder_or_vocab_json_with_eval_merges(tmp_path, train_bin):
+    """eval.vocab FILE with eval.merges FILE (files of any name) encodes the prompt and decodes the sample
+    as the folder does."""
+    need_vocab()
+    (tmp_path / "tok").mkdir()
+    vocab, merges = tmp_path / "tok/gpt2-vocab.json", tmp_path / "tok/gpt2-merges.txt"
+    shutil.copyfile(VOCAB_DIR / "vocab.json", vocab)
+    shutil.copyfile(VOCAB_DIR / "merges.txt", merges)
+    by_folder = gpt2_sample_run(tmp_path, "dir", f"vocab: {VOCAB_DIR}")
+    by_files = gpt2_sample_run(tmp_path, "files", f"vocab: {vocab}, merges: {merges}")
+    assert by_folder.startswith("The fox") and len(by_folder) > len("The fox"), by_folder
+    assert by_files == by_folder
+
+
+@pytest.mark.parametrize("keys,first_line", [
+    ("merges: {merges}", "eval.merges: '{merges}' needs eval.vocab to name GPT-2's vocab.json beside it"),
+    ("vocab: {vocab}", "eval.vocab: '{vocab}' is a file, not a folder: give GPT-2's merges.txt with eval.merges"),
+    ("vocab: {dir}, merges: {merges}", "eval.merges: with it eval.vocab names vocab.json itself, but '{dir}' is a folder"),
+])
+def test_eval_vocab_and_merges_against_the_rule_are_refused(tmp_path, train_bin, keys, first_line):
+    need_vocab()
+    names = {"dir": VOCAB_DIR, "vocab": VOCAB_DIR / "vocab.json", "merges": VOCAB_DIR / "merges.txt"}
+    y = tiny_yaml(tmp_path, name="r", steps=2, extra=f"eval: {{{keys.format(**names)}}}\n")
+    for dry in [[], ["--dry-run"]]:
+        p = run_train(["--yaml", y] + dry, env=ENV)
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert first_line.format(**names) in p.stderr.splitlines()[0], p.stderr
+        assert not (tmp_path / "runs/r").exists()
 
 
 def test_eval_batches_all_covers_the_whole_val_set(tmp_path, train_bin, shared_data):

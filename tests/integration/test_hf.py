@@ -214,13 +214,15 @@ def test_hf_export_loads_in_transformers(trained):
 GPT2_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
-def gpt2_size_run(tmp, name, vocab=None):
-    """A tiny model on GPT-2's vocabulary size (synthetic tokens); eval.vocab = vocab when given."""
+def gpt2_size_run(tmp, name, vocab=None, merges=None):
+    """A tiny model on GPT-2's vocabulary size (synthetic tokens); eval.vocab = vocab (and eval.merges =
+    merges) when given."""
     y = tiny_yaml(tmp, name=name, steps=2, ckpt_every=2)
     text = y.read_text().replace("vocab_size: 64", "vocab_size: 50257").replace("synthetic_vocab: 64",
                                                                                 "synthetic_vocab: 50257")
     if vocab:
-        text = text.replace("eval: {every: 0, batches: 2}", f"eval: {{every: 0, batches: 2, vocab: {vocab}}}")
+        keys = f"vocab: {vocab}" + (f", merges: {merges}" if merges else "")
+        text = text.replace("eval: {every: 0, batches: 2}", f"eval: {{every: 0, batches: 2, {keys}}}")
     assert text.count("50257") == 2 and (not vocab or str(vocab) in text)
     y.write_text(text)
     run_train(["--yaml", y], check=True)
@@ -308,6 +310,49 @@ def test_no_tokenizer_is_claimed_without_gpt2s_files(gpt2_vocab_run, trained, tm
     p = run_train(["export", "--ckpt", gone, "--format", "hf", "--out", tmp_path / "hf_gone"], check=True)
     assert f"no tokenizer files: the run's eval.vocab '{tmp_path / 'gpt2_copy'}' cannot be used" in p.stdout
     assert not (tmp_path / "hf_gone/vocab.json").exists()
+
+
+def test_export_takes_the_vocabulary_as_a_folder_or_its_two_files(gpt2_vocab_run, tmp_path):
+    """--vocab DIR, or --vocab FILE --merges FILE (as the scripts take it), and the run's eval.vocab and
+    eval.merges the same way: the same tokenizer files."""
+    tmp, run, gpt2 = gpt2_vocab_run
+    run_train(["export", "--ckpt", run, "--format", "hf", "--out", tmp_path / "dir", "--vocab", gpt2], check=True)
+    # the two files under other names, in a folder that is not a vocabulary folder
+    (tmp_path / "tok").mkdir()
+    vocab, merges = tmp_path / "tok/gpt2-vocab.json", tmp_path / "tok/gpt2-merges.txt"
+    shutil.copyfile(gpt2 / "vocab.json", vocab)
+    shutil.copyfile(gpt2 / "merges.txt", merges)
+    p = run_train(["export", "--ckpt", run, "--format", "hf", "--out", tmp_path / "files", "--vocab", vocab,
+                   "--merges", merges], check=True)
+    assert f"tokenizer: GPT-2's BPE from {vocab} and {merges}" in p.stdout
+    from_run = gpt2_size_run(tmp_path, "files_run", vocab, merges)
+    p = run_train(["export", "--ckpt", from_run, "--format", "hf", "--out", tmp_path / "run"], check=True)
+    assert f"tokenizer: GPT-2's BPE from {vocab} and {merges}" in p.stdout
+    for out in ("files", "run"):
+        for name in GPT2_TOKENIZER_FILES:
+            assert (tmp_path / out / name).read_bytes() == (tmp_path / "dir" / name).read_bytes(), (out, name)
+
+
+@pytest.mark.parametrize("flags,first_line", [
+    (["--merges", "{merges}"], "error: --merges: '{merges}' needs --vocab to name GPT-2's vocab.json beside it"),
+    (["--vocab", "{gpt2}", "--merges", "{merges}"],
+     "error: --merges: with it --vocab names vocab.json itself, but '{gpt2}' is a folder"),
+    (["--vocab", "{vocab}"], "error: --vocab: '{vocab}' is a file, not a folder: give GPT-2's merges.txt with --merges"),
+    (["--vocab", "{vocab}", "--merges", "{gpt2}"], "error: --merges: '{gpt2}' is a folder, not GPT-2's merges.txt"),
+    (["--vocab", "{vocab}", "--merges", "{gpt2}/none.txt"], "error: --vocab: '{vocab}' and --merges '{gpt2}/none.txt' "
+                                                             "cannot be the tokenizer: cannot read '{gpt2}/none.txt'"),
+    (["--format", "llmc", "--merges", "{merges}"], "error: --merges: only --format hf writes a tokenizer"),
+])
+def test_export_refuses_vocabulary_flags_against_the_rule(gpt2_vocab_run, tmp_path, flags, first_line):
+    _, run, gpt2 = gpt2_vocab_run
+    names = {"gpt2": gpt2, "vocab": gpt2 / "vocab.json", "merges": gpt2 / "merges.txt"}
+    args = [f.format(**names) for f in flags]
+    if "--format" not in args:
+        args += ["--format", "hf"]
+    p = run_train(["export", "--ckpt", run, "--out", tmp_path / "x"] + args)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stderr.splitlines()[0].startswith(first_line.format(**names)), p.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_export_over_an_earlier_export_leaves_none_of_its_files(gpt2_vocab_run, trained, tmp_path):

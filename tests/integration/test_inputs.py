@@ -300,6 +300,24 @@ def test_sample_py_finds_the_vocabulary_without_a_download(gpt2_vocab_run, share
     assert p.returncode == 0 and p.stdout.strip() == "First Citizen:", (p.stdout, p.stderr)
 
 
+def test_sample_py_reads_the_runs_eval_vocab_file_with_eval_merges(gpt2_vocab_run, shared_data, tmp_path):
+    """A run whose eval.vocab names vocab.json itself beside eval.merges: sample.py reads those two files."""
+    for f in ("vocab.json", "merges.txt"):  # none beside the shards: only the run's keys can serve
+        (gpt2_vocab_run / "data" / f).unlink(missing_ok=True)
+    (tmp_path / "tok").mkdir()
+    vocab, merges = tmp_path / "tok/gpt2-vocab.json", tmp_path / "tok/gpt2-merges.txt"
+    shutil.copy(shared_data / "gpt2/vocab.json", vocab)
+    shutil.copy(shared_data / "gpt2/merges.txt", merges)
+    text = (gpt2_vocab_run / "g.yaml").read_text()
+    assert "name: g," in text and "eval: {every: 0, batches: 2}" in text
+    text = text.replace("name: g,", "name: em,").replace(
+        "eval: {every: 0, batches: 2}", f"eval: {{every: 0, batches: 2, vocab: '{vocab}', merges: '{merges}'}}")
+    run_train(["--yaml", write_yaml(tmp_path / "em.yaml", text)], check=True)
+    p = sample_py(["--ckpt", gpt2_vocab_run / "runs/em", "--prompt", "First Citizen:", "--tokens", "0"],
+                  env=tmp_path / "cache")
+    assert p.returncode == 0 and p.stdout.strip() == "First Citizen:", (p.stdout, p.stderr)
+
+
 # ---- model.init_from ----------------------------------------------------------------------------------------
 
 def init_from_yaml(tmp_path, source):
