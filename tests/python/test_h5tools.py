@@ -21,7 +21,8 @@ VARIED = ["training.zero_stage", "training.micro_batch"]
 SUMMARY_COLUMNS = (
     ["index", "dir"] + VARIED
     + ["status", "message", "device", "world_size", "n_params", "flops_per_token", "median_step_ms",
-       "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch"]
+       "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "final_train_loss", "final_val_loss", "micro_batch",
+       "startup_s"]
     + ["pred_" + c for c in COMPONENTS + ["total"]]
     + ["meas_" + c for c in COMPONENTS + ["total"]]
     + ["meas_peak", "meas_baseline"]
