@@ -28,6 +28,7 @@ SUMMARY_COLUMNS = (
     + ["meas_peak", "meas_baseline"]
 )
 N_PARAMS = 124_439_808
+STARTUP_S = 2.5  # the logs' startup_s
 SEQ = 1024
 PEAK = 989.5e12
 FLOPS_PER_TOKEN = 6 * N_PARAMS + 6 * 12 * 768 * SEQ
@@ -88,6 +89,7 @@ def expected_row(p):
         "final_train_loss": losses(p)[-1] if p["step_ms"] else math.nan,
         "final_val_loss": p["evals"][-1][1] if p["evals"] else math.nan,
         "micro_batch": p["mb"],
+        "startup_s": STARTUP_S,
     }
     for c in COMPONENTS + ["total"]:
         row["pred_" + c] = float(pred[c])
@@ -121,6 +123,7 @@ def fill_log(f, p, n_rows=None):
     a["device"] = "cuda"
     a["hardware"] = f"NVIDIA H200 x{p['world']}"
     a["peak_flops"] = np.float64(PEAK)
+    a["startup_s"] = np.float64(STARTUP_S)
     a["git_rev"] = "0123abc"
     a["status"] = p["status"]
     a["message"] = p["message"]
