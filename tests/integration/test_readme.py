@@ -352,7 +352,7 @@ def check_gpu_commands(w):
                 assert "tokens/s/rank" in p.stdout  # CPU ranks are not called GPUs
             elif "to_tensorboard" in cmd:  # --follow ends: every point has ended
                 runs = sorted(d.name for d in (w.root / "runs/zero/tensorboard").iterdir())
-                assert runs == [f"p00{i} zero_stage={i}" for i in range(4)], runs
+                assert runs == [f"p00{i}_zero_stage-{i}" for i in range(4)], runs
             else:
                 for name in ("throughput.png", "memory.png", "loss.png"):
                     assert (w.root / "runs/zero" / name).stat().st_size > 10_000
