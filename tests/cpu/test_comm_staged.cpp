@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "host_world.hpp"
 #include "test_util.hpp"
 #include "parallel/comm_staged.hpp"
 
@@ -16,15 +17,7 @@ using namespace gpt;
 
 namespace {
 
-// MPI once per process (a singleton world of 1 without a launcher), finalized at exit.
-HostComm& world() {
-  static std::unique_ptr<HostComm> host = [] {
-    int argc = 0;
-    char** argv = nullptr;
-    return make_host_comm(&argc, &argv);
-  }();
-  return *host;
-}
+HostComm& world() { return tests::host_world(); }
 
 struct Log {
   std::vector<std::string> calls;  // "out N", "back N", "record S", ...

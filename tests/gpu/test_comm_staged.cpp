@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "host_world.hpp"
 #include "test_util.hpp"
 #include "parallel/comm_staged.hpp"
 
@@ -14,15 +15,7 @@ using namespace gpt;
 
 namespace {
 
-// MPI once per process (a singleton world of 1 without a launcher), finalized at exit.
-HostComm& world() {
-  static std::unique_ptr<HostComm> host = [] {
-    int argc = 0;
-    char** argv = nullptr;
-    return make_host_comm(&argc, &argv);
-  }();
-  return *host;
-}
+HostComm& world() { return tests::host_world(); }
 
 std::unique_ptr<Backend> cuda_backend() {
   BackendOptions o;

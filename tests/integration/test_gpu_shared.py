@@ -9,18 +9,15 @@ Run on the GPU machine: OMP_NUM_THREADS=1 python3 -m pytest -v -rs tests/integra
 (the losses' differences are printed with -s). The CPU ranks' tests of the same code: test_shared_gpu.py."""
 import os
 import shutil
-import signal
 import subprocess
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import mpirun_cmd, TRAIN, read_log, run_train, write_yaml
+from conftest import read_log, run_train, write_yaml
 from test_fp8_ranks import checkpoint
 from test_fp8 import fp8_state
-from test_zero import children_named
+from test_zero import kill_one_rank_ends_the_job
 
 
 def has_gpu():
@@ -155,30 +152,5 @@ def test_background_checkpoints_of_two_ranks_resume_on_one_two_and_four(tmp_path
 
 def test_killed_rank_ends_every_rank(tmp_path):
     y = yaml(tmp_path, "long", 2, stage=3, steps=1_000_000)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(mpirun_cmd(2) + [str(TRAIN), "--yaml", str(y)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=env, text=True, start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        line = ""
-        while time.time() < deadline and "step " not in line:
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "the run ended before training"
-        assert "step " in line, "no step within 120 s"
-        pids = children_named(proc.pid, "train")
-        assert len(pids) == 2, f"expected 2 ranks under mpirun, found {pids}"
-        t0 = time.time()
-        os.kill(pids[1], signal.SIGKILL)
-        proc.stdout.close()
-        rc = proc.wait(timeout=30)
-        assert rc != 0, "the job exited 0 after one rank was killed"
-        print(f"the job ended {time.time() - t0:.1f} s after the kill")
-        time.sleep(0.5)
-        left = [p for p in pids if Path(f"/proc/{p}").exists() and "zombie" not in
-                Path(f"/proc/{p}/status").read_text().lower()]
-        assert not left, f"ranks still alive after the job ended: {left}"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.fail("the job hung after one rank was killed")
+    elapsed = kill_one_rank_ends_the_job(y, dict(os.environ, OMP_NUM_THREADS="1"), 120)
+    print(f"the job ended {elapsed:.1f} s after the kill")
