@@ -136,9 +136,11 @@ std::string kept_rows(const std::string& path, const std::string& text, const st
 // lines into train, the /eval lines into eval; returns how many train rows.
 size_t log_rows(const std::string& log_path, int64_t keep_through, std::string& train, std::string& eval) {
   h5::silence_errors();
-  h5::Id f(H5Fopen(log_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!f.valid()) f = h5::Id(H5Fopen(log_path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT));
-  if (!f.valid()) throw input_error("log.csv: cannot read the run log '" + log_path + "' to fill train.csv from");
+  std::string why;
+  h5::Id f = h5::open_read_only(log_path, &why);  // bounded on a damaged log, as every reader is
+  if (!f.valid())
+    throw input_error("log.csv: cannot read the run log '" + log_path + "' to fill train.csv from" +
+                      (why.empty() ? "" : ": " + why));
   // a series, as doubles (empty when the log predates it)
   const auto series = [&](const std::string& path, bool integer) {
     std::vector<double> v;
