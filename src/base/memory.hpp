@@ -22,7 +22,8 @@ struct MemoryComponent {
 inline constexpr MemoryComponent kMemoryComponents[] = {
     {"params", &MemoryBreakdown::params, "parameters in the compute dtype (this rank's shard at ZeRO-3)"},
     {"grads", &MemoryBreakdown::grads, "gradients in the compute dtype (a shard from ZeRO-2 on)"},
-    {"master", &MemoryBreakdown::master, "fp32 master weights (sharded from ZeRO-1 on)"},
+    {"master", &MemoryBreakdown::master,
+     "master weights of bf16 parameters: an fp32 copy, or compensated bf16 residuals (sharded from ZeRO-1 on)"},
     {"optim", &MemoryBreakdown::optim,
      "the optimizer's state, fp32 per parameter and slot (AdamW: m and v; Lion: m), sharded from ZeRO-1 on"},
     {"activations", &MemoryBreakdown::activations, "activations kept from forward for backward"},

@@ -25,7 +25,7 @@ namespace gpt {
 Config checkpoint_config(const std::string& ckpt) {
   Config c = config_from_yaml(read_checkpoint_config(ckpt), ckpt);
   c.training.zero_stage = 0;
-  c.training.master_weights = false;
+  c.training.master_weights = MasterWeights::none;
   return c;
 }
 

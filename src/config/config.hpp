@@ -18,6 +18,7 @@ enum class Schedule : uint8_t { cosine, linear, constant };  // training.schedul
 enum class ResumeMode : uint8_t { never, automatic };        // checkpoint.resume: never / auto
 enum class OnError : uint8_t { stop, go_on };                // checkpoint.on_error: stop / continue
 enum class SharedGpu : uint8_t { refuse, host };             // parallel.shared_gpu: refuse / host
+enum class MasterWeights : uint8_t { none, fp32, compensated };  // training.master_weights (true / false: fp32 / none)
 using Fp8Format = fp8::Format;                               // training.fp8_grad_format: e4m3 / e5m2
 using Fp8FastAccum = fp8::FastAccum;                         // training.fp8_fast_accum
 
@@ -29,6 +30,11 @@ template <> struct EnumNames<Schedule> { static constexpr const char* names[] = 
 template <> struct EnumNames<ResumeMode> { static constexpr const char* names[] = {"never", "auto"}; };
 template <> struct EnumNames<OnError> { static constexpr const char* names[] = {"stop", "continue"}; };
 template <> struct EnumNames<SharedGpu> { static constexpr const char* names[] = {"refuse", "host"}; };
+// an enum that was a boolean key once also reads `false` and `true` as bool_names (then its first two names)
+template <> struct EnumNames<MasterWeights> {
+  static constexpr const char* names[] = {"none", "fp32", "compensated"};
+  static constexpr bool bool_names = true;
+};
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
 template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>
@@ -89,7 +95,7 @@ struct TrainingConfig {
   bool fp8_gelu_epilogue = false;
   bool fp8_weight_gather = true;
   Fp8FastAccum fp8_fast_accum = Fp8FastAccum::dinp;
-  bool master_weights = true;
+  MasterWeights master_weights = MasterWeights::fp32;
   bool stochastic_rounding = true;
   MicroBatch micro_batch;
   int seq_len = 256;

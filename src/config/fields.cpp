@@ -100,7 +100,14 @@ std::vector<Field> fields_of(Config& c) {
        "sums run over a layer's width (not the FP8 classifier's, over the vocabulary, which always promotes) (3-4% faster a step than `forward` on an H200 at GPT-2 1558M, "
        "bench/RESULTS.md); `all` also the weight gradients, whose sums run over a micro-batch's tokens (0-0.4% "
        "more). The CPU emulation sums in fp32 for all three"},
-      {"training.master_weights", &t.master_weights, "fp32 master copy of bf16 parameters"},
+      {"training.master_weights", &t.master_weights,
+       "what bf16 parameters are updated from: `fp32` (`true`) an fp32 master copy (4 bytes a parameter); "
+       "`compensated` the parameter itself plus a bf16 residual (2 bytes a parameter), the master value "
+       "param + residual to about 16 significant bits, the parameter written as its nearest bf16 (so "
+       "`stochastic_rounding` does not apply) and the residual as the rest; checkpoints hold the master "
+       "value in fp32 either way, so a run resumes under the other kind (compensated from fp32 rounds it "
+       "to those 16 bits); `none` (`false`) the bf16 parameters alone, rounded as `stochastic_rounding` "
+       "says. fp32 compute (the CPU) has no copy to keep"},
       {"training.stochastic_rounding", &t.stochastic_rounding, "round bf16 parameter writes stochastically"},
       {"training.micro_batch", &t.micro_batch,
        "sequences per rank per micro-step, or `max`: the largest that fits, found at start (on a GPU by trying "
@@ -139,7 +146,9 @@ std::vector<Field> fields_of(Config& c) {
        "residual stream entering it); each block's backward first runs the block's forward again, up to fc "
        "and attention's statistics included, into one set of buffers for all layers: the block inputs of "
        "all layers plus one block's working set, for about one more forward a step. The embeddings' output, "
-       "the final LayerNorm's and the FP8 weight copies are kept at every level. Level 3 gives bit-identical "
+       "the final LayerNorm's and the FP8 weight copies are kept at every level; the FP8 weights' transposes "
+       "(the input gradients' operands) too, except at level 3, which transposes each FP8 weight into one "
+       "shared buffer when its backward needs it (the same bytes; half the FP8 weight memory). Level 3 gives bit-identical "
        "results to level 0 (FP8: recomputed with the forward's scales, the same bytes), and so does every level "
        "on the CPU and in FP8; on a GPU in bf16, levels 1 and 2 apply GELU to fc's stored bf16 output where "
        "the forward's epilogue applied it to the fp32 sums, so their gradients differ by that rounding. "
@@ -269,6 +278,11 @@ void set_field(const Field& f, const YAML::Node& n, int line) {
   const std::string key = f.key;
   if (const EnumRef* e = std::get_if<EnumRef>(&f.ref)) {
     const std::string v = scalar_as<std::string>(n, key, line, "one of " + e->choices());
+    bool b = false;
+    if (e->bool_names && YAML::convert<bool>::decode(n, b)) {
+      *e->value = uint8_t(b ? 1 : 0);
+      return;
+    }
     for (int i = 0; i < e->n; ++i)
       if (v == e->names[i]) {
         *e->value = uint8_t(i);

@@ -16,9 +16,16 @@ struct EnumRef {
   uint8_t* value;  // the enum member, seen as its underlying uint8_t
   const char* const* names;
   int n;
+  bool bool_names = false;  // `false` / `true` read as names[0] / names[1] (a key that was a boolean once)
   template <class E>
   EnumRef(E* e) : value(reinterpret_cast<uint8_t*>(e)), names(EnumNames<E>::names),
-                  n(int(sizeof(EnumNames<E>::names) / sizeof(const char*))) {}
+                  n(int(sizeof(EnumNames<E>::names) / sizeof(const char*))) {
+    if constexpr (has_bool_names<E>(0)) bool_names = EnumNames<E>::bool_names;
+  }
+  template <class E>
+  static constexpr bool has_bool_names(decltype(EnumNames<E>::bool_names)) { return true; }
+  template <class E>
+  static constexpr bool has_bool_names(...) { return false; }
   std::string choices() const;  // "bf16, fp32, fp8"
 };
 using FieldRef = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*, MicroBatch*,

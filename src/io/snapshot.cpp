@@ -47,6 +47,7 @@ void Snapshot::free_block() {
 bool Snapshot::reserve(ShardedState& e, const ParamLayout& L, int rank, int world) {
   if (block_) return pinned_;
   names_ = e.state_names();
+  residual_ = e.master_is_residual();
   const size_t K = names_.size(), n = size_t(L.n_buckets()) * K;
   off_.assign(n, 0);
   slot_.assign(n, 0);
@@ -104,6 +105,16 @@ const Snapshot& Snapshot::Copies::land(int threads) && {
     if (s.has_[i] && s.narrow_[i]) widen_bf16_in_place(s.block_ + s.off_[i], n, s.slot_[i]);
     if (s.has_[i] && s.code_[i]) decode_int8_in_place(s.block_ + s.off_[i], n, *s.code_[i]);
   });
+  if (s.residual_) {  // master = param + residual (both widened above), bucket by bucket
+    const size_t K = s.names_.size();
+    parallel_for(s.begin_.size(), threads, [&](size_t b) {
+      const size_t ip = b * K + ShardedState::kParam, im = b * K + ShardedState::kMaster;
+      if (!s.has_[ip] || !s.has_[im]) return;
+      const float* p = s.block_ + s.off_[ip];
+      float* m = s.block_ + s.off_[im];
+      for (size_t j = 0, n = s.elems(int(b)); j < n; ++j) m[j] += p[j];
+    });
+  }
   return s;
 }
 

@@ -8,6 +8,8 @@
 // bus) into the upper half of their fp32 slot and widened in place there by land(); int8 optimizer slots
 // are copied as codes (into the last quarter of the slot's n floats) and block scales (after them, in
 // floats n.. of the slot) and decoded in place there by land() into the values they stand for.
+// Compensated master weights are copied as their bf16 residuals, widened, and the parameters added by
+// land(): the master values, exact in fp32.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -74,6 +76,7 @@ class Snapshot {
   bool pinned_ = false;
   std::vector<size_t> off_, slot_;  // per dataset: its start in block_ and its slot length (elements)
   std::vector<char> has_, narrow_;  // narrow: copied in bf16, widened by land()
+  bool residual_ = false;           // the master kind holds residuals: land() adds the parameters
   std::vector<const optim::Code*> code_;  // int8 slots: copied as codes and scales, decoded by land()
   std::vector<size_t> begin_, end_;
   std::vector<std::string> names_;

@@ -1,5 +1,7 @@
 #include "model/block.hpp"
 
+#include <algorithm>
+
 namespace gpt {
 
 Block::Block(const ParamLayout& L, int layer, LayerPrecision linear)
@@ -14,16 +16,20 @@ Block::Block(const ParamLayout& L, int layer, LayerPrecision linear)
       fcproj_(L, layer, "fcprojw", "fcprojb", 4 * L.dims().n_embd, L.dims().n_embd, linear),
       attn_(L.dims().n_head, L.dims().head_dim()) {}
 
-size_t Block::weight_cache_bytes() const {
-  return qkv_.weight_cache_bytes() + attproj_.weight_cache_bytes() + fc_.weight_cache_bytes() +
-         fcproj_.weight_cache_bytes();
+size_t Block::weight_cache_bytes(bool transposed_too) const {
+  return qkv_.weight_cache_bytes(transposed_too) + attproj_.weight_cache_bytes(transposed_too) +
+         fc_.weight_cache_bytes(transposed_too) + fcproj_.weight_cache_bytes(transposed_too);
 }
 
-void Block::set_weight_cache(void* p) {
+size_t Block::largest_weight() const {
+  return std::max({qkv_.weight_elems(), attproj_.weight_elems(), fc_.weight_elems(), fcproj_.weight_elems()});
+}
+
+void Block::set_weight_cache(void* p, void* transposed) {
   char* at = static_cast<char*>(p);
   for (Linear* x : {&qkv_, &attproj_, &fc_, &fcproj_}) {
-    x->set_weight_cache(at);
-    at += x->weight_cache_bytes();
+    x->set_weight_cache(at, transposed);
+    at += x->weight_cache_bytes(transposed == nullptr);
   }
 }
 

@@ -46,9 +46,12 @@ struct BlockIo {
 class Block {
  public:
   Block(const ParamLayout& L, int layer, LayerPrecision linear);
-  // The FP8 weight copies of the block's products, bytes (the model allocates them)
-  size_t weight_cache_bytes() const;
-  void set_weight_cache(void* p);
+  // The FP8 weight copies of the block's products, bytes (the model allocates them): each weight and its
+  // transpose, or (transposed_too false) the weights alone, their transposes made in `transposed`, a
+  // scratch of largest_weight() bytes shared by every product, when the backward needs them
+  size_t weight_cache_bytes(bool transposed_too = true) const;
+  size_t largest_weight() const;
+  void set_weight_cache(void* p, void* transposed = nullptr);
   // Whether every FP8 weight copy holds this version of the parameters with the current scales (true
   // without FP8 products); the FP8 products' weights in the layer's bucket, with their scaling
   bool fp8_weights_current(uint64_t params_version) const;

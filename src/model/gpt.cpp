@@ -66,7 +66,8 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
               + e * BT * C * 5 + e * BT * 4 * C           // scratch_c, dres, dlnf, dtmp, datty, dbig
               + f * C;                                    // dres_colsum
   if (fp8) {
-    r.stored += act_layers * BT * C + L * 24 * C * C;     // atty_t, the FP8 weights
+    r.stored += act_layers * BT * C                       // atty_t
+                + (recompute >= 3 ? L * 12 * C * C + 4 * C * C : L * 24 * C * C);  // the FP8 weights (and transposes)
     r.scratch += 3 * BT * 4 * C + f * 4 * C;              // q_in, q_dout_t, q_inp_t, colsum
   }
   if (p.fp8_classifier) {
@@ -126,10 +127,12 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
       return b;
     };
     const BlockActs shared = recompute >= 3 ? block_acts() : BlockActs{};  // every layer's at recompute 3
+    // recompute 3 keeps no FP8 weight transposes either: one scratch, filled by each product's backward
+    void* weight_t = recompute >= 3 && policy.fp8_linear ? A(blocks_[0].largest_weight()) : nullptr;
     for (size_t l = 0; l < L; ++l) {
       a.block.push_back(recompute >= 3 ? shared : block_acts());
       a.res3.push_back(A(e * BT * C));
-      if (policy.fp8_linear) blocks_[l].set_weight_cache(A(blocks_[l].weight_cache_bytes()));
+      if (policy.fp8_linear) blocks_[l].set_weight_cache(A(blocks_[l].weight_cache_bytes(!weight_t)), weight_t);
     }
     a.lnf = A(q_lnf * BT * C);
     a.lnf_mean = F(BT);

@@ -13,15 +13,22 @@ const TensorInfo& layer_tensor(const ParamLayout& L, int layer, const char* name
 void Fp8Product::cast_weight(const LayerCtx& c, const BucketView& w, size_t offset, uint64_t params_version) const {
   if (current(params_version)) return;
   const Fp8Tensor q = weight(false);
+  void* keep_t = wt_ ? nullptr : weight(true).data;  // the transpose, when it is kept
   if (w.fp8) {
     c.be.copy_d2d(q.data, w.fp8 + offset, size_t(rows_) * cols_);
-    c.f().transpose(weight(true).data, q.data, rows_, cols_);
+    if (keep_t) c.f().transpose(keep_t, q.data, rows_, cols_);
   } else if (w.fp8_only) {
     throw Error(kExitFailure, "internal error: an FP8 weight copy out of date without the store's FP8 bytes");
   } else {
-    c.f().cast(q, weight(true).data, w.at(offset), nullptr, nullptr, rows_, cols_);
+    c.f().cast(q, keep_t, w.at(offset), nullptr, nullptr, rows_, cols_);
   }
   key_ = key(params_version);
+}
+
+Fp8Tensor Fp8Product::weight_t(const LayerCtx& c) const {
+  if (!wt_) return weight(true);
+  c.f().transpose(wt_, weight(false).data, rows_, cols_);
+  return fp8_->tensor(q_weight_, wt_);
 }
 
 // ---- Linear
@@ -100,7 +107,7 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
   float* sums = dout_colsum ? nullptr : c.colsum;
   Fp8Tensor d = q_.grad(c.q_in);
   f.cast(d, c.q_dout_t, dout, gelu_dout, sums, c.N, out_);
-  f.matmul_dinp(dinp, d, q_.weight(true), c.N, in_, out_, nullptr);
+  f.matmul_dinp(dinp, d, q_.weight_t(c), c.N, in_, out_, nullptr);
   d.data = c.q_dout_t;
   f.matmul_dw(g.at(w_), d, input_q(const_cast<void*>(x_t), true), c.N, in_, out_);
   f.add_sums(g.at(b_), dout_colsum ? dout_colsum : c.colsum, out_);

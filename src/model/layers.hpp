@@ -76,9 +76,17 @@ class Fp8Product {
   Fp8Tensor weight(bool transposed) const {
     return fp8_->tensor(q_weight_, static_cast<char*>(w8_) + (transposed ? size_t(rows_) * cols_ : 0));
   }
-  // Bytes of the weight copies: 2 * rows * cols; 0 without FP8.
-  size_t weight_cache_bytes() const { return fp8_ ? 2 * size_t(rows_) * cols_ : 0; }
-  void set_weight_cache(void* p) { w8_ = p; }
+  // Bytes of the weight copies: 2 * rows * cols (the weight and its transpose), rows * cols when the
+  // transpose is not kept (transposed_too false); 0 without FP8.
+  size_t weight_cache_bytes(bool transposed_too = true) const {
+    return fp8_ ? (transposed_too ? 2 : 1) * size_t(rows_) * cols_ : 0;
+  }
+  // p: the copies' bytes (weight_cache_bytes(transposed == nullptr)). transposed: a scratch shared with
+  // other products, which weight_t fills from the weight's copy each time the backward needs the
+  // transpose (the same bytes a kept transpose holds), so that it is not kept between uses.
+  void set_weight_cache(void* p, void* transposed = nullptr) { w8_ = p, wt_ = transposed; }
+  // The transposed FP8 weight for the input gradient: the kept copy, or transposed into the scratch now.
+  Fp8Tensor weight_t(const LayerCtx& c) const;
   // Whether both copies hold the parameters of this version cast with the current scales.
   bool current(uint64_t params_version) const { return key_ == key(params_version); }
   // The weight at `offset` of bucket w -> both copies, unless they are current: cast from the activation
@@ -93,6 +101,7 @@ class Fp8Product {
   int q_input_ = -1, q_weight_ = -1, q_grad_ = -1;  // FP8 slots
   std::pair<uint64_t, uint64_t> key(uint64_t params_version) const { return {params_version, fp8_->scales_version()}; }
   void* w8_ = nullptr;                              // FP8 weight (rows, cols) then its transpose (cols, rows)
+  void* wt_ = nullptr;                              // or: the transpose's shared scratch (not kept)
   mutable std::pair<uint64_t, uint64_t> key_{0, ~uint64_t(0)};  // what w8_ was cast from: parameters, scales versions
 };
 
@@ -107,8 +116,9 @@ class Linear {
   // input directly in FP8 (LayerNorm) quantizes with. record false: its amax is not recorded.
   Fp8Tensor input_q(void* data, bool record) const { return q_.input(data, record); }
   // Bytes of this product's FP8 weight copies (the weight and its transpose): 2 * in * out; 0 in bf16.
-  size_t weight_cache_bytes() const { return q_.weight_cache_bytes(); }
-  void set_weight_cache(void* p) { q_.set_weight_cache(p); }
+  size_t weight_cache_bytes(bool transposed_too = true) const { return q_.weight_cache_bytes(transposed_too); }
+  void set_weight_cache(void* p, void* transposed = nullptr) { q_.set_weight_cache(p, transposed); }
+  size_t weight_elems() const { return size_t(in_) * out_; }
   // FP8: whether the weight copies hold this version of the parameters with the current scales (true
   // in bf16), and where the weight is in its bucket with its scaling (a store that casts it)
   bool weight_current(uint64_t params_version) const { return !q_.on() || q_.current(params_version); }

@@ -24,7 +24,7 @@ class RuleOptimizer final : public Optimizer {
   bool slot_signed(int k) const override { return Rule::kSlotSigned[k]; }
   void update(Backend& be, const ParamRange& r, const OptimizerHyper& h) const override {
     optim::StepArgs a;
-    a.param = r.param, a.master = r.master, a.grad = r.grad, a.n = r.n;
+    a.param = r.param, a.master = r.master, a.residual = r.residual, a.grad = r.grad, a.n = r.n;
     for (int k = 0; k < Rule::kSlots; ++k) {
       a.slot[k] = r.slot[k];
       a.scale[k] = r.scale[k];

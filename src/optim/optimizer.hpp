@@ -28,6 +28,7 @@ struct OptimizerHyper {
 struct ParamRange {
   void* param = nullptr;                   // (n) act dtype: the compute copy
   float* master = nullptr;                 // (n) fp32 master weights, or null (the param is updated)
+  uint16_t* residual = nullptr;            // (n) compensated master weights' bf16 residuals, or null
   const void* grad = nullptr;              // (n) act dtype
   void* slot[optim::kMaxSlots] = {};       // (n) each of the optimizer's slots, as its StateType holds them
   float* scale[optim::kMaxSlots] = {};     // int8: (quant_blocks(n)) each slot's block scales

@@ -27,6 +27,10 @@
 namespace gpt::optim {
 
 enum class StateType : uint8_t { F32, BF16, Int8 };
+// What bf16 parameters are updated from (training.master_weights): nothing but themselves, an fp32 copy,
+// or a bf16 residual beside them (compensated_split below). fp32 parameters never have a copy.
+enum class MasterKind : uint8_t { None, F32, Compensated };
+inline size_t master_bytes_per_value(MasterKind m) { return m == MasterKind::F32 ? 4 : m == MasterKind::Compensated ? 2 : 0; }
 inline const char* state_type_name(StateType t) {
   return t == StateType::F32 ? "fp32" : t == StateType::BF16 ? "bf16" : "int8";
 }
@@ -142,5 +146,24 @@ GPT_RULE_HD float f32_of_bits(uint32_t u) {
 }
 GPT_RULE_HD float bf16_value(uint16_t h) { return f32_of_bits(uint32_t(h) << 16); }
 GPT_RULE_HD uint16_t bf16_round(float x, uint32_t rnd) { return bf16_bits_sr(f32_bits(x), rnd); }
+
+// Compensated master weights (training.master_weights: compensated): the fp32 master value w is kept as
+// two bf16 numbers, the parameter hi = w rounded to nearest (even on a tie) and the residual lo = w - hi
+// (exact in fp32) truncated to bf16, so w ~ hi + lo to about 16 significant bits (fp32 has 24). hi + lo
+// is exact in fp32, and truncation keeps |lo| below half a step of hi (rounding could reach it and make
+// hi + lo a tie), so split(hi + lo) gives back hi and lo: a checkpoint of the sum restores both bit for bit.
+GPT_RULE_HD uint16_t bf16_bits_rn(uint32_t bits) {
+  if ((bits & 0x7f800000u) == 0x7f800000u) return uint16_t((bits >> 16) | ((bits & 0xffffu) ? 0x40u : 0u));  // NaN stays NaN
+  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+struct Compensated {
+  uint16_t hi, lo;
+};
+GPT_RULE_HD Compensated compensated_split(float w) {
+  const uint16_t hi = bf16_bits_rn(f32_bits(w));
+  const float rest = w - bf16_value(hi);  // exact (Sterbenz); inf - inf is NaN, which the step reports
+  return {hi, uint16_t(f32_bits(rest) >> 16)};
+}
+GPT_RULE_HD float compensated_value(uint16_t hi, uint16_t lo) { return bf16_value(hi) + bf16_value(lo); }
 
 }  // namespace gpt::optim

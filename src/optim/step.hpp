@@ -1,5 +1,6 @@
 // One update of a contiguous range of parameters by a rule (optim/rules.hpp), on the CPU or on the GPU.
-// With a master copy the fp32 master is updated and the parameter (compute copy) written from it;
+// With a master copy the fp32 master is updated and the parameter (compute copy) written from it; with
+// a residual (compensated master) the master value is param + residual, written back split in two;
 // without one, the parameter is read, updated and written back. bf16 writes round stochastically with
 // a random number from (seed ^ element index) unless nearest rounding was asked for. A non-finite
 // updated value (parameter, master or a slot) sets *nonfinite: the divergence check rides on the
@@ -16,6 +17,8 @@ namespace gpt::optim {
 struct StepArgs {
   void* param = nullptr;           // (n) activation dtype (bf16 or fp32)
   float* master = nullptr;         // (n) or null
+  uint16_t* residual = nullptr;    // (n) or null: compensated master weights, bf16 param + this bf16 residual
+                                   // (optim/state.hpp, compensated_split); param is then bf16 and master null
   const void* grad = nullptr;      // (n) activation dtype
   void* slot[kMaxSlots] = {};      // (n) each, the rule's kSlots of them, held as `state` says
   float* scale[kMaxSlots] = {};    // int8: (quant_blocks(n)) each, the blocks' scales

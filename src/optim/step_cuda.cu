@@ -15,6 +15,19 @@ __device__ __forceinline__ X round_param(float w, size_t i, const StepArgs& a) {
   }
   return kern::from_f<X>(w);
 }
+// The parameter written from its updated master value w: with compensated master weights (bf16 only)
+// the nearest bf16 and the residual into `res` (optim/state.hpp), else rounded as round_param says.
+template <class X>
+__device__ __forceinline__ X write_param(float w, size_t i, const StepArgs& a, uint16_t& res) {
+  if constexpr (std::is_same_v<X, bf16>) {
+    if (a.residual) {
+      const Compensated c = compensated_split(w);
+      res = c.lo;
+      return __ushort_as_bfloat16(c.hi);
+    }
+  }
+  return round_param<X>(w, i, a);
+}
 
 // The rule's element function in this instantiation. AdamW's fused multiply-adds take the forms the
 // compiler had chosen for each instantiation of the kernel before the optimizer interface (rules.hpp),
@@ -42,12 +55,14 @@ struct StepOp {
 #pragma unroll
     for (int k = 0; k < Rule::kSlots; ++k) s[k] = kern::ldv<float, V>(static_cast<float*>(a.slot[k]) + e);
     kern::Vec<float, V> w;
+    kern::Vec<uint16_t, V> res{};
     if (a.master) {
       w = kern::ldv<float, V>(a.master + e);
     } else {
       const kern::Vec<X, V> p = kern::ldv<X, V>(param + e);
+      if (a.residual) res = kern::ldv<uint16_t, V>(a.residual + e);
 #pragma unroll
-      for (int k = 0; k < V; ++k) w.v[k] = kern::to_f(p.v[k]);
+      for (int k = 0; k < V; ++k) w.v[k] = a.residual ? kern::to_f(p.v[k]) + bf16_value(res.v[k]) : kern::to_f(p.v[k]);
     }
     kern::Vec<X, V> p;
     bool finite = true;
@@ -57,7 +72,7 @@ struct StepOp {
 #pragma unroll
       for (int j = 0; j < Rule::kSlots; ++j) sk[j] = s[j].v[k];
       w.v[k] = rule_apply<Rule, X, V>(w.v[k], kern::to_f(g.v[k]) * a.grad_scale, sk, a.h);
-      p.v[k] = round_param<X>(w.v[k], e + k, a);
+      p.v[k] = write_param<X>(w.v[k], e + k, a, res.v[k]);
       finite &= isfinite(w.v[k]);
 #pragma unroll
       for (int j = 0; j < Rule::kSlots; ++j) {
@@ -69,6 +84,7 @@ struct StepOp {
 #pragma unroll
     for (int k = 0; k < Rule::kSlots; ++k) kern::stv<float, V>(static_cast<float*>(a.slot[k]) + e, s[k]);
     if (a.master) kern::stv<float, V>(a.master + e, w);
+    if (a.residual) kern::stv<uint16_t, V>(a.residual + e, res);
     if (a.param) kern::stv<X, V>(param + e, p);
   }
 };
@@ -117,11 +133,15 @@ __global__ void __launch_bounds__(kQuantBlock) lowp_kernel(const StepArgs a) {
   if (in) {
     const X* grad = static_cast<const X*>(a.grad);
     X* param = static_cast<X*>(a.param);
-    float w = a.master ? a.master[i] : kern::to_f(param[i]);
+    float w = a.master     ? a.master[i]
+              : a.residual ? kern::to_f(param[i]) + bf16_value(a.residual[i])
+                           : kern::to_f(param[i]);
     w = Rule::template apply_as<Fused>(w, Fused::mul(kern::to_f(grad[i]), a.grad_scale), s,
                                        i < a.n_decay ? a.h : a.h_rest);
     if (a.master) a.master[i] = w;
-    if (param) param[i] = round_param<X>(w, i, a);
+    uint16_t res = 0;
+    if (param) param[i] = write_param<X>(w, i, a, res);
+    if (a.residual) a.residual[i] = res;
     finite = isfinite(w);
 #pragma unroll
     for (int k = 0; k < K; ++k) finite &= isfinite(s[k]);
@@ -159,7 +179,8 @@ template <class Rule, class X>
 void launch(const StepArgs& a, cudaStream_t s) {
   if (a.state != StateType::F32) return launch_lowp<Rule, X>(a, s);
   constexpr int V = 8;  // 16-byte bf16 accesses, two 16-byte fp32 ones
-  bool vec = is_aligned(a.grad, V * sizeof(X)) && is_aligned(a.param, V * sizeof(X)) && is_aligned(a.master, 4 * V);
+  bool vec = is_aligned(a.grad, V * sizeof(X)) && is_aligned(a.param, V * sizeof(X)) && is_aligned(a.master, 4 * V) &&
+             is_aligned(a.residual, 2 * V);
   for (int k = 0; k < Rule::kSlots; ++k) vec = vec && is_aligned(a.slot[k], 4 * V);
   kern::launch_elementwise_vec<V>(a.n, vec, StepOp<Rule, X>{a}, s);
 }

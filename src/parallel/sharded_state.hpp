@@ -28,6 +28,9 @@ class ShardedState {
   // quantization block); a checkpoint's slices at stage 0 keep to it.
   virtual size_t piece_align() const = 0;
   virtual bool has_master() const = 0;
+  // Compensated master weights: the master kind is held as bf16 residuals (state_dtype BF16); its fp32
+  // value is the parameter plus the residual, exact in fp32 (optim/state.hpp, compensated_split).
+  virtual bool master_is_residual() const { return false; }
   virtual int zero_stage() const = 0;
   // Whether a rank's pieces are its own shards (ZeRO >= 1), or every rank holds everything (then a
   // checkpoint writes an equal slice per rank).

@@ -37,21 +37,21 @@ EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy&
   return z;
 }
 
-MemoryBreakdown EngineSizes::bytes(DType act, bool master_weights, int n_slots) const {
+MemoryBreakdown EngineSizes::bytes(DType act, optim::MasterKind master, int n_slots) const {
   const size_t e = dtype_size(act);
   size_t roles = 0;
   for (size_t c : role_cap) roles += c;
   MemoryBreakdown m;
   m.params = e * params;
   m.grads = e * grads;
-  m.master = has_master(act, master_weights) ? 4 * shard_total : 0;
+  m.master = optim::master_bytes_per_value(master_kind(act, master)) * shard_total;
   m.optim = optim::state_bytes(state, state_total) * size_t(n_slots);
   m.comm = (grad_temps ? e * roles : 0) + (gather_bufs ? e * roles : 0) + fp8_gather_bytes + e * rest_gather;
   return m;
 }
 
 ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host,
-                       const ZeroPolicy& policy, bool master_weights, const Optimizer& optimizer)
+                       const ZeroPolicy& policy, optim::MasterKind master, const Optimizer& optimizer)
     : layout_(layout), be_(be), opt_(optimizer), comm_(comm), host_(host), policy_(policy), world_(comm.world()),
       rank_(comm.rank()), esz_(dtype_size(be.act_dtype())) {
   state_names_ = {"param", "master"};
@@ -84,8 +84,11 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
   };
   (policy_.shard_params ? params_shard_ : params_full_) = take(esz_ * z.params, alloc_.params);
   (policy_.shard_grads ? grads_shard_ : grads_full_) = take(esz_ * z.grads, alloc_.grads);
-  if (EngineSizes::has_master(be.act_dtype(), master_weights))
-    master_ = static_cast<float*>(take(4 * shard_total_, alloc_.master));
+  switch (EngineSizes::master_kind(be.act_dtype(), master)) {
+    case optim::MasterKind::F32: master_ = static_cast<float*>(take(4 * shard_total_, alloc_.master)); break;
+    case optim::MasterKind::Compensated: residual_ = static_cast<uint16_t*>(take(2 * shard_total_, alloc_.master)); break;
+    case optim::MasterKind::None: break;
+  }
   for (size_t k = 0; k < optimizer.slots().size(); ++k) {
     slots_.push_back(take(optim::state_type_size(policy_.state) * z.state_total, alloc_.optim));
     if (q8) scales_.push_back(static_cast<float*>(take(4 * (z.state_total / optim::kQuantBlock), alloc_.optim)));
@@ -112,7 +115,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
 
 ZeroEngine::~ZeroEngine() {
   for (void* p : {params_full_, params_shard_, grads_full_, grads_shard_, static_cast<void*>(master_),
-                  static_cast<void*>(nonfinite_)})
+                  static_cast<void*>(residual_), static_cast<void*>(nonfinite_)})
     if (p) be_.free(p);
   for (void* p : slots_) be_.free(p);
   for (float* p : scales_) be_.free(p);
@@ -340,6 +343,7 @@ void ZeroEngine::update(const OptimizerHyper& h) {
       ParamRange r;
       r.param = param_piece(b);
       r.master = master_ ? master_ + shard_off_[b] : nullptr;
+      r.residual = residual_ ? residual_ + shard_off_[b] : nullptr;
       r.grad = grad_piece(b);
       for (size_t k = 0; k < slots_.size(); ++k) {
         r.slot[k] = slot_ptr(int(k) + 2, b, 0);
@@ -360,6 +364,7 @@ void ZeroEngine::update(const OptimizerHyper& h) {
       ParamRange r;
       r.param = act_ptr(param_piece(b), off);
       r.master = master_ ? master_ + shard_off_[b] + off : nullptr;
+      r.residual = residual_ ? residual_ + shard_off_[b] + off : nullptr;
       r.grad = act_ptr(grad_piece(b), off);
       for (size_t k = 0; k < slots_.size(); ++k) r.slot[k] = slot_ptr(int(k) + 2, b, off);
       r.n = s1 - s0;
@@ -398,6 +403,11 @@ void ZeroEngine::set_bucket_params(int b, const float* full) {
   if (!policy_.shard_params) be_.f32_to_act(act_ptr(params_full_, full_off_[b]), staged, n);
   else if (hi > lo) be_.f32_to_act(params_shard_ ? act_ptr(params_shard_, shard_off_[b]) : nullptr, staged + lo, hi - lo);
   if (master_ && hi > lo) be_.copy_d2d(master_ + shard_off_[b], staged + lo, 4 * (hi - lo));
+  if (residual_ && hi > lo) {  // the parameters are the values rounded to nearest: the residual is the rest
+    std::vector<uint16_t> res(hi - lo);
+    for (size_t i = lo; i < hi; ++i) res[i - lo] = optim::compensated_split(full[i]).lo;
+    be_.copy_h2d(residual_ + shard_off_[b], res.data(), 2 * res.size());
+  }
   be_.synchronize();
   be_.free(staged);
   if (policy_.shard_params) settle_gather(b);
@@ -414,6 +424,11 @@ void ZeroEngine::get_piece(int b, int s, float* out) {
     be_.act_to_f32(tmp, param_piece(b), n);
     be_.copy_d2h(out, tmp, 4 * n);
     be_.free(tmp);
+    if (s == kMaster && residual_) {  // param + residual, exact in fp32
+      std::vector<uint16_t> res(n);
+      be_.copy_d2h(res.data(), residual_ + shard_off_[b], 2 * n);
+      for (size_t i = 0; i < n; ++i) out[i] += optim::bf16_value(res[i]);
+    }
   } else if (policy_.state == optim::StateType::F32) {
     be_.copy_d2h(out, slot_ptr(s, b, 0), 4 * n);
   } else {
@@ -439,6 +454,7 @@ void ZeroEngine::held_to_f32(int s, const void* held, size_t n, float* out) cons
 }
 
 DType ZeroEngine::state_dtype(int s) const {
+  if (s == kMaster && residual_) return DType::BF16;
   if (s == kParam || (s == kMaster && !master_)) return be_.act_dtype();
   return s >= 2 && policy_.state == optim::StateType::BF16 ? DType::BF16 : DType::F32;
 }
@@ -453,6 +469,7 @@ void ZeroEngine::copy_piece_async(int b, int s, size_t lo, size_t hi, void* out)
     throw Error(kExitFailure, "internal error: copy_piece_async outside this rank's piece");
   const size_t n = hi - lo, off = lo - piece_start(b);  // within the piece
   if (s == kMaster && master_) be_.copy_d2h_async(out, master_ + shard_off_[b] + off, 4 * n);
+  else if (s == kMaster && residual_) be_.copy_d2h_async(out, residual_ + shard_off_[b] + off, 2 * n);
   else if (s == kParam || s == kMaster) be_.copy_d2h_async(out, act_ptr(param_piece(b), off), esz_ * n);
   else if (policy_.state != optim::StateType::Int8) be_.copy_d2h_async(out, slot_ptr(s, b, off), optim::state_type_size(policy_.state) * n);
   else {
@@ -467,6 +484,18 @@ void ZeroEngine::set_piece(int b, int s, const float* in) {
   ++params_version_;
   be_.after_copies();
   const size_t n = piece_end(b) - piece_begin(b);
+  std::vector<float> hi;  // compensated master values: the parameters, rounded to nearest
+  if (s == kMaster && residual_) {
+    std::vector<uint16_t> res(n);
+    hi.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const optim::Compensated c = optim::compensated_split(in[i]);
+      hi[i] = optim::bf16_value(c.hi);
+      res[i] = c.lo;
+    }
+    if (n) be_.copy_h2d(residual_ + shard_off_[b], res.data(), 2 * n);
+    in = hi.data();  // and on to the parameters
+  }
   if (s == kMaster && master_) {
     if (n) be_.copy_h2d(master_ + shard_off_[b], in, 4 * n);
   } else if (s == kParam || s == kMaster) {

@@ -37,16 +37,18 @@ struct EngineSizes {
   // quantization blocks) and how they are held
   size_t state_total = 0;
   optim::StateType state = optim::StateType::F32;
-  static bool has_master(DType act, bool master_weights) { return master_weights && act != DType::F32; }
+  // the master copy the engine keeps for parameters of dtype act (none for fp32 parameters)
+  static optim::MasterKind master_kind(DType act, optim::MasterKind m) { return act == DType::F32 ? optim::MasterKind::None : m; }
+  static bool has_master(DType act, optim::MasterKind m) { return master_kind(act, m) != optim::MasterKind::None; }
   // state bytes per rank (no activations), for an optimizer of n_slots slots
-  MemoryBreakdown bytes(DType act, bool master_weights, int n_slots) const;
+  MemoryBreakdown bytes(DType act, optim::MasterKind master, int n_slots) const;
 };
 EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy& policy);
 
 class ZeroEngine final : public ParamStore, public ShardedState {
  public:
   ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host, const ZeroPolicy& policy,
-             bool master_weights, const Optimizer& optimizer);
+             optim::MasterKind master, const Optimizer& optimizer);
   ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -85,8 +87,9 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   // ShardedState (what checkpoints see; copy_piece_async: the next update() and set_piece wait for the
   // copies on the device)
   const std::vector<std::string>& state_names() const override { return state_names_; }
-  bool holds(int s) const override { return s != kMaster || master_ != nullptr; }
-  bool has_master() const override { return master_ != nullptr; }
+  bool holds(int s) const override { return s != kMaster || has_master(); }
+  bool has_master() const override { return master_ != nullptr || residual_ != nullptr; }
+  bool master_is_residual() const override { return residual_ != nullptr; }
   int zero_stage() const override { return policy_.stage; }
   bool shards() const override { return policy_.shard_optimizer; }
   size_t piece_begin(int b) const override;
@@ -145,7 +148,8 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   void* params_shard_ = nullptr;  // stage 3: (sum shard) act
   void* grads_full_ = nullptr;    // stages 0-1: (sum cap) act
   void* grads_shard_ = nullptr;   // stages 2-3: (sum shard) act
-  float* master_ = nullptr;       // (sum shard) fp32, when act is bf16 and master weights are on
+  float* master_ = nullptr;       // (sum shard) fp32, when act is bf16 and master weights are fp32
+  uint16_t* residual_ = nullptr;  // (sum shard) bf16 residuals, when act is bf16 and master weights compensated
   std::vector<void*> slots_;      // (state_total) each: the optimizer's state, held as policy_.state says
   std::vector<float*> scales_;    // int8: (state_total / kQuantBlock) each, the blocks' scales
   unsigned* nonfinite_ = nullptr; // (1) set by the optimizer when it writes a non-finite value

@@ -78,7 +78,9 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.zero = ZeroPolicy::of_stage(t.zero_stage);
   p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather;
   optim::parse_state_type(t.optimizer_state, p.zero.state);  // validated
-  p.master_weights = t.master_weights;
+  p.master_weights = t.master_weights == MasterWeights::fp32          ? optim::MasterKind::F32
+                     : t.master_weights == MasterWeights::compensated ? optim::MasterKind::Compensated
+                                                                      : optim::MasterKind::None;
   p.recompute = t.recompute;
   p.checkpoints = cfg.checkpoint.every > 0;
   p.backend.act = p.act;
@@ -220,6 +222,14 @@ void print_plan(const Config& cfg, const Plan& plan) {
                 (long long)plan.tokens_per_step, plan.flops_per_token, plan.optimizer.c_str(),
                 optimizer_state_text(plan.optimizer, plan.zero.state).c_str());
   os << buf;
+  if (plan.act == DType::BF16) {
+    const optim::MasterKind m = plan.master_weights;
+    os << "| master weights     "
+       << (m == optim::MasterKind::F32           ? "fp32 copy of the bf16 parameters"
+           : m == optim::MasterKind::Compensated ? "compensated: a bf16 residual beside each bf16 parameter"
+                                                 : "none: the bf16 parameters are updated in place")
+       << "\n";
+  }
   if (!plan.device_note.empty()) os << "| (" << plan.device_note << ")\n";
   os << "+-- predicted memory per rank " << std::string(39, '-') << "\n";
   const MemoryBreakdown mem = predict_memory(plan);

@@ -32,7 +32,7 @@ struct Plan {
   double flops_per_token = 0;
   size_t n_params = 0;
   ZeroPolicy zero;
-  bool master_weights = true;
+  optim::MasterKind master_weights = optim::MasterKind::F32;  // training.master_weights
   int recompute = 0;
   bool checkpoints = true;       // checkpoint.every > 0: the run takes its checkpoint snapshot (else only a stop signal's checkpoint does)
   BackendOptions backend;        // what the backend is built with (local_rank filled in per rank)

@@ -113,6 +113,18 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
                (now.training.fp8_classifier ? "true" : "false") + " now: the classifier's products run in " +
                (now.training.fp8_classifier ? "FP8" : "bf16") + " from here (set training.fp8_classifier: " +
                (old.training.fp8_classifier ? "true" : "false") + " to keep them as they were)";
+  // master weights held another way: the checkpoint's fp32 master values are taken as this kind holds them
+  if (old.training.master_weights != now.training.master_weights && plan.act == DType::BF16) {
+    const char* was = name_of(old.training.master_weights);
+    const char* is = name_of(now.training.master_weights);
+    const char* how = now.training.master_weights == MasterWeights::compensated
+                          ? "its master values are kept to about 16 significant bits (a bf16 parameter and residual)"
+                      : now.training.master_weights == MasterWeights::none
+                          ? "the parameters are updated in bf16 alone from here"
+                          : "its master values continue in fp32";
+    warning += std::string(warning.empty() ? "" : "\n") + "note: training.master_weights was " + was + " in " + what +
+               " and is " + is + " now: " + how;
+  }
   return warning;
 }
 

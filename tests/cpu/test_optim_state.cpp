@@ -107,6 +107,36 @@ int dump(const std::string& dir) {
 
 }  // namespace
 
+// Compensated master weights: hi is the nearest bf16, hi + lo is within 2^-16 of the value relative to
+// it, and splitting hi + lo again gives hi and lo back (what a checkpoint of the fp32 sum relies on), also
+// on the values where rounding the residual to nearest would have made a tie.
+TEST(OptimState, compensated_split_keeps_sixteen_bits_and_round_trips) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::uniform_int_distribution<int> ex(-40, 20);
+  size_t worse = 0, back = 0, exact = 0;
+  std::vector<float> w;
+  for (int i = 0; i < 200000; ++i) w.push_back(std::ldexp(d(rng), ex(rng)));
+  for (uint32_t m : {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f80ff80u, 0x3f817fffu, 0xbf808001u})
+    w.push_back(optim::f32_of_bits(m));  // 1, ties of hi (odd and even), a residual near half a step
+  for (float x : w) {
+    const optim::Compensated s = optim::compensated_split(x);
+    const float hi = optim::bf16_value(s.hi), v = optim::compensated_value(s.hi, s.lo);
+    EXPECT_EQ(s.hi, optim::bf16_bits_rn(optim::f32_bits(x)));
+    EXPECT_LE(std::fabs(x - hi), std::ldexp(std::fabs(hi), -8));
+    if (std::fabs(x - v) > std::ldexp(std::fabs(x), -15)) ++worse;
+    const optim::Compensated t = optim::compensated_split(v);
+    back += t.hi == s.hi && t.lo == s.lo;
+    exact += v == hi + optim::bf16_value(s.lo);
+  }
+  EXPECT_EQ(worse, 0u);
+  EXPECT_EQ(back, w.size());
+  EXPECT_EQ(exact, w.size());
+  // a value bf16 holds has no residual; the sign of zero is kept
+  EXPECT_EQ(optim::compensated_split(1.5f).lo, 0);
+  EXPECT_EQ(optim::compensated_split(-0.0f).hi, 0x8000);
+}
+
 TEST(OptimState, codes_are_ascending_and_span_the_unit_range) {
   for (bool sig : {true, false}) {
     const optim::Code& c = optim::code_of(sig);

@@ -552,6 +552,80 @@ void test_optimizer_state(Ctx& c, const char* name, optim::StateType t, size_t n
   for (void* q : csc) c.cpu.free(q);
 }
 
+// Compensated master weights (training.master_weights: compensated) on the GPU against the CPU loop run
+// on the master values they stand for: the CPU's fp32 parameter starts at hi + lo and its update,
+// split again (optim/state.hpp), must be the GPU's bf16 parameter and residual, every bit; fp32 state
+// (the vectorised kernel) and int8 state (the blocks' kernel), two steps. bf16 runs only.
+void test_optimizer_compensated(Ctx& c, const char* name, optim::StateType t, size_t n) {
+  if (!c.bf16) return;
+  const std::string sz = fmt("%s %s n=%zu compensated", name, optim::state_type_name(t), n);
+  auto opt = make_optimizer(name, true, t);
+  const size_t K = opt->slots().size(), bytes = optim::state_bytes(t, n), nb = optim::quant_blocks(n);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<uint16_t> hi(n), lo(n);
+  Vec w(n);
+  for (size_t i = 0; i < n; ++i) {
+    const optim::Compensated s = optim::compensated_split(d(g_rng) * (i % 7 == 0 ? 1e-3f : 1.0f));
+    hi[i] = s.hi, lo[i] = s.lo;
+    w[i] = optim::compensated_value(s.hi, s.lo);
+  }
+  void* cw = up(c.cpu, w);
+  void* gp = c.gpu.alloc(2 * n);
+  void* gres = c.gpu.alloc(2 * n);
+  c.gpu.copy_h2d(gp, hi.data(), 2 * n);
+  c.gpu.copy_h2d(gres, lo.data(), 2 * n);
+  std::vector<void*> cs, gs;
+  for (size_t k = 0; k < 2 * K; ++k) {
+    Backend& b = k < K ? c.cpu : c.gpu;
+    void* q = b.alloc(std::max<size_t>(bytes, 4));
+    b.zero(q, std::max<size_t>(bytes, 4));
+    (k < K ? cs : gs).push_back(q);
+  }
+  std::vector<void*> csc, gsc;
+  for (size_t k = 0; k < 2 * K; ++k) {
+    Backend& b = k < K ? c.cpu : c.gpu;
+    void* q = b.alloc(4 * nb);
+    b.zero(q, 4 * nb);
+    (k < K ? csc : gsc).push_back(q);
+  }
+  OptimizerHyper h;
+  h.lr = 1e-2f, h.weight_decay = 0.1f, h.grad_scale = 0.7f, h.seed = 99;
+  for (int st = 1; st <= 2; ++st) {
+    h.step = st, h.seed += uint64_t(st);
+    const Vec g = c.act(c.rnd(n, -0.1f, 0.1f));
+    void *cg = up(c.cpu, g), *gg = up(c.gpu, g);
+    ParamRange cr;
+    cr.param = cw, cr.grad = cg, cr.n = n, cr.decay = true, cr.n_decay = n / 3;
+    for (size_t k = 0; k < K; ++k) cr.slot[k] = cs[k], cr.scale[k] = static_cast<float*>(csc[k]);
+    opt->update(c.cpu, cr, h);
+    ParamRange gr = cr;
+    gr.param = gp, gr.residual = static_cast<uint16_t*>(gres), gr.grad = gg;
+    for (size_t k = 0; k < K; ++k) gr.slot[k] = gs[k], gr.scale[k] = static_cast<float*>(gsc[k]);
+    opt->update(c.gpu, gr, h);
+    c.cpu.free(cg);
+    c.gpu.free(gg);
+  }
+  const Vec ref = down(c.cpu, cw, n);
+  std::vector<uint16_t> ghi(n), glo(n);
+  c.gpu.copy_d2h(ghi.data(), gp, 2 * n);
+  c.gpu.copy_d2h(glo.data(), gres, 2 * n);
+  size_t differ = 0, lo_nonzero = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const optim::Compensated s = optim::compensated_split(ref[i]);
+    differ += s.hi != ghi[i] || s.lo != glo[i];
+    lo_nonzero += glo[i] != 0;
+  }
+  expect(differ == 0, fmt("[%s] param and residual %s: %zu of %zu differ from the CPU's split master", c.prec,
+                          sz.c_str(), differ, n));
+  expect(lo_nonzero > n / 2, fmt("[%s] residual %s: only %zu of %zu nonzero", c.prec, sz.c_str(), lo_nonzero, n));
+  for (void* q : {gp, gres}) c.gpu.free(q);
+  for (void* q : gs) c.gpu.free(q);
+  for (void* q : gsc) c.gpu.free(q);
+  c.cpu.free(cw);
+  for (void* q : cs) c.cpu.free(q);
+  for (void* q : csc) c.cpu.free(q);
+}
+
 // ---- NCCL plumbing with a single rank (world 1): collectives are copies, events must not hang
 class OneRank final : public HostComm {
  public:
@@ -634,9 +708,11 @@ void run_checks(const char* prec) {
   for (const char* opt : {"adamw", "lion"}) {
     guarded([&] { test_optimizer(c, opt, 1000003, true); });
     guarded([&] { test_optimizer(c, opt, 100001, false); });
+    guarded([&] { test_optimizer_compensated(c, opt, optim::StateType::F32, 1000003); });
     for (optim::StateType t : {optim::StateType::BF16, optim::StateType::Int8}) {
       guarded([&] { test_optimizer_state(c, opt, t, 1000003, true); });
       guarded([&] { test_optimizer_state(c, opt, t, 100001, false); });
+      guarded([&] { test_optimizer_compensated(c, opt, t, 100001); });
     }
   }
   guarded([&] { test_nccl_single(c); });
