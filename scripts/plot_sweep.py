@@ -166,76 +166,100 @@ def _baselines(summary, sweep_dir):
     return out
 
 
+def _memory_context(summary, sweep_dir):
+    """What memory.png and frontier.png draw memory with: the components and their colours, the unit,
+    and each row's measured peak in bytes (on CPUs less the process's baseline where known: `measured`,
+    aligned with the rows), with the legend words and title note for it."""
+    rows = summary["rows"]
+    components = summary["components"] or list(h5log.COMPONENTS)
+    cpu = "cpu" in style.devices(rows)
+    bases = _baselines(summary, sweep_dir)
+    measured = [_value(r, "meas_peak") for r in rows]
+    if cpu:
+        measured = [m - b if not math.isnan(b) else m for m, b in zip(measured, bases)]
+    largest = max([_value(r, "pred_total") for r in rows] + [_value(r, "meas_peak") for r in rows]
+                  + [0.0], key=lambda v: 0.0 if math.isnan(v) else v)
+    unit, scale = ("GiB", h5log.GIB) if largest >= h5log.GIB else ("MiB", MIB)
+    known = sorted({b for b in bases if not math.isnan(b)})
+    label, note = "measured peak", ""
+    if cpu:
+        label = "measured: peak RSS above baseline" if known else "measured: peak RSS (with the process's baseline)"
+        span = (f"{known[0] / MIB:.0f}-{known[-1] / MIB:.0f}" if len(known) > 1 and
+                round(known[0] / MIB) != round(known[-1] / MIB) else f"{known[0] / MIB:.0f}") if known else ""
+        note = ("CPU: measured is the peak resident set above the process's baseline (what it held before "
+                f"allocating the model: {span} MiB)" if known else
+                "CPU: measured is the peak resident set, the process's libraries included (no baseline in "
+                "these logs)")
+    return {"components": components, "cpu": cpu, "unit": unit, "scale": scale, "measured": measured,
+            "measured_label": label, "cpu_note": note,
+            "colors": dict(zip(components, plt.get_cmap("tab10").colors + plt.get_cmap("Set3").colors))}
+
+
+def _memory_bars(ax, mem, members, measured, labels):
+    """Per point, its predicted components stacked (left bar) beside its measured peak (right bar), each
+    topped by its total; a point without a measured peak gets its status in place of the right bar.
+    measured: the points' measured bytes (from mem["measured"]). Returns [(label, predicted, measured)]
+    in mem's unit."""
+    x = np.arange(len(members))
+    w = 0.38
+    bottom = np.zeros(len(members))
+    for comp in mem["components"]:
+        vals = np.array([_value(r, "pred_" + comp) for r in members]) / mem["scale"]
+        vals = np.where(np.isfinite(vals), vals, 0.0)
+        ax.bar(x - w / 2, vals, w, bottom=bottom, color=mem["colors"][comp], label=comp)
+        bottom += vals
+    meas = np.array(measured, dtype=float) / mem["scale"]
+    ok = np.isfinite(meas)
+    ax.bar(x + w / 2, np.where(ok, meas, 0.0), w, color=MEASURED_COLOR, label=mem["measured_label"])
+    top = max(float(np.max(bottom)) if len(bottom) else 0.0,
+              float(np.nanmax(np.where(ok, meas, 0.0))) if len(meas) else 0.0)
+    for i, r in enumerate(members):
+        if bottom[i] > 0:
+            ax.text(x[i] - w / 2, bottom[i], f"{bottom[i]:.3g}", ha="center", va="bottom", fontsize=7)
+        if ok[i]:
+            ax.text(x[i] + w / 2, meas[i], f"{meas[i]:.3g}", ha="center", va="bottom", fontsize=7)
+        else:
+            _mark_missing(ax, x[i] + w / 2, r)
+    ax.set_xticks(x)
+    ax.set_xticklabels([label + "\npred | meas" for label in labels], fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_ylim(0, max(top * 1.15, 1e-3))
+    return list(zip(labels, bottom.tolist(), meas.tolist()))
+
+
+def _memory_legend(fig, ax, mem, anchor=(1.0, 0.85)):
+    """The components' legend beside the figure, top to bottom as stacked, then the measured bar;
+    returns its labels."""
+    n = len(mem["components"])
+    handles, names = ax.get_legend_handles_labels()
+    order = list(range(n))[::-1] + list(range(n, len(names)))
+    labels = ["predicted: " + names[i] if i < n else names[i] for i in order]
+    fig.legend([handles[i] for i in order], labels, fontsize=7, loc="upper left", bbox_to_anchor=anchor)
+    return labels
+
+
 def plot_memory(summary, sweep_dir, path):
     """Returns what it drew: {"title", "legend", "unit", "panels": [(title, [(bar label, predicted, measured)])]}
     (predicted and measured in the plot's unit)."""
     rows, varied = summary["rows"], summary["varied"]
     ckey = style.color_key(varied)
-    components = summary["components"] or list(h5log.COMPONENTS)
-    comp_colors = dict(zip(components, plt.get_cmap("tab10").colors + plt.get_cmap("Set3").colors))
-    cpu = "cpu" in style.devices(rows)
-    for r, b in zip(rows, _baselines(summary, sweep_dir)):
-        r["_baseline"] = b
-    largest = max([_value(r, "pred_total") for r in rows] + [_value(r, "meas_peak") for r in rows]
-                  + [0.0], key=lambda v: 0.0 if math.isnan(v) else v)
-    unit, scale = ("GiB", h5log.GIB) if largest >= h5log.GIB else ("MiB", MIB)
-    measured_label = "measured peak"
-    if cpu:
-        known = [r["_baseline"] for r in rows if not math.isnan(r["_baseline"])]
-        measured_label = ("measured: peak RSS above baseline" if known
-                          else "measured: peak RSS (with the process's baseline)")
+    mem = _memory_context(summary, sweep_dir)
+    measured = {id(r): m for r, m in zip(rows, mem["measured"])}
     grouped = style.groups(rows, varied)
     fig, axes = _subplots(len(grouped), 3.6, 4.4)
-    w = 0.38
-    drawn = {"unit": unit, "panels": []}
+    drawn = {"unit": mem["unit"], "panels": []}
     for ax, (title, members) in zip(axes, grouped):
         members = _colored_points(members, ckey)
-        x = np.arange(len(members))
-        bottom = np.zeros(len(members))
-        for comp in components:
-            vals = np.array([_value(r, "pred_" + comp) for r in members]) / scale
-            vals = np.where(np.isfinite(vals), vals, 0.0)
-            ax.bar(x - w / 2, vals, w, bottom=bottom, color=comp_colors[comp], label=comp)
-            bottom += vals
-        meas = np.array([_value(r, "meas_peak") for r in members])
-        if cpu:
-            base = np.array([r["_baseline"] for r in members])
-            meas = np.where(np.isfinite(base), meas - base, meas)
-        meas = meas / scale
-        ok = np.isfinite(meas)
-        ax.bar(x + w / 2, np.where(ok, meas, 0.0), w, color=MEASURED_COLOR, label=measured_label)
-        top = max(float(np.max(bottom)) if len(bottom) else 0.0,
-                  float(np.nanmax(np.where(ok, meas, 0.0))) if len(meas) else 0.0)
-        for i, r in enumerate(members):
-            if bottom[i] > 0:
-                ax.text(x[i] - w / 2, bottom[i], f"{bottom[i]:.3g}", ha="center", va="bottom", fontsize=7)
-            if ok[i]:
-                ax.text(x[i] + w / 2, meas[i], f"{meas[i]:.3g}", ha="center", va="bottom", fontsize=7)
-            else:
-                _mark_missing(ax, x[i] + w / 2, r)
         labels = [style.value_label(ckey, r.get(ckey, "")) for r in members]
-        drawn["panels"].append((title, list(zip(labels, bottom.tolist(), meas.tolist()))))
-        ax.set_xticks(x)
-        ax.set_xticklabels([label + "\npred | meas" for label in labels], fontsize=8)
+        drawn["panels"].append((title, _memory_bars(ax, mem, members, [measured[id(r)] for r in members],
+                                                    labels)))
         ax.set_title(_wrap(title, PANEL_CHARS), fontsize=9)
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_ylim(0, max(top * 1.15, 1e-3))
-    axes[0].set_ylabel(f"{unit} per {style.rank_word(rows, plural=False)}")
-    handles, names = axes[0].get_legend_handles_labels()
-    order = list(range(len(components)))[::-1] + list(range(len(components), len(names)))
-    drawn["legend"] = ["predicted: " + names[i] if i < len(components) else names[i] for i in order]
-    fig.legend([handles[i] for i in order], drawn["legend"],
-               fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.85))  # top to bottom as stacked
+    axes[0].set_ylabel(f"{mem['unit']} per {style.rank_word(rows, plural=False)}")
+    drawn["legend"] = _memory_legend(fig, axes[0], mem)
     title = (f"memory per {style.rank_word(rows, plural=False)}{_world_text(rows)}: predicted by component "
              f"(left bar), measured (right bar), by {_by(varied)}")
-    if cpu:
-        bases = sorted({r["_baseline"] for r in rows if not math.isnan(r["_baseline"])})
-        span = (f"{bases[0] / MIB:.0f}-{bases[-1] / MIB:.0f}" if len(bases) > 1 and
-                round(bases[0] / MIB) != round(bases[-1] / MIB) else f"{bases[0] / MIB:.0f}") if bases else ""
-        title += ("\nCPU: measured is the peak resident set above the process's baseline (what it held before "
-                  f"allocating the model: {span} MiB)" if bases else
-                  "\nCPU: measured is the peak resident set, the process's libraries included (no baseline in "
-                  "these logs)")
+    if mem["cpu_note"]:
+        title += "\n" + mem["cpu_note"]
     drawn["title"] = title
     # wrapped to the figure's width (about 13 characters an inch at this size), legend included
     width = int((fig.get_size_inches()[0] + 2.0) * 13)
@@ -243,8 +267,6 @@ def plot_memory(summary, sweep_dir, path):
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
-    for r in rows:
-        r.pop("_baseline", None)
     return drawn
 
 
