@@ -481,9 +481,9 @@ def _frontier_panel(ax, rows, varied, labels, xs, speed, where, front, scale):
         handles.append(plt.Line2D([], [], ls="", marker="x", color=style.FAILED_COLOR,
                                   label="did not run to the end: at its predicted total, on the x axis"))
     unplaced = [f"{labels[i]} ({rows[i].get('status') or '?'})" for i in range(len(rows)) if not where[i]]
-    if unplaced:
-        ax.text(0.99, 0.01, _wrap("no memory to place them by: " + ", ".join(unplaced), 60),
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color=style.FAILED_COLOR)
+    if unplaced:  # named under the legend: no prediction either (not run yet)
+        handles.append(plt.Line2D([], [], ls="", label=_wrap("not drawn, no memory to place them by: "
+                                                            + ", ".join(unplaced), 60)))
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: _si(v)))
     ax.grid(alpha=0.3)

@@ -388,6 +388,11 @@ def test_summary_h5_with_points_not_run(tmp_path):
     r = run_script("plot_sweep.py", sweep, "-o", tmp_path / "plots")
     assert r.returncode == 0, r.stderr
     png_shape(tmp_path / "plots" / "memory.png")
+    png_shape(tmp_path / "plots" / "frontier.png")
+    # points not run have neither a measured nor a predicted memory: named, not placed
+    drawn = load_script("plot_sweep").plot_frontier(s, sweep, tmp_path / "f.png")
+    assert [(d[0], d[3], d[4]) for d in drawn["points"]] == [("Z0 mb8", "ok", "frontier"), ("Z1 mb8", "ok", "frontier"),
+                                                             ("Z1 mb32", "missing", ""), ("Z1 mb32", "missing", "")]
 
 
 def test_summary_from_logs_matches_summary_h5(finished_sweep):
