@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY_SYNTH, read_log, run_train, write_yaml
+from conftest import ROOT, TINY_SYNTH, read_log, run_train, tiny_yaml, write_yaml
 
 
 def sweep_yaml(tmp_path, sweep, name="sw", steps=6):
@@ -101,6 +101,49 @@ sweep:
     t = subprocess.run([sys.executable, ROOT / "scripts/summarize.py", root, "--markdown"], check=True,
                        capture_output=True, text=True).stdout
     assert t.count("\n|") >= 5
+
+
+def test_memory_frontier_of_a_cpu_sweep_over_optimizer_state_recompute_and_micro_batch(tmp_path, train_bin):
+    """A sweep as one over a large model's memory axes, on the tiny model: optimizer state x recompute x
+    micro-batch, gradient accumulation keeping one global batch. frontier.png is drawn, and the frontier it
+    draws is exactly the points that no other beats in both memory and tokens/s."""
+    y = tiny_yaml(tmp_path, name="fr", steps=3, extra="""
+training: {total_batch_tokens: 128}
+sweep:
+  grid:
+    training.optimizer_state: [fp32, int8]
+    training.recompute: [0, 3]
+    training.micro_batch: [2, 4]
+""")
+    run_train(["--yaml", y], check=True, timeout=900)
+    root = tmp_path / "runs/fr"
+    for d in sorted(root.glob("p0*")):  # micro-batch 2 or 4 of 16 tokens: 4 or 2 micro-steps of one batch
+        assert read_log(d / "log.h5")["attrs"]["tokens_per_step"] == 128, d
+    out = tmp_path / "plots"
+    p = subprocess.run([sys.executable, ROOT / "scripts/plot_sweep.py", root, "-o", out], check=True,
+                       capture_output=True, text=True)
+    assert p.stdout.split() == [str(out / n) for n in ("throughput.png", "memory.png", "loss.png", "frontier.png")]
+    data = (out / "frontier.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import h5log
+    import plot_sweep
+    drawn = plot_sweep.plot_frontier(h5log.read_summary(root), root, tmp_path / "f.png")
+    with open(root / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    # memory as memory.png has it on CPUs: the peak resident set above the process's baseline
+    mem = [(float(r["meas_peak"]) - float(r["meas_baseline"])) / (1 << 20) for r in rows]
+    speed = [float(r["tokens_per_s_per_gpu"]) for r in rows]
+    labels = [f"{r['training.optimizer_state']} r{r['training.recompute']} mb{r['training.micro_batch']}" for r in rows]
+    beaten = [any(mem[j] <= mem[i] and speed[j] >= speed[i] and (mem[j], speed[j]) != (mem[i], speed[i])
+                  for j in range(len(rows))) for i in range(len(rows))]
+    assert drawn["frontier"] == [labels[i] for i in sorted(range(len(rows)), key=lambda i: (mem[i], i)) if not beaten[i]]
+    assert [(d[0], d[4]) for d in drawn["points"]] == [(lab, "off" if b else "frontier") for lab, b in zip(labels, beaten)]
+    assert [d[1] for d in drawn["points"]] == pytest.approx(mem, rel=1e-9)
+    assert [b[0] for b in drawn["bars"]] == drawn["frontier"]  # the frontier's memory, by memory
+    assert drawn["unit"] == "MiB" and drawn["cards"] == []
+    assert "n_layer 2, n_embd 32" in drawn["title"] and "global batch 128 tokens" in drawn["title"]
 
 
 def test_failing_points_are_recorded_and_the_sweep_goes_on(tmp_path, train_bin):

@@ -388,6 +388,11 @@ def test_summary_h5_with_points_not_run(tmp_path):
     r = run_script("plot_sweep.py", sweep, "-o", tmp_path / "plots")
     assert r.returncode == 0, r.stderr
     png_shape(tmp_path / "plots" / "memory.png")
+    png_shape(tmp_path / "plots" / "frontier.png")
+    # points not run have neither a measured nor a predicted memory: named, not placed
+    drawn = load_script("plot_sweep").plot_frontier(s, sweep, tmp_path / "f.png")
+    assert [(d[0], d[3], d[4]) for d in drawn["points"]] == [("Z0 mb8", "ok", "frontier"), ("Z1 mb8", "ok", "frontier"),
+                                                             ("Z1 mb32", "missing", ""), ("Z1 mb32", "missing", "")]
 
 
 def test_summary_from_logs_matches_summary_h5(finished_sweep):
@@ -637,6 +642,125 @@ def test_zero_sweep_plots_on_cpu_and_from_older_logs(tmp_path):
 def test_plot_sweep_bad_input(tmp_path):
     r = run_script("plot_sweep.py", tmp_path / "absent")
     assert r.returncode == 1 and "absent" in r.stderr
+
+
+# ---- the memory frontier (plot_sweep's frontier.png) ------------------------------------------------
+
+def test_pareto_front_picks_exactly_the_points_no_other_beats():
+    plot_sweep = load_script("plot_sweep")
+    nan = math.nan
+    #          0    1    2    3    4    5    6    7     8    9
+    memory = [10., 12., 12., 12., 20., 8.0, 25., nan, 10., 30.]
+    speed = [100, 100, 150, 150, 140, 500, 200, 300, 100, nan]
+    ok = [True] * 10
+    ok[5] = False  # failed: the least memory and the most tokens/s, yet no candidate
+    # 1: as fast as 0 in more memory; 4: slower than 2 in more; 7, 9: nothing to place them by.
+    # 0 and 8, 2 and 3: alike in both, so neither beats the other: both on it. By memory, ties by index.
+    assert plot_sweep.pareto_front(memory, speed, ok) == [0, 8, 2, 3, 6]
+    # had the failed point counted, it would have pushed every other point off
+    assert plot_sweep.pareto_front(memory, speed) == [5]
+    assert plot_sweep.pareto_front([], []) == []
+    assert plot_sweep.pareto_front([4.0], [1.0], [False]) == []
+
+
+def test_frontier_marks_failed_points_at_their_prediction(finished_sweep, tmp_path):
+    """ok, ok, oom, failed (finished_sweep): both points that ran are on the frontier (ZeRO-1's shards
+    use less memory, ZeRO-0's single GPU is faster per GPU); the oom point and the point whose loss went
+    NaN are marked at their predicted totals and stacked beside the frontier's, in order of memory."""
+    plot_sweep = load_script("plot_sweep")
+    drawn = plot_sweep.plot_frontier(h5log.read_summary(finished_sweep), finished_sweep, tmp_path / "f.png")
+    png_shape(tmp_path / "f.png")
+    gib = [measured_peak(p) / GIB if measured_peak(p) else predicted(p)["total"] / GIB for p in POINTS]
+    assert drawn["points"] == [("Z0 mb8", pytest.approx(gib[0]), pytest.approx(81920.0), "ok", "frontier"),
+                               ("Z1 mb8", pytest.approx(gib[1]), pytest.approx(51200.0), "ok", "frontier"),
+                               ("Z2 mb16", pytest.approx(predicted(POINTS[2])["total"] / GIB), pytest.approx(math.nan, nan_ok=True), "oom", "predicted"),
+                               ("Z3 mb8", pytest.approx(predicted(POINTS[3])["total"] / GIB), pytest.approx(math.nan, nan_ok=True), "failed", "predicted")]
+    assert drawn["frontier"] == ["Z1 mb8", "Z0 mb8"]
+    assert [b[0] for b in drawn["bars"]] == ["Z3 mb8", "Z1 mb8", "Z0 mb8", "Z2 mb16"]
+    bars = {b[0]: b for b in drawn["bars"]}
+    assert math.isnan(bars["Z2 mb16"][2])  # out of memory: no measured bar, its status instead
+    assert bars["Z3 mb8"][2] == pytest.approx(measured_peak(POINTS[3]) / GIB)  # ran two steps: measured
+    assert drawn["cards"] == []  # 4-9 GiB: no 12, 16 or 24 GiB card within
+    # the points that ran: 8 sequences of 1024 tokens on 1 GPU and on 2
+    assert "global batch 8,192-16,384 tokens (differs between points)" in drawn["title"]
+
+
+def write_frontier_sweep(sweep):
+    """GPT-2 1558M on one GPU over optimizer_state x recompute x micro_batch x master_weights, one global batch
+    of 524,288 tokens (gradient accumulation): fp32 master weights and fp32 optimizer state cost memory and
+    save a little time, recompute 3 saves activations at 22% of the speed, a larger micro-batch is faster.
+    A point predicting more than 75 GiB runs out of memory: fp32 r0 mb16 master, 75.6 GiB."""
+    n, comps = 1_557_611_200, ("params", "grads", "master", "optim", "activations", "workspace")
+    grid = [(o, r, mb, mw) for o in ("fp32", "int8") for r in (0, 3) for mb in (4, 16) for mw in ("true", "false")]
+    for index, (opt, rc, mb, mw) in enumerate(grid):
+        pred = {"params": 2 * n, "grads": 2 * n, "master": 4 * n if mw == "true" else 0,
+                "optim": 8 * n if opt == "fp32" else 2 * n, "activations": mb * (3.2 if rc == 0 else 0.45) * GIB,
+                "workspace": 1.2 * GIB}
+        pred = {k: int(v) for k, v in pred.items()}
+        pred["total"] = sum(pred.values())
+        oom = pred["total"] > 75 * GIB
+        per_s = 9000 * (0.78 if rc else 1.0) * (0.97 if opt == "int8" else 1.0) * (1.08 if mb == 16 else 1.0) \
+            * (1.01 if mw == "false" else 1.0)
+        path = sweep / f"p{index:03d}" / "log.h5"
+        path.parent.mkdir(parents=True)
+        with h5py.File(path, "w") as f:
+            f.attrs.update({"name": f"frontier/p{index:03d}", "device": "cuda", "world_size": np.int64(1),
+                            "n_params": np.int64(n), "tokens_per_step": np.int64(524288), "status": "oom" if oom else "ok",
+                            "message": "out of memory" if oom else "", "point_index": np.int64(index),
+                            "point_values": f"training.optimizer_state={opt}\ntraining.recompute={rc}\n"
+                                            f"training.micro_batch={mb}\ntraining.master_weights={mw}\n",
+                            "config_yaml": f"model:\n  preset: d48\ntraining:\n  micro_batch: {mb}\n  seq_len: {SEQ}\n"})
+            steps = np.arange(0 if oom else 4)
+            _extendible(f.require_group("train"), "step", steps, np.int64)
+            _extendible(f["train"], "loss", 10.0 - 0.1 * steps, np.float64)
+            _extendible(f["train"], "step_ms", np.full(len(steps), 524288 / per_s * 1000), np.float64)
+            g, m = f.require_group("memory/predicted"), f.require_group("memory/measured")
+            for k, v in pred.items():
+                g.attrs[k] = np.int64(v)
+            g.attrs["components"] = m.attrs["components"] = "".join(c + "\n" for c in comps)
+            if not oom:
+                m.attrs["peak"] = np.int64(pred["total"] * 1.04 + 0.3 * GIB)
+            m.attrs["baseline"] = np.int64(0)
+
+
+def test_frontier_of_a_large_model_over_its_memory_axes(tmp_path):
+    sweep = tmp_path / "frontier"
+    write_frontier_sweep(sweep)
+    plot_sweep = load_script("plot_sweep")
+    drawn = plot_sweep.plot_frontier(h5log.read_summary(sweep), sweep, tmp_path / "f.png")
+    png_shape(tmp_path / "f.png")
+    # fp32 master weights cost memory and time: no point keeping them is on the frontier; of the others,
+    # fp32 r3 mb4 (20.4 GiB predicted) is slower than int8 r3 mb16 (17.1 GiB), fp32 r3 mb16 (25.8) than
+    # int8 r0 mb4 (22.7), and every other one is the fastest within its memory
+    assert drawn["frontier"] == ["int8 r3 mb4 no-master", "int8 r3 mb16 no-master", "int8 r0 mb4 no-master",
+                                 "fp32 r0 mb4 no-master", "int8 r0 mb16 no-master", "fp32 r0 mb16 no-master"]
+    oom, = [d for d in drawn["points"] if d[3] == "oom"]
+    assert oom[0] == "fp32 r0 mb16 master" and oom[4] == "predicted" and oom[1] == pytest.approx(75.6, abs=0.05)
+    assert [b[0] for b in drawn["bars"]] == drawn["frontier"] + ["fp32 r0 mb16 master"]  # by memory
+    assert drawn["cards"] == [12, 16, 24] and drawn["unit"] == "GiB"
+    assert drawn["xlabel"] == "measured peak memory per GPU (GiB)"
+    assert drawn["title"].startswith("memory frontier of GPT-2 1558M (d48, 1.56B params), global batch 524,288 "
+                                     "tokens (1 GPU per point): tokens/s per GPU against peak memory per GPU")
+    assert drawn["legend"][:2] == ["predicted: workspace", "predicted: activations"]  # the logs' components
+
+
+def test_frontier_is_drawn_for_one_model_only(tmp_path):
+    """A sweep over model sizes gets throughput, memory and loss plots but no frontier.png: no memory
+    budget compares the speeds of two models. It says so, and the others are drawn."""
+    sweep = tmp_path / "zero"
+    write_zero_sweep(sweep)
+    r = run_script("plot_sweep.py", sweep)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(sweep / n) for n in ("throughput.png", "memory.png", "loss.png")]
+    assert r.stderr.strip() == ("plot_sweep: no frontier.png: its points train 2 model sizes (124M params, "
+                                "1.56B params); a frontier compares ways to train one model")
+    assert not (sweep / "frontier.png").exists()
+    one = tmp_path / "one"
+    write_frontier_sweep(one)
+    r = run_script("plot_sweep.py", one)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == str(one / "frontier.png") and r.stderr == ""
+    png_shape(one / "frontier.png")
 
 
 def test_plot_runs(finished_sweep, running_sweep, tmp_path):
