@@ -298,7 +298,8 @@ def compact_label(row, keys):
     for k in keys:
         v = str(row.get(k, ""))
         if k == "training.master_weights":
-            parts.append({"true": "master", "false": "no-master"}.get(v.lower(), f"master={v}"))
+            parts.append({"true": "fp32-master", "fp32": "fp32-master", "false": "no-master", "none": "no-master",
+                          "compensated": "comp-master"}.get(v.lower(), f"master={v}"))
         else:
             parts.append(COMPACT[k].format(v) if k in COMPACT else f"{style.short(k)}={v}")
     return " ".join(parts) or "run"
