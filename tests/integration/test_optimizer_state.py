@@ -150,3 +150,29 @@ def test_int8_state_resumes_on_another_world_size(tmp_path):
     assert "resumed from step 4" in p.stdout, p.stdout[-2000:]
     a, b = (read_log(tmp_path / "runs" / n / "log.h5")["loss"] for n in "ab")
     np.testing.assert_allclose(b, a, rtol=1e-4)
+
+
+# ---- training.master_weights: fp32 | compensated | none (true / false read as fp32 / none)
+def dry_run_master(tmp_path, value, device="cuda"):
+    """The dry run's master weights line and predicted master bytes (planned for a GPU: bf16 parameters)."""
+    p = run_train(["--yaml", tiny_yaml(tmp_path, name="mw"), "--set", f"training.master_weights={value}",
+                   "--set", f"training.device={device}", "--dry-run"], env=ENV)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("| master weights")), None)
+    row = next((x for x in p.stdout.splitlines() if x.startswith("| master ") and x.rstrip().endswith(" B")), "")
+    return p, line, int(row.split()[-2]) if row else None
+
+
+def test_master_weights_kinds_and_their_bytes(tmp_path):
+    _, _, fp32 = dry_run_master(tmp_path, "fp32")
+    assert fp32 and fp32 % 4 == 0
+    for value, line, nbytes in (("true", "fp32 copy", fp32), ("compensated", "compensated: a bf16 residual", fp32 // 2),
+                                ("none", "none: the bf16 parameters", 0), ("false", "none: the bf16 parameters", 0)):
+        p, got, b = dry_run_master(tmp_path, value)
+        assert p.returncode == 0 and line in (got or ""), (value, p.stdout[-2000:], p.stderr[-1000:])
+        assert b == nbytes, (value, b, nbytes)
+    # fp32 compute (the CPU) keeps no copy of any kind, and says nothing of one
+    p, got, b = dry_run_master(tmp_path, "compensated", device="cpu")
+    assert p.returncode == 0 and got is None and b == 0
+    p, _, _ = dry_run_master(tmp_path, "fp16")
+    assert p.returncode == EXIT_BAD_INPUT
+    assert "training.master_weights: 'fp16' is not one of none, fp32, compensated" in p.stderr, p.stderr
