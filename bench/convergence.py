@@ -15,6 +15,9 @@ and against tokens, then writes a table and a plot:
 
     python3 bench/convergence.py --data DIR --out OUT [--policies bf16,fp8,...] [--model d12] [--batch 32]
 
+The memory modes (optimizer state, master weights, recompute) against bf16 with fp32 state and master:
+--policies bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3.
+
 DIR holds the corpus's train and validation shards (`*_train.bin`, `*_val.bin`, or the same names with .xz,
 unpacked into OUT first), for example ../shared/data/doctext. Writes OUT/convergence.json, OUT/convergence.md
 and OUT/convergence.png; exits 1 if a run fails or a check fails (--target: the default FP8 policy's speed-up).
@@ -40,7 +43,16 @@ POLICIES = {
     "fp8cls_fwdacc": ("fp8 + classifier, fast accumulation forward", "fp8, fp8_classifier: true, fp8_fast_accum: forward"),
     "fp8cls_allacc": ("fp8 + classifier, fast accumulation all", "fp8, fp8_classifier: true, fp8_fast_accum: all"),
     "fp8cls_epi": ("fp8 + classifier, GELU epilogue", "fp8, fp8_classifier: true, fp8_gelu_epilogue: true"),
+    # the memory modes (training.optimizer_state, master_weights, recompute), each against bf16's fp32 state
+    "state_bf16": ("bf16, bf16 state", "bf16, optimizer_state: bf16"),
+    "state_int8": ("bf16, int8 state", "bf16, optimizer_state: int8"),
+    "comp": ("bf16, compensated master", "bf16, master_weights: compensated"),
+    "int8_comp": ("bf16, int8 state, compensated master", "bf16, optimizer_state: int8, master_weights: compensated"),
+    "fp8cls_int8_comp_r3": ("fp8 + classifier, int8 state, compensated master, recompute 3",
+                            "fp8, optimizer_state: int8, master_weights: compensated, recompute: 3"),
 }
+PRECISIONS = "bf16,fp8cls,fp8,fp8cls_fwdacc,fp8cls_allacc,fp8cls_epi"  # --policies' default
+MEMORY_MODES = "bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3"  # --policies for the memory modes
 DEFAULT_FP8 = "fp8 + classifier"  # what training.precision: fp8 runs by default
 RUN = """run: {{name: {name}, out_dir: {out}, seed: 42}}
 model: {{preset: {model}}}
@@ -187,7 +199,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, help="folder with *_train.bin and *_val.bin (or .xz)")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--policies", default=",".join(POLICIES),
+    ap.add_argument("--policies", default=PRECISIONS,
                     help="comma-separated, from: " + ", ".join(f"{k} ({v[0]})" for k, v in POLICIES.items()))
     ap.add_argument("--model", default="d12")
     ap.add_argument("--device", default="cuda")
