@@ -14,6 +14,9 @@ Runs, each point as its own process (a point that runs out of memory costs only 
   torch      (--torch) bench/pytorch_gpt2.py on the same model and global batch: fused AdamW (fp32 weights,
              the unconstrained baseline), bitsandbytes AdamW8bit with per-block checkpointing, and the
              same with bf16 weights (no fp32 master), each as it runs best at micro-batch 16
+Memory per run: the trainer's measured peak (its device allocations; PyTorch: max_memory_allocated) and
+the GPU's used memory above idle while the run goes on (nvidia-smi every 100 ms: the whole process, CUDA
+context and libraries included).
 Writes DIR/results.json (one object per run: mode, predicted and measured peak bytes per rank, median
 step ms, tokens/s, ratios) and DIR/table.md, whose ratios are against two runs of this invocation: the
 trainer's bf16 point with fp32 state and master, no recompute, micro-batch 16 (the unconstrained run;
@@ -22,6 +25,7 @@ frontier index 3) and PyTorch's bitsandbytes + checkpointing + bf16 weights (wit
 import argparse
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,14 +65,47 @@ def indices(text, n):
     return out
 
 
-def run(cmd, log, timeout):
-    """Runs cmd with its output in log; returns the exit status (124: timed out)."""
+class DeviceMemory:
+    """The GPU's used memory while a run goes on (nvidia-smi every 100 ms): its peak less the used memory
+    before the run, i.e. everything the run's process held on the device (CUDA context and libraries
+    included), the figure a card's capacity must cover. None without nvidia-smi."""
+
+    def __init__(self):
+        self.proc = None
+        if shutil.which("nvidia-smi"):
+            self.idle = self._now()
+            self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                                          "-lms", "100", "-i", "0"], stdout=subprocess.PIPE, text=True)
+
+    @staticmethod
+    def _now():
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True).stdout.split()
+        return float(out[0]) if out else math.nan
+
+    def stop(self):
+        """Peak bytes above idle, or None."""
+        if not self.proc:
+            return None
+        self.proc.terminate()
+        text = self.proc.communicate()[0]
+        used = [float(x) for x in text.split() if x.replace(".", "", 1).isdigit()]
+        return (max(used) - self.idle) * float(1 << 20) if used else None
+
+
+def run(cmd, log, timeout, watch=None):
+    """Runs cmd with its output in log; returns the exit status (124: timed out). watch: a dict that gets
+    'device_used_peak' (DeviceMemory's figure) when given."""
+    mem = DeviceMemory() if watch is not None else None
     with open(log, "w") as f:
         try:
-            return subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
-                                  cwd=ROOT).returncode
+            rc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                cwd=ROOT).returncode
         except subprocess.TimeoutExpired:
-            return 124
+            rc = 124
+    if mem is not None:
+        watch["device_used_peak"] = mem.stop()
+    return rc
 
 
 def trainer_row(mode, run_dir, rc):
@@ -93,8 +130,9 @@ def torch_row(mode, args, out, steps, warmup):
     js = out / f"torch_{len(list(out.glob('torch_*.json')))}.json"
     cmd = [sys.executable, ROOT / "bench" / "pytorch_gpt2.py", "--preset", "d48", "--micro-batch", "16",
            "--steps", steps, "--warmup", warmup, "--json", js] + args
-    rc = run(cmd, js.with_suffix(".log"), 900)
-    row = {"mode": mode, "impl": "pytorch", "exit": rc}
+    w = {}
+    rc = run(cmd, js.with_suffix(".log"), 900, w)
+    row = {"mode": mode, "impl": "pytorch", "exit": rc, **w}
     if js.exists():
         r = json.loads(js.read_text())
         row.update(status=r.get("status", "ok"), median_step_ms=r.get("median_step_ms"),
@@ -119,13 +157,15 @@ def fit_yaml(base, out, name, preset, limit, precision):
 def table(rows):
     def num(v, f):
         return f.format(v) if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)) else "-"
-    lines = ["| mode | choice | predicted GiB | peak GiB | ms/step | tokens/s | vs unconstrained bf16 | vs PyTorch bnb bf16 |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| mode | choice | predicted GiB | peak GiB (allocated) | device GiB (nvidia-smi) | ms/step | tokens/s | "
+             "vs unconstrained bf16 | vs PyTorch bnb bf16 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         ch = r.get("choice") or {}
         choice = " ".join(f"{k}={v}" for k, v in ch.items() if v is not None)
         lines.append(f"| {r['mode']} | {choice or '-'} | {num((r.get('pred_bytes') or math.nan) / GIB, '{:.2f}')} | "
-                     f"{num((r.get('peak_bytes') or math.nan) / GIB, '{:.2f}')} | {num(r.get('median_step_ms'), '{:.1f}')} | "
+                     f"{num((r.get('peak_bytes') or math.nan) / GIB, '{:.2f}')} | "
+                     f"{num((r.get('device_used_peak') or math.nan) / GIB, '{:.2f}')} | {num(r.get('median_step_ms'), '{:.1f}')} | "
                      f"{num(r.get('tokens_per_s'), '{:,.0f}')} | {num(r.get('vs_unconstrained'), '{:.3f}')} | "
                      f"{num(r.get('vs_anchor'), '{:.3f}')} |")
     return "\n".join(lines) + "\n"
@@ -155,8 +195,10 @@ def main(argv=None):
     rows = []
     common = ["--set", f"run.out_dir={out / 'runs'}", "--set", f"training.steps={a.steps}"]
     for i in indices(a.indices, n):
-        rc = run([a.train, "--yaml", EXPERIMENT, "--index", i] + common, out / f"point_{i:03d}.log", a.point_timeout)
+        w = {}
+        rc = run([a.train, "--yaml", EXPERIMENT, "--index", i] + common, out / f"point_{i:03d}.log", a.point_timeout, w)
         row = trainer_row(f"frontier {i}", out / "runs" / "memory_frontier" / f"p{i:03d}", rc)
+        row.update(w)
         row["index"] = i
         rows.append(row)
         print(f"frontier {i}: exit {rc}, {row.get('status')}, {row.get('tokens_per_s')} tokens/s", flush=True)
@@ -167,13 +209,17 @@ def main(argv=None):
         for prec in [x for x in a.fit_precisions.split(",") if x]:
             name = f"fit_{prec}_{limit}"
             y = fit_yaml(base, out, name, "d48", float(limit), prec)
-            rc = run([a.train, "--yaml", y, "--set", f"training.steps={a.steps}"], out / f"{name}.log", a.point_timeout)
+            w = {}
+            rc = run([a.train, "--yaml", y, "--set", f"training.steps={a.steps}"], out / f"{name}.log", a.point_timeout, w)
             rows.append(trainer_row(f"memory_limit_gb {limit}, {prec}", out / "runs" / name, rc))
+            rows[-1].update(w)
             print(f"{name}: exit {rc}, {rows[-1].get('choice')}, {rows[-1].get('tokens_per_s')} tokens/s", flush=True)
     if a.small:
         y = fit_yaml(base, out, "fit_124m_4", "d12", 4.0, "bf16")
-        rc = run([a.train, "--yaml", y, "--set", f"training.steps={a.steps}"], out / "fit_124m_4.log", a.point_timeout)
+        w = {}
+        rc = run([a.train, "--yaml", y, "--set", f"training.steps={a.steps}"], out / "fit_124m_4.log", a.point_timeout, w)
         rows.append(trainer_row("GPT-2 124M, memory_limit_gb 4, bf16", out / "runs" / "fit_124m_4", rc))
+        rows[-1].update(w)
     if a.torch:
         for mode, args in TORCH_RUNS:
             rows.append(torch_row(mode, args, out, a.steps + 4, 4))
