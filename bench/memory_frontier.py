@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """GPT-2 1558M's memory frontier on one GPU, with PyTorch's memory-saving configurations in the same call.
 
-    python3 bench/memory_frontier.py --out DIR [--indices 0-35] [--limits 12,16,24] [--fit-precisions fp8,bf16]
+    python3 bench/memory_frontier.py --out DIR [--indices 0-53] [--limits 12,16,24] [--fit-precisions fp8,bf16]
                                      [--small] [--torch] [--steps N]
 
 Runs, each point as its own process (a point that runs out of memory costs only itself):
-  frontier   the points of experiments/memory_frontier.yaml given by --indices (all 36 by default), then
+  frontier   the points of experiments/memory_frontier.yaml given by --indices (all 54 by default), then
              its summary (DIR/runs/memory_frontier/summary.csv) and plot (frontier.png beside it)
   fit        for each --limits L and --fit-precisions P: the same model and global batch with
              training.memory_fit: auto and training.memory_limit_gb: L (the trainer picks state type, master
@@ -20,7 +20,7 @@ context and libraries included).
 Writes DIR/results.json (one object per run: mode, predicted and measured peak bytes per rank, median
 step ms, tokens/s, ratios) and DIR/table.md, whose ratios are against two runs of this invocation: the
 trainer's bf16 point with fp32 state and master, no recompute, micro-batch 16 (the unconstrained run;
-frontier index 3) and PyTorch's bitsandbytes + checkpointing + bf16 weights (with --torch).
+frontier index 6) and PyTorch's bitsandbytes + checkpointing + bf16 weights (with --torch).
 """
 import argparse
 import json
@@ -41,7 +41,7 @@ import h5log  # noqa: E402
 
 EXPERIMENT = ROOT / "experiments" / "memory_frontier.yaml"
 GIB = float(1 << 30)
-UNCONSTRAINED = 3  # frontier index: bf16, recompute 0, micro-batch 16, fp32 state and master
+UNCONSTRAINED = 6  # frontier index: bf16, recompute 0, micro-batch 16, fp32 state and master
 TORCH_RUNS = [  # name, extra arguments of bench/pytorch_gpt2.py
     ("pytorch fused AdamW", []),
     ("pytorch bnb AdamW8bit + block checkpointing", ["--optimizer", "bnb-adamw8bit", "--checkpoint-blocks"]),
@@ -175,7 +175,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="a new folder for the runs and results")
     ap.add_argument("--train", default=str(ROOT / "train"))
-    ap.add_argument("--indices", default="0-35", help="frontier points, e.g. 0-35 or 3,13,17 ('' for none)")
+    ap.add_argument("--indices", default="0-53", help="frontier points, e.g. 0-53 or 3,13,17 ('' for none)")
     ap.add_argument("--limits", default="12,16,24", help="memory_limit_gb values for memory_fit: auto ('' for none)")
     ap.add_argument("--fit-precisions", default="fp8,bf16")
     ap.add_argument("--small", action="store_true", help="also GPT-2 124M with memory_fit: auto in 4 GiB")
