@@ -18,11 +18,11 @@ An optimizer step takes --grad-accum micro-steps of --micro-batch sequences of -
 Memory-saving options (what PyTorch users run GPT-2 1558M with on 16-24 GB cards), alone or together:
 --optimizer bnb-adamw8bit: bitsandbytes.optim.AdamW8bit, torchao-adamw8bit: torchao.optim.AdamW8bit, both
   with AdamW's learning rate, betas, eps and weight-decay groups: the two moments in 8 bits with one scale
-  per block of values (tensors of fewer than 4096 values, and for torchao those whose size is no multiple
-  of its 256-value blocks, keep moments of the parameter's dtype; bitsandbytes keeps fp32 ones). torchao's
-  step is a torch.compile'd function per parameter shape (compiled in the first step, a warm-up step).
-  Each needs its package (exit 1 naming it if the import fails); adamw (default) is the fused
-  torch.optim.AdamW above, its moments of the parameter's dtype.
+  per block of values. Tensors of fewer than 4096 values keep unquantized moments: fp32 in bitsandbytes,
+  the parameter's dtype in torchao, which does the same for tensors whose size is no multiple of its
+  256-value blocks. torchao's update is a function torch.compile'd per parameter shape during the first
+  optimizer step (leave it to --warmup). Each needs its package (exit 1 naming it if the import fails);
+  adamw (the default) is the fused torch.optim.AdamW above, its moments of the parameter's dtype.
 --checkpoint-blocks: every transformer block runs under torch.utils.checkpoint.checkpoint(block, x,
   use_reentrant=False): the forward pass keeps only each block's input, the backward pass runs the block's
   forward again (one more forward of the blocks a micro-step, about a third more block FLOPs; MFU still
@@ -51,7 +51,8 @@ Reported numbers (one JSON object):
   peak_mem_bytes   torch.cuda.max_memory_allocated() over the steps: the most that tensors held at once
                    (CPU: peak resident set size)
   peak_reserved_bytes  torch.cuda.max_memory_reserved() over the steps: the most that PyTorch's caching
-                   allocator held from the GPU (what the card must have); null on the CPU
+                   allocator held from the GPU (what the card must hold, besides the CUDA context);
+                   null on the CPU
   fp8, fp8_linears  the --fp8 recipe ("none" without it), how many Linear layers it converted
   optimizer, checkpoint_blocks, bf16_weights  the options above; param_dtype: the parameters' dtype
                    ("float32", or "bfloat16" with --bf16-weights); bitsandbytes_version or
