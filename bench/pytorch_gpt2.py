@@ -4,13 +4,36 @@
     python3 bench/pytorch_gpt2.py --preset d12 --micro-batch 16 --steps 50 --warmup 10 --json d12.json
     python3 bench/pytorch_gpt2.py --preset d12 --micro-batch 64 --fp8 rowwise --json d12_fp8.json
     python3 bench/pytorch_gpt2.py --device cpu --preset tiny --micro-batch 2 --seq-len 64 --steps 4 --warmup 1
+    python3 bench/pytorch_gpt2.py --preset d48 --micro-batch 4 --grad-accum 4 --optimizer bnb-adamw8bit \
+        --checkpoint-blocks --bf16-weights --json d48_lowmem.json
 
 Model: GPT-2 (learned positions, pre-LayerNorm, GELU with tanh, embedding tied to the output
 layer, vocabulary padded to 50304 rows whose logits are left out of the loss: --loss mask (default)
 adds -inf to the padded columns, --loss slice takes the first 50257; the same function, but on an H200
 the compiled masked loss ran 7% faster at GPT-2 124M, B=64: 119.6 against 128.9 ms a step), fp32
 parameters, bf16 autocast, F.scaled_dot_product_attention(is_causal=True), torch.compile, fused AdamW
-(lr 6e-4, weight decay 0.1 on 2-D weights, betas 0.9/0.95), global grad-norm clipping at 1.0.
+(lr 6e-4, weight decay 0.1 on 2-D weights, betas 0.9/0.95, eps 1e-8), global grad-norm clipping at 1.0.
+An optimizer step takes --grad-accum micro-steps of --micro-batch sequences of --seq-len tokens each.
+
+Memory-saving options (what PyTorch users run GPT-2 1558M with on 16-24 GB cards), alone or together:
+--optimizer bnb-adamw8bit: bitsandbytes.optim.AdamW8bit, torchao-adamw8bit: torchao.optim.AdamW8bit, both
+  with AdamW's learning rate, betas, eps and weight-decay groups: the two moments in 8 bits with one scale
+  per block of values. Tensors of fewer than 4096 values keep unquantized moments: fp32 in bitsandbytes,
+  the parameter's dtype in torchao, which does the same for tensors whose size is no multiple of its
+  256-value blocks. torchao's update is a function torch.compile'd per parameter shape during the first
+  optimizer step (leave it to --warmup). Each needs its package (exit 1 naming it if the import fails);
+  adamw (the default) is the fused torch.optim.AdamW above, its moments of the parameter's dtype.
+--checkpoint-blocks: every transformer block runs under torch.utils.checkpoint.checkpoint(block, x,
+  use_reentrant=False): the forward pass keeps only each block's input, the backward pass runs the block's
+  forward again (one more forward of the blocks a micro-step, about a third more block FLOPs; MFU still
+  counts 6 N + 6 L C T). Under torch.compile, dynamo traces each checkpointed block as a region whose
+  activations the compiled backward recomputes, so the two combine (no graph break).
+--bf16-weights: the parameters are cast to bf16 (model.to(torch.bfloat16)) before the optimizer is made,
+  with no fp32 master copy: gradients (accumulated over --grad-accum micro-steps too) and the optimizer's
+  update are on bf16 tensors, each update rounded to nearest bf16 (no stochastic rounding). bf16 autocast
+  stays on as without the option (the ops it runs in fp32 still do, the loss still takes fp32 logits), but
+  the residual stream, from the embeddings' sum through every block's residual adds, is now bf16 as well.
+  It makes bf16 the default --dtype on the CPU too; --dtype fp32 is an error.
 
 --fp8 tensorwise|rowwise: torchao's float8 training (torchao.float8.convert_to_float8_training with
 Float8LinearConfig.from_recipe_name) on the four Linear layers of every block: their three products
@@ -25,13 +48,22 @@ Reported numbers (one JSON object):
                    the same count the trainer's log.h5 stores as n_params
   flops_per_token  6 * n_params + 6 * n_layer * n_embd * seq_len (as in docs/FORMATS.md)
   mfu              flops_per_token * tokens_per_s / peak_flops (989.5e12: H100/H200 dense bf16)
-  peak_mem_bytes   torch.cuda.max_memory_allocated() (CPU: peak resident set size)
+  peak_mem_bytes   torch.cuda.max_memory_allocated() over the steps: the most that tensors held at once
+                   (CPU: peak resident set size)
+  peak_reserved_bytes  torch.cuda.max_memory_reserved() over the steps: the most that PyTorch's caching
+                   allocator held from the GPU (what the card must hold, besides the CUDA context);
+                   null on the CPU
   fp8, fp8_linears  the --fp8 recipe ("none" without it), how many Linear layers it converted
-Exit status: 0 done, 1 bad input (torchao missing or no FP8-capable GPU for --fp8 included), 3 out of
-memory (the JSON then has status "oom").
+  optimizer, checkpoint_blocks, bf16_weights  the options above; param_dtype: the parameters' dtype
+                   ("float32", or "bfloat16" with --bf16-weights); bitsandbytes_version or
+                   torchao_version: the package an 8-bit optimizer or --fp8 came from
+Exit status: 0 done, 1 bad input (torchao missing or no FP8-capable GPU for --fp8, the package of an 8-bit
+--optimizer missing, --bf16-weights with --dtype fp32 included), 3 out of memory (the JSON then has status
+"oom", the shapes and options, and the error's first line as message).
 """
 import argparse
 import glob
+import importlib
 import json
 import math
 import os
@@ -48,6 +80,7 @@ try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
 except ImportError:
     print("pytorch_gpt2: error: PyTorch is not installed (pip install torch)", file=sys.stderr)
     sys.exit(1)
@@ -120,9 +153,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, checkpoint_blocks=False):
         super().__init__()
         self.cfg = cfg
+        self.checkpoint_blocks = checkpoint_blocks  # recompute each block's activations in backward
         self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.n_embd)  # (Vp, C), also the output layer
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.n_embd)        # (maxT, C)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -157,7 +191,10 @@ class GPT(nn.Module):
         pos = torch.arange(T, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
         for block in self.blocks:
-            x = block(x)
+            if self.checkpoint_blocks and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         x = self.ln_f(x)
         logits = F.linear(x, self.wte.weight)  # (B, T, Vp)
         if self.cfg.loss == "mask":  # padded columns at -inf: probability 0, gradient 0
@@ -203,12 +240,31 @@ def convert_to_fp8(model, recipe):
     return converted
 
 
-def make_optimizer(model, lr, weight_decay, betas, fused):
+# --optimizer name: (package, what to import from it, its class)
+OPTIMIZER_CLASSES = {
+    "bnb-adamw8bit": ("bitsandbytes", "bitsandbytes.optim", "AdamW8bit"),
+    "torchao-adamw8bit": ("torchao", "torchao.optim", "AdamW8bit"),
+}
+OPTIMIZERS = ["adamw", *OPTIMIZER_CLASSES]
+
+
+def optimizer_class(name):
+    """The class of an 8-bit --optimizer, imported now; ValueError naming the package if that fails."""
+    package, module, cls = OPTIMIZER_CLASSES[name]
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"--optimizer {name} needs {module}.{cls} (pip install {package}): {e}")
+
+
+def make_optimizer(model, lr, weight_decay, betas, fused, name="adamw"):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8, fused=fused)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8, fused=fused)
+    return optimizer_class(name)(groups, lr=lr, betas=betas, eps=1e-8)
 
 
 class ShardBatches:
@@ -283,8 +339,8 @@ def parse_args(argv):
     ap.add_argument("--data", help="glob of llm.c token shards (default: random tokens)")
     ap.add_argument("--json", help="write the result here (default: stdout only)")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    ap.add_argument("--dtype", choices=["bf16", "fp32"], help="autocast precision (default bf16 on CUDA, "
-                    "fp32 on CPU)")
+    ap.add_argument("--dtype", choices=["bf16", "fp32"], help="autocast precision (default bf16 on CUDA or "
+                    "with --bf16-weights, else fp32 on CPU)")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                     help="torch.compile the model (default on for CUDA, off for CPU)")
     ap.add_argument("--peak-flops", type=float, help=f"per-device peak FLOP/s for MFU (default "
@@ -297,6 +353,12 @@ def parse_args(argv):
     ap.add_argument("--fp8", choices=["none", "tensorwise", "rowwise"], default="none",
                     help="torchao float8 training of the blocks' Linear layers, scales per tensor or per row "
                     "(needs torchao and a GPU of compute capability >= 8.9)")
+    ap.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw",
+                    help="fused torch AdamW, or AdamW with 8-bit moments from bitsandbytes or torchao")
+    ap.add_argument("--checkpoint-blocks", action="store_true",
+                    help="activation checkpointing of every transformer block (recomputed in backward)")
+    ap.add_argument("--bf16-weights", action="store_true",
+                    help="parameters, gradients and the optimizer's update in bf16, no fp32 master copy")
     ap.add_argument("--seed", type=int, default=1337)
     args = ap.parse_args(argv)
     for name in ("micro_batch", "seq_len", "grad_accum", "steps"):
@@ -315,11 +377,15 @@ def run(args):
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device visible to PyTorch")
     device = torch.device(args.device)
-    dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
+    dtype = args.dtype or ("bf16" if device.type == "cuda" or args.bf16_weights else "fp32")
     if args.fp8 != "none":
         require_fp8(args.fp8, device)
         if dtype != "bf16":
             raise ValueError(f"--fp8 {args.fp8} runs under bf16 autocast, not --dtype {dtype}")
+    if args.bf16_weights and dtype != "bf16":
+        raise ValueError(f"--bf16-weights runs under bf16 autocast, not --dtype {dtype}")
+    if args.optimizer != "adamw":
+        optimizer_class(args.optimizer)  # the package is there, before any model is built
     use_compile = args.compile if args.compile is not None else device.type == "cuda"
     peak_flops = args.peak_flops if args.peak_flops is not None else (
         PEAK_FLOPS_BF16 if device.type == "cuda" else 0.0)
@@ -334,9 +400,14 @@ def run(args):
         "tokens_per_step": B * T * accum, "steps": args.steps, "warmup": args.warmup,
         "device": device.type, "hardware": hardware_name(device), "dtype": dtype,
         "compile": use_compile, "data": args.data or "random", "torch_version": torch.__version__,
-        "peak_flops": peak_flops, "fp8": args.fp8, "status": "running", "message": "",
+        "peak_flops": peak_flops, "fp8": args.fp8, "optimizer": args.optimizer,
+        "checkpoint_blocks": args.checkpoint_blocks, "bf16_weights": args.bf16_weights,
+        "status": "running", "message": "",
     }
-    model = GPT(cfg).to(device)
+    model = GPT(cfg, checkpoint_blocks=args.checkpoint_blocks).to(device)
+    if args.bf16_weights:  # before the optimizer and Float8Linear see the parameters
+        model.to(torch.bfloat16)
+    result["param_dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
     if args.fp8 != "none":  # before torch.compile sees the layers
         result["fp8_linears"] = len(convert_to_fp8(model, args.fp8))
         result["torchao_version"] = sys.modules["torchao"].__version__
@@ -344,7 +415,11 @@ def run(args):
     flops_per_token = 6 * n_params + 6 * n_layer * n_embd * T
     result.update(n_params=n_params, n_params_padded=sum(p.numel() for p in model.parameters()),
                   flops_per_token=flops_per_token)
-    opt = make_optimizer(model, args.lr, args.weight_decay, (0.9, 0.95), fused=device.type == "cuda")
+    opt = make_optimizer(model, args.lr, args.weight_decay, (0.9, 0.95), fused=device.type == "cuda",
+                         name=args.optimizer)
+    if args.optimizer != "adamw":
+        package = OPTIMIZER_CLASSES[args.optimizer][0]
+        result[f"{package}_version"] = getattr(sys.modules[package], "__version__", "unknown")
     step_model = torch.compile(model) if use_compile else model
     batches = ShardBatches(args.data, B, T, device) if args.data else RandomBatches(B, T, device, args.seed)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
@@ -396,7 +471,7 @@ def run(args):
         tokens_per_s_per_gpu=tokens_per_s,
         mfu=flops_per_token * tokens_per_s / peak_flops if peak_flops > 0 else None,
         peak_mem_bytes=peak_memory_bytes(device),
-        peak_mem_reserved_bytes=torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
         losses=[float(v) for v in losses],
         grad_norms=[float(v) for v in norms],
         final_loss=float(losses[-1]),
@@ -423,13 +498,17 @@ def main(argv=None):
         return 1
     except torch.cuda.OutOfMemoryError as e:
         result = {"preset": args.preset, "micro_batch": args.micro_batch, "seq_len": args.seq_len,
+                  "grad_accum": args.grad_accum, "fp8": args.fp8, "optimizer": args.optimizer,
+                  "checkpoint_blocks": args.checkpoint_blocks, "bf16_weights": args.bf16_weights,
                   "status": "oom", "message": str(e).splitlines()[0]}
         code = 3
     write_result(result, args.json)
     if result["status"] == "ok":
         mfu = f"{100 * result['mfu']:.1f}%" if result["mfu"] is not None else "n/a"
+        options = [args.optimizer] + ["checkpointed blocks"] * args.checkpoint_blocks + \
+            ["bf16 weights"] * args.bf16_weights
         print(f"{args.preset} B={args.micro_batch} T={args.seq_len} accum={args.grad_accum} "
-              f"{result['hardware']}: {result['median_step_ms']:.1f} ms/step, "
+              f"({', '.join(options)}) {result['hardware']}: {result['median_step_ms']:.1f} ms/step, "
               f"{result['tokens_per_s']:,.0f} tokens/s, MFU {mfu}, "
               f"peak {result['peak_mem_bytes'] / 2**30:.2f} GiB, final loss {result['final_loss']:.4f}")
     else:

@@ -2,6 +2,8 @@
 import importlib.util
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -50,7 +52,9 @@ def test_tiny_cpu_random_tokens(tmp_path):
     assert len(res["step_ms"]) == 4 and len(res["losses"]) == 4
     assert res["median_step_ms"] == pytest.approx(float(np.median(res["step_ms"][1:])))
     assert res["tokens_per_s"] == pytest.approx(64 / (res["median_step_ms"] / 1000))
-    assert res["mfu"] is None and res["peak_mem_bytes"] > 0
+    assert res["mfu"] is None and res["peak_mem_bytes"] > 0 and res["peak_reserved_bytes"] is None  # CPU
+    assert (res["optimizer"], res["checkpoint_blocks"], res["bf16_weights"]) == ("adamw", False, False)
+    assert res["param_dtype"] == "float32" and res["dtype"] == "fp32"
     # Untrained on random tokens: the loss starts near ln(vocab).
     assert abs(res["losses"][0] - math.log(VOCAB)) < 0.3, res["losses"]
     assert all(math.isfinite(v) for v in res["losses"] + res["grad_norms"])
@@ -168,3 +172,99 @@ def test_fp8_tensorwise_conversion_on_cpu():
         # FP8 operands (e4m3 forward, e5m2 output gradients: 3 and 2 mantissa bits) against bf16: seen
         # 0.075-0.10; above 1e-3 shows the products really ran in FP8
         assert 1e-3 < rel < 0.25, (name, rel)
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("pytorch_gpt2", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_checkpoint_blocks_recomputes_each_block_in_backward():
+    """--checkpoint-blocks: every block's forward runs again in backward (twice a micro-step), not without
+    it, nor without gradients."""
+    require_torch()
+    import torch
+    mod = load_bench()
+    x, y = torch.randint(0, VOCAB, (2, 16)), torch.randint(0, VOCAB, (2, 16))
+    for ckpt, grad, calls in ((False, True, 1), (True, True, 2), (True, False, 1)):
+        model = mod.GPT(mod.GPTConfig(*mod.PRESETS["tiny"]), checkpoint_blocks=ckpt)
+        counts = [0] * len(model.blocks)
+        for i, block in enumerate(model.blocks):
+            # a pre-hook: the recomputation may stop once it has what backward needs (checkpoint's early stop)
+            block.register_forward_pre_hook(lambda m, a, i=i: counts.__setitem__(i, counts[i] + 1))
+        with torch.set_grad_enabled(grad):
+            loss = model(x, y)
+            if grad:
+                loss.backward()
+        assert counts == [calls] * len(model.blocks), (ckpt, grad, counts)
+
+
+def run_tiny(tmp_path, name, *args):
+    out = tmp_path / f"{name}.json"
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--micro-batch", "2", "--seq-len", "32",
+                  "--steps", "2", "--warmup", "1", "--json", out, *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())
+
+
+def test_checkpoint_blocks_same_losses(tmp_path):
+    """Recomputing the blocks gives the same losses and gradient norms, with gradient accumulation, eager
+    and under torch.compile (which traces the checkpointed blocks)."""
+    require_torch()
+    ref = run_tiny(tmp_path, "ref", "--grad-accum", "2")
+    ckpt = run_tiny(tmp_path, "ckpt", "--grad-accum", "2", "--checkpoint-blocks")
+    assert ref["checkpoint_blocks"] is False and ckpt["checkpoint_blocks"] is True
+    assert ckpt["tokens_per_step"] == 2 * 32 * 2
+    np.testing.assert_allclose(ckpt["losses"], ref["losses"], rtol=1e-6)
+    np.testing.assert_allclose(ckpt["grad_norms"], ref["grad_norms"], rtol=1e-6)
+    if shutil.which(os.environ.get("CXX", "g++")) is None:  # inductor's CPU code needs a C++ compiler
+        msg = "no C++ compiler, --compile --checkpoint-blocks not tested"
+        warnings.warn(msg)
+        pytest.skip(msg)
+    comp = run_tiny(tmp_path, "comp", "--grad-accum", "2", "--checkpoint-blocks", "--compile")
+    assert comp["compile"] is True and comp["checkpoint_blocks"] is True
+    np.testing.assert_allclose(comp["losses"], ref["losses"], rtol=1e-5)
+    np.testing.assert_allclose(comp["grad_norms"], ref["grad_norms"], rtol=1e-4)
+
+
+def test_bf16_weights(tmp_path):
+    """--bf16-weights trains bf16 parameters under bf16 autocast (also with checkpointing and gradient
+    accumulation); --dtype fp32 contradicts it: exit 1, no JSON."""
+    require_torch()
+    res = run_tiny(tmp_path, "bf16", "--bf16-weights", "--checkpoint-blocks", "--grad-accum", "2")
+    assert res["bf16_weights"] is True and res["param_dtype"] == "bfloat16" and res["dtype"] == "bf16"
+    assert res["tokens_per_step"] == 2 * 32 * 2
+    assert abs(res["losses"][0] - math.log(VOCAB)) < 0.3, res["losses"]
+    assert all(math.isfinite(v) for v in res["losses"] + res["grad_norms"])
+    out = tmp_path / "fp32.json"
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--steps", "2", "--warmup", "1", "--bf16-weights",
+                  "--dtype", "fp32", "--json", out)
+    assert r.returncode == 1 and r.stderr.splitlines()[0] == \
+        "pytorch_gpt2: error: --bf16-weights runs under bf16 autocast, not --dtype fp32", r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name,package", [("bnb-adamw8bit", "bitsandbytes"), ("torchao-adamw8bit", "torchao")])
+def test_8bit_optimizer(tmp_path, name, package):
+    """--optimizer NAME needs its package: where it is missing, exit 1 naming it and no JSON; where it is
+    installed, two steps that report the optimizer and the package's version."""
+    require_torch()
+    out = tmp_path / "opt.json"
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--micro-batch", "2", "--seq-len", "32",
+                  "--steps", "2", "--warmup", "1", "--optimizer", name, "--json", out)
+    if importlib.util.find_spec(package) is None:
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert r.stderr.splitlines()[0].startswith(
+            f"pytorch_gpt2: error: --optimizer {name} needs {package}.optim.AdamW8bit (pip install {package}): "
+        ), r.stderr
+        assert not out.exists()
+    else:
+        assert r.returncode == 0, r.stderr
+        res = json.loads(out.read_text())
+        assert res["optimizer"] == name and res[f"{package}_version"]
+        assert abs(res["losses"][0] - math.log(VOCAB)) < 0.3, res["losses"]
+        assert all(math.isfinite(v) for v in res["losses"] + res["grad_norms"])
+    r = run_bench("--device", "cpu", "--preset", "tiny", "--steps", "2", "--warmup", "1", "--optimizer", "sgd")
+    assert r.returncode == 2 and "--optimizer" in r.stderr and "sgd" in r.stderr
