@@ -56,12 +56,12 @@ TEST(MemoryFit, GenerousBudgetKeepsTheDefaults) {
   const Plan p = plan_with_fit(c, 1);
   EXPECT_EQ(c.training.optimizer_state, "fp32");
   EXPECT_EQ(c.training.recompute, 0);
-  EXPECT_TRUE(c.training.master_weights);
+  EXPECT_EQ(c.training.master_weights, MasterWeights::fp32);
   EXPECT_EQ(c.training.micro_batch.size, 16);  // one micro-step: the fastest
   EXPECT_EQ(p.micro_batch, 16);
   EXPECT_EQ(p.grad_accum, 1);
   EXPECT_EQ(p.tokens_per_step, 256);
-  EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("chosen:    optimizer_state fp32, recompute 0, master fp32, "
+  EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("chosen:    optimizer_state fp32, recompute 0, master_weights fp32, "
                                                  "micro_batch 16 x grad_accum 1"));
   EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("runner-up: "));
 }
@@ -115,7 +115,7 @@ TEST(MemoryFit, NothingFitsIsOutOfMemoryNamingTheSmallest) {
     EXPECT_THAT(e.what(), ::testing::StartsWith("training.memory_fit: auto: no combination fits "
                                                 "training.memory_limit_gb "));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("the smallest predicted total is " + format_bytes(double(smallest)) +
-                                               ", with optimizer_state int8, recompute 3, master fp32, "
+                                               ", with optimizer_state int8, recompute 3, master_weights fp32, "
                                                "micro_batch 1 x grad_accum 16"));
   }
   EXPECT_EQ(c.training.optimizer_state, "fp32");  // the config untouched
@@ -136,10 +136,31 @@ TEST(MemoryFit, KeysTheConfigGivesAreKept) {
   // a key given at its default value is kept too
   Config d = tiny("training.memory_limit_gb=1;training.recompute=0");
   for (const FitCandidate& k : rank_fits(d, 1).fitting) EXPECT_EQ(k.recompute, 0);
-  // master_weights: false is never switched on
+  // master_weights: none is never switched on
   Config m = tiny("training.memory_limit_gb=1;training.master_weights=false");
   plan_with_fit(m, 1);
-  EXPECT_FALSE(m.training.master_weights);
+  EXPECT_EQ(m.training.master_weights, MasterWeights::none);
+}
+
+TEST(MemoryFit, GpuPlanChoosesCompensatedMasterWhereFp32MasterCannotFit) {
+  // planned for a GPU, as a dry run does on any machine: bf16 parameters, so master weights to choose
+  Config all = tiny("training.device=cuda;training.memory_limit_gb=64");
+  const FitResult r = rank_fits(all, 1, true);
+  EXPECT_EQ(r.considered, size_t(2 * 3 * 4 * 5));  // master kinds x states x levels x micro-batches 16..1
+  EXPECT_EQ(r.fitting.front().master, MasterWeights::fp32);  // room for everything: the most precise
+  size_t fp32_min = SIZE_MAX, comp_min = SIZE_MAX;
+  for (const FitCandidate& k : r.fitting) {
+    size_t& m = k.master == MasterWeights::fp32 ? fp32_min : comp_min;
+    m = std::min(m, k.memory.total());
+  }
+  ASSERT_LT(comp_min, fp32_min);
+  const size_t budget = (comp_min + fp32_min) / 2;
+  Config c = tiny("training.device=cuda;training.memory_limit_gb=" + gib(budget));
+  const Plan p = plan_with_fit(c, 1, true);
+  EXPECT_EQ(c.training.master_weights, MasterWeights::compensated);
+  EXPECT_EQ(p.master_weights, optim::MasterKind::Compensated);
+  EXPECT_LE(predict_memory(p).total(), budget);
+  EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("master_weights compensated"));
 }
 
 TEST(MemoryFit, BudgetIsNeededOnTheCpuAndMaxIsRefused) {

@@ -22,7 +22,7 @@ checkpoint: {{every: 2}}
 """
 # 921.6 KiB a rank: below every fp32-state combination of this model (its checkpoint snapshot included)
 TIGHT = 0.0009
-CHOSEN = re.compile(r"chosen: +optimizer_state (\w+), recompute (\d), master (\w+), micro_batch (\d+) x grad_accum (\d+): "
+CHOSEN = re.compile(r"chosen: +optimizer_state (\w+), recompute (\d), master_weights (\w+), micro_batch (\d+) x grad_accum (\d+): "
                     r"([\d.]+ \w+) \(")
 
 
@@ -51,7 +51,7 @@ def test_dry_run_and_run_take_the_same_choice_and_record_it(tmp_path):
     dry = train(tmp_path, "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     (state, rec, master, micro, accum, total), runner = choice(dry.stdout)
-    assert re.match(r"\| runner-up: optimizer_state \w+, recompute \d, master \w+, micro_batch \d+ x grad_accum \d+: "
+    assert re.match(r"\| runner-up: optimizer_state \w+, recompute \d, master_weights \w+, micro_batch \d+ x grad_accum \d+: "
                     r"[\d.]+ \w+ \(params .*\), [\d.e-]+ ms a step$", runner), runner
     assert state != "fp32", f"the budget must rule out fp32 state: {dry.stdout}"
     assert int(micro) * int(accum) * 16 == 256  # the global batch kept
@@ -65,7 +65,8 @@ def test_dry_run_and_run_take_the_same_choice_and_record_it(tmp_path):
     log = h5log.read_log(tmp_path / "runs" / "fit")
     assert log["attrs"]["status"] == "ok" and len(log["train"]["loss"]) == 2
     t = yaml.safe_load(log["attrs"]["config_yaml"])["training"]
-    assert (t["optimizer_state"], t["recompute"], t["micro_batch"], t["memory_fit"]) == (state, int(rec), int(micro), "auto")
+    assert (t["optimizer_state"], t["recompute"], t["master_weights"], t["micro_batch"], t["memory_fit"]) == \
+        (state, int(rec), master, int(micro), "auto")
     pred, meas = log["memory"]["predicted"], log["memory"]["measured"]
     assert pred["total"] <= TIGHT * 2**30
     assert all(meas[k] == pred[k] for k in log["memory"]["components"]), (pred, meas)  # what the run allocated
@@ -95,7 +96,7 @@ def test_bad_cases_name_the_key(tmp_path):
         assert first_error(p).startswith("error: training.memory_fit: auto: no combination fits "
                                          "training.memory_limit_gb 0.0001 (104.86 KiB per rank): the smallest "
                                          "predicted total is "), p.stderr
-        assert "with optimizer_state int8, recompute 3, master fp32, micro_batch 1 x grad_accum 16" in first_error(p)
+        assert "with optimizer_state int8, recompute 3, master_weights fp32, micro_batch 1 x grad_accum 16" in first_error(p)
         assert not (tmp_path / "runs").exists()
     # the CPU has no memory of its own to fit
     p = train(tmp_path, "--dry-run", extra="")
