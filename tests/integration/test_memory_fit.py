@@ -20,7 +20,7 @@ training: {{device: cpu, seq_len: 16, total_batch_tokens: 256, steps: {steps}, l
 log: {{every: 1, progress: false}}
 checkpoint: {{every: 2}}
 """
-# 921.6 KiB a rank: below every fp32-state combination of this model (its checkpoint snapshot included)
+# 943.72 KiB a rank: below every fp32-state combination of this model (its checkpoint snapshot included)
 TIGHT = 0.0009
 CHOSEN = re.compile(r"chosen: +optimizer_state (\w+), recompute (\d), master_weights (\w+), micro_batch (\d+) x grad_accum (\d+): "
                     r"([\d.]+ \w+) \(")
@@ -109,3 +109,12 @@ def test_bad_cases_name_the_key(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     assert first_error(p).startswith("error: config: training.micro_batch: 'max' cannot be combined with "
                                      "training.memory_fit: auto"), p.stderr
+
+
+def test_sweep_dry_run_notes_each_points_choice(tmp_path):
+    text = FIT.format(out=tmp_path / "runs", extra="", steps=2) + "sweep:\n  grid: {training.memory_limit_gb: [1, %s]}\n" % TIGHT
+    p = run_train(["--yaml", write_yaml(tmp_path / "s.yaml", text), "--dry-run"], env={"OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    notes = dict(re.findall(r"^\(point (\d): memory_fit: auto: .*?; chosen: +optimizer_state (\w+), ", p.stdout, re.M))
+    assert notes["0"] == "fp32" and notes["1"] != "fp32", p.stdout
+    assert not (tmp_path / "runs").exists()
