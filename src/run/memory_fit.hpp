@@ -98,10 +98,11 @@ struct FitResult {
 // known (the CPU, or a dry run for a GPU that is not here).
 FitResult rank_fits(const Config& cfg, int world, bool dry_run = false);
 
-// The run's plan. training.memory_fit: auto writes the chosen combination into cfg (--resume: the keys a
-// checkpoint of the run holds are kept from the newest one, not chosen again) and puts the choice and
-// the runner-up in plan.memory_fit; nothing fits: Error(kExitOutOfMemory) naming memory_limit_gb and the
-// smallest prediction. off: make_plan(cfg, world, dry_run).
+// The run's plan. training.memory_fit: auto writes the chosen combination into cfg and puts the choice
+// and the runner-up in plan.memory_fit (--resume of a run with a checkpoint: the keys the config does not
+// give take the newest checkpoint's values instead of being chosen again, so the run goes on as it was);
+// nothing fits: Error(kExitOutOfMemory) naming memory_limit_gb and the smallest prediction.
+// off: make_plan(cfg, world, dry_run).
 Plan plan_with_fit(Config& cfg, int world, bool dry_run = false);
 
 }  // namespace gpt
