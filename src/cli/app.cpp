@@ -8,6 +8,7 @@
 #include "config/config_io.hpp"
 #include "parallel/agree.hpp"
 #include "run/dry_run.hpp"
+#include "run/memory_fit.hpp"
 #include "run/sweep.hpp"
 
 namespace po = boost::program_options;
@@ -131,9 +132,10 @@ std::vector<int> chosen_points(const Sweep& sw, const CommandLine& cl) {
 void check_points(const Experiment& ex, const std::vector<int>& indices, HostComm& host) {
   InputsChecked seen;
   for (int i : indices) {
-    const Config c = point_config(ex.base, ex.sw, ex.sw.points[i]);
+    Config c = point_config(ex.base, ex.sw, ex.sw.points[i]);
     try {
-      check_inputs(c, make_plan(c, host.world()), seen);
+      const Plan plan = plan_with_fit(c, host.world());  // the inputs as the run will read them
+      check_inputs(c, plan, seen);
     } catch (const Error& e) {
       if (!ex.sw.is_sweep) throw;
       throw Error(e.code(), "sweep point " + std::to_string(i) + " (" + c.run.name + "): " + e.what());

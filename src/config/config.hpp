@@ -3,6 +3,7 @@
 // (src/config/fields.cpp), which `./train --config-reference` prints as docs/CONFIG.md.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ enum class ResumeMode : uint8_t { never, automatic };        // checkpoint.resum
 enum class OnError : uint8_t { stop, go_on };                // checkpoint.on_error: stop / continue
 enum class SharedGpu : uint8_t { refuse, host };             // parallel.shared_gpu: refuse / host
 enum class MasterWeights : uint8_t { none, fp32, compensated };  // training.master_weights (true / false: fp32 / none)
+enum class MemoryFit : uint8_t { off, automatic };           // training.memory_fit: off / auto
 using Fp8Format = fp8::Format;                               // training.fp8_grad_format: e4m3 / e5m2
 using Fp8FastAccum = fp8::FastAccum;                         // training.fp8_fast_accum
 
@@ -35,6 +37,7 @@ template <> struct EnumNames<MasterWeights> {
   static constexpr const char* names[] = {"none", "fp32", "compensated"};
   static constexpr bool bool_names = true;
 };
+template <> struct EnumNames<MemoryFit> { static constexpr const char* names[] = {"off", "auto"}; };
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
 template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>
@@ -116,6 +119,7 @@ struct TrainingConfig {
   int zero_stage = 0;
   int recompute = 0;
   float memory_limit_gb = 0;
+  MemoryFit memory_fit = MemoryFit::off;
   float matmul_search_s = 0;
   bool deterministic = false;
 };
@@ -164,6 +168,9 @@ struct Config {
   // What reading the config decided for the user that the keys alone do not show (a preset from the
   // command line replacing the file's dims), printed with the plan; not a key, never stored.
   std::vector<std::string> notes;
+  // The dotted keys the YAML, the command line or a sweep point gave, whatever their value (what
+  // training.memory_fit: auto keeps as given); not a key, never stored.
+  std::set<std::string> set_keys;
 };
 
 }  // namespace gpt

@@ -154,8 +154,21 @@ std::vector<Field> fields_of(Config& c) {
        "the forward's epilogue applied it to the fp32 sums, so their gradients differ by that rounding. "
        "training.fp8_gelu_epilogue applies at level 0 only"},
       {"training.memory_limit_gb", &t.memory_limit_gb,
-       "per-rank budget (GiB) for micro_batch max; 0 = the GPU's memory. On CPU the prediction is checked "
-       "against it"},
+       "per-rank budget (GiB) for micro_batch max and memory_fit auto; 0 = the GPU's memory. On CPU the "
+       "prediction is checked against it"},
+      {"training.memory_fit", &t.memory_fit,
+       "`off`: the memory settings as given. `auto`: before the run (and in `--dry-run`) every combination of "
+       "optimizer_state (fp32, bf16, int8), recompute (0-3), master_weights (fp32, compensated; `none` stays "
+       "as it is) and micro-batch (each divisor of the global batch per rank, micro_batch x grad_accum or "
+       "total_batch_tokens / seq_len / ranks, grad_accum making up the rest) gets its predicted memory per rank "
+       "(the dry run's table) and its predicted step time (a model of an H100 step calibrated on measured "
+       "steps, src/run/memory_fit.hpp), and the fastest that fits memory_limit_gb (0: the GPU's memory; the "
+       "CPU needs it set) is taken; among combinations predicted within 10% of the fastest, the most precise "
+       "optimizer state wins, then the most precise master weights. Keys given in the YAML, by --set or by the sweep keep their values, whatever "
+       "they are: micro_batch (or grad_accum without total_batch_tokens) fixes the split. The choice and the "
+       "runner-up are printed with their predicted bytes and time, and the choice is written into the "
+       "resolved config (the run log, checkpoints, the summary); --resume keeps the choice of the checkpoint "
+       "it continues from. Nothing fits: exit 3, naming the smallest prediction. Not with micro_batch `max`"},
       {"training.matmul_search_s", &t.matmul_search_s,
        "GPU, `deterministic: false`: on a matmul shape's first use, beyond the 8 candidates of cuBLASLt's "
        "heuristic, time the configurations around them (the algorithm's other tile sizes, cluster shapes and "

@@ -141,7 +141,8 @@ std::string keys_of(const std::vector<Field>& fs, const std::string& section) {
   return known;
 }
 
-void read_section(const std::vector<Field>& fs, const std::string& sname, int sline, const YAML::Node& body) {
+void read_section(Config& cfg, const std::vector<Field>& fs, const std::string& sname, int sline,
+                  const YAML::Node& body) {
   if (body.IsNull()) return;
   if (!body.IsMap())
     throw input_error("config error: section '" + sname + "' (line " + std::to_string(sline + 1) +
@@ -153,6 +154,7 @@ void read_section(const std::vector<Field>& fs, const std::string& sname, int sl
       throw input_error("config error: unknown key '" + key + "' (line " + std::to_string(e.line + 1) + ")" +
                         with_suggestion(did_you_mean(key, config_keys()), "keys of '" + sname + "':" + keys_of(fs, sname)));
     config::set_field(*f, e.value, e.line);
+    cfg.set_keys.insert(key);
   }
 }
 
@@ -195,7 +197,7 @@ Config config_from_yaml(const std::string& text, const std::string& source) {
     if (keys_of(fs, sec.key).empty())
       throw input_error("config error: unknown section '" + sec.key + "' (line " + std::to_string(sec.line + 1) + ")" +
                         with_suggestion(did_you_mean(sec.key, sections), "known sections:" + known + " sweep"));
-    read_section(fs, sec.key, sec.line, sec.value);
+    read_section(cfg, fs, sec.key, sec.line, sec.value);
   }
   return cfg;
 }
@@ -225,6 +227,7 @@ void apply_override(Config& cfg, const Override& ov) {
                       " in YAML (': ', '[' and '{' make structure); quote the text in YAML, e.g. --set '" + ov.key +
                       "=\"" + ov.value + "\"'");
   config::set_field(*f, n, -1);
+  cfg.set_keys.insert(ov.key);
 }
 
 void apply_overrides(Config& cfg, const std::vector<Override>& ovs, const std::string& from) {

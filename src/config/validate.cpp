@@ -87,6 +87,9 @@ void validate(const Config& cfg, int world) {
   if (!(t.matmul_search_s >= 0 && t.matmul_search_s <= 60))
     bad("training.matmul_search_s", "must be between 0 and 60 (seconds per matmul shape; 0 = no search)");
   if (t.memory_limit_gb < 0) bad("training.memory_limit_gb", "must be >= 0 (0 = the device's memory)");
+  if (t.micro_batch.max && t.memory_fit == MemoryFit::automatic)
+    bad("training.micro_batch", "'max' cannot be combined with training.memory_fit: auto, which chooses the "
+                                "micro-batch itself (among the divisors of the global batch)");
   if (t.micro_batch.max && t.total_batch_tokens > 0)
     bad("training.micro_batch", "'max' cannot be combined with training.total_batch_tokens (use grad_accum)");
   if (t.fp8_amax_history < 1 || t.fp8_amax_history > 1024) bad("training.fp8_amax_history", "must be 1-1024");

@@ -10,6 +10,7 @@
 #include "io/modelfile.hpp"
 #include "run/eval.hpp"
 #include "run/max_batch.hpp"
+#include "run/memory_fit.hpp"
 #include "run/plan.hpp"
 #include "run/resume.hpp"
 
@@ -77,8 +78,8 @@ void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indice
   }
   for (int i : indices) {  // every point planned (and so validated) before saying yes
     const SweepPoint& pt = sw.points[i];
-    const Config c = point_config(base, sw, pt);
-    Plan plan = make_plan(c, host.world(), true);
+    Config c = point_config(base, sw, pt);
+    Plan plan = plan_with_fit(c, host.world(), true);
     check_inputs(c, plan, checked);
     const double budget = budget_bytes(c, plan);
     std::string mb = std::to_string(plan.micro_batch);
@@ -109,6 +110,11 @@ void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indice
     }
     if (!zero.empty()) notes[zero] = 1;
     if (!resume.empty()) notes["point " + std::to_string(pt.index) + ": " + resume] = 1;
+    if (!plan.memory_fit.empty()) {  // its first two lines, the budget and the choice, as one
+      std::string fit = plan.memory_fit.substr(0, plan.memory_fit.find('\n', plan.memory_fit.find('\n') + 1));
+      fit.replace(fit.find('\n'), 1, "; ");
+      notes["point " + std::to_string(pt.index) + ": " + fit] = 1;
+    }
     const double total = double(predict_memory(plan).total());
     const std::string fits = budget > 0 ? (total <= budget ? "yes" : "NO") : "n/a";
     std::snprintf(buf, sizeof buf, "%-5d %-5s %-12s %-6s %-5d %-11s %12s %5s  %s\n", pt.index, pt.dir_name.c_str(),

@@ -231,6 +231,11 @@ void print_plan(const Config& cfg, const Plan& plan) {
        << "\n";
   }
   if (!plan.device_note.empty()) os << "| (" << plan.device_note << ")\n";
+  if (!plan.memory_fit.empty()) {
+    os << "+-- memory fit " << std::string(55, '-') << "\n";
+    std::istringstream fit(plan.memory_fit);
+    for (std::string l; std::getline(fit, l);) os << "| " << l << "\n";
+  }
   os << "+-- predicted memory per rank " << std::string(39, '-') << "\n";
   const MemoryBreakdown mem = predict_memory(plan);
   auto row = [&](const char* name, size_t bytes) {

@@ -18,6 +18,7 @@ struct Plan {
   ModelDims dims;
   std::string device;            // resolved: cpu | cuda
   std::string device_note;       // dry run: what was assumed about the device (empty otherwise)
+  std::string memory_fit;        // training.memory_fit: auto: the choice and the runner-up (run/memory_fit.hpp)
   DeviceCaps caps;               // what the device can do (unknown fields empty: a dry run without the GPU)
   DType act = DType::F32;        // activation dtype
   PrecisionPolicy precision;     // which layers compute in FP8 (training.precision fp8)

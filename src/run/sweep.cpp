@@ -19,6 +19,7 @@
 #include "parallel/agree.hpp"
 #include "io/run_dir.hpp"
 #include "run/eval.hpp"
+#include "run/memory_fit.hpp"
 #include "run/plan.hpp"
 #include "run/trainer.hpp"
 
@@ -193,7 +194,7 @@ std::vector<PlannedPoint> plan_points(const Config& base, const Sweep& sw, const
   for (int i : indices) {
     PlannedPoint pp{i, point_config(base, sw, sw.points[i]), {}};
     try {
-      pp.plan = make_plan(pp.cfg, host.world());
+      pp.plan = plan_with_fit(pp.cfg, host.world());
     } catch (const Error& e) {
       if (!sw.is_sweep) throw;
       throw Error(e.code(), "sweep point " + std::to_string(i) + " (" + pp.cfg.run.name + "): " + e.what());

@@ -1,0 +1,208 @@
+#include "run/memory_fit.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "base/format.hpp"
+#include "config/config_io.hpp"
+#include "io/checkpoint.hpp"
+#include "optim/state.hpp"
+
+namespace gpt {
+
+namespace {
+
+constexpr const char* kStates[] = {"fp32", "bf16", "int8"};  // most precise first
+
+int state_rank(const std::string& s) {
+  for (int i = 0; i < 3; ++i)
+    if (s == kStates[i]) return i;
+  return 0;
+}
+int master_rank(MasterWeights m) {
+  for (size_t i = 0; i < std::size(kMasterOptions); ++i)
+    if (m == kMasterOptions[i]) return int(i);
+  return 0;
+}
+
+bool given(const Config& cfg, const char* key) { return cfg.set_keys.count(key) > 0; }
+// The micro-batch and accumulation as the config gave them (else chosen).
+bool split_given(const Config& cfg) {
+  return given(cfg, "training.micro_batch") ||
+         (given(cfg, "training.grad_accum") && cfg.training.total_batch_tokens == 0);
+}
+
+// The bytes per rank the combinations must fit.
+double fit_budget(const Config& cfg, const Plan& plan, std::string& text) {
+  const float limit = cfg.training.memory_limit_gb;
+  if (limit > 0) {
+    const double b = double(limit) * double(1ull << 30);
+    text = "training.memory_limit_gb " + yaml_float(limit) + " (" + format_bytes(b) + " per rank)";
+    return b;
+  }
+  if (plan.device == "cpu")
+    throw input_error("config error: training.memory_limit_gb: training.memory_fit: auto on the CPU needs it > 0 "
+                      "(the budget per rank the combinations' predicted memory must fit)");
+  if (plan.caps.memory == 0)
+    throw input_error("config error: training.memory_limit_gb: training.memory_fit: auto needs it > 0 here (no "
+                      "CUDA device here to take the budget from)");
+  text = "the GPU's memory, " + format_bytes(double(plan.caps.memory)) + " (training.memory_limit_gb is 0)";
+  return double(plan.caps.memory);
+}
+
+// "params 1.00 MiB, grads 1.00 MiB, ..." (the components the prediction has)
+std::string components(const MemoryBreakdown& m) {
+  std::string s;
+  for (const MemoryComponent& c : kMemoryComponents)
+    if (m.*c.bytes) s += (s.empty() ? "" : ", ") + std::string(c.name) + " " + format_bytes(double(m.*c.bytes));
+  return s;
+}
+
+std::string line(const char* what, const FitCandidate& k) {
+  char t[48];
+  std::snprintf(t, sizeof t, "%.4g ms", k.step_s * 1e3);
+  return std::string(what) + k.describe() + ": " + format_bytes(double(k.memory.total())) + " (" +
+         components(k.memory) + "), " + t + " a step";
+}
+
+// --resume: the keys the config does not give take the values of the newest checkpoint whose config reads
+// (the one the resume continues from, unless its tensors turn out damaged), and are kept as given; ""
+// when there is none (the run starts from scratch, and chooses).
+std::string keep_checkpoint_choice(Config& cfg) {
+  if (cfg.checkpoint.resume != ResumeMode::automatic) return "";
+  for (const std::string& ck : list_checkpoints(run_dir(cfg))) {
+    Config old;
+    try {
+      old = config_from_yaml(read_checkpoint_config(ck), "the config of '" + ck + "'");
+    } catch (const Error&) {
+      continue;  // the resume names it, or falls back past it
+    }
+    TrainingConfig& t = cfg.training;
+    const TrainingConfig& o = old.training;
+    if (!given(cfg, "training.optimizer_state")) t.optimizer_state = o.optimizer_state;
+    if (!given(cfg, "training.recompute")) t.recompute = o.recompute;
+    if (!given(cfg, "training.master_weights")) t.master_weights = o.master_weights;
+    if (!split_given(cfg)) {
+      t.micro_batch = o.micro_batch;
+      if (t.total_batch_tokens == 0) t.grad_accum = o.grad_accum;
+    }
+    for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights",
+                          "training.micro_batch", "training.grad_accum"})
+      cfg.set_keys.insert(k);
+    return ck;
+  }
+  return "";
+}
+
+}  // namespace
+
+double predicted_step_s(const Plan& p) {
+  const double rate = p.precision.fp8_linear ? kRateFp8 : kRate;
+  const double token = p.flops_per_token / rate + kActBytes * p.dims.n_layer * p.dims.n_embd / kHbm;
+  const double micro = kMicroBytes * double(p.n_params) / kHbm;
+  const MemoryBreakdown m = predict_memory(p);
+  const double n = double(p.n_params) / (p.zero.shard_optimizer ? p.world : 1);  // the parameters this rank updates
+  const double code = p.zero.state == optim::StateType::Int8 ? kInt8CodeCost : 1.0;
+  // the gradient read, the parameter written, and read unless an fp32 master replaces it
+  const double passes = p.master_weights == optim::MasterKind::F32 && m.master > 0 ? 2 : 3;
+  const double update = (2 * (double(m.master) + code * double(m.optim)) + passes * dtype_size(p.act) * n) / kHbm;
+  return p.grad_accum * (double(p.micro_batch) * p.seq_len * token * (1 + kRecomputeExtra[p.recompute]) + micro) +
+         update;
+}
+
+std::string FitCandidate::describe() const {
+  return "optimizer_state " + optimizer_state + ", recompute " + std::to_string(recompute) + ", master_weights " +
+         name_of(master) + ", micro_batch " + std::to_string(micro_batch) + " x grad_accum " + std::to_string(grad_accum);
+}
+
+FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
+  const TrainingConfig& t = cfg.training;
+  const Plan base = make_plan(cfg, world, dry_run);  // the config as given, validated
+  FitResult r;
+  r.budget = fit_budget(cfg, base, r.budget_text);
+  std::vector<std::string> states(std::begin(kStates), std::end(kStates));
+  std::vector<int> levels = {0, 1, 2, 3};
+  std::vector<MasterWeights> masters(std::begin(kMasterOptions), std::end(kMasterOptions));
+  if (given(cfg, "training.optimizer_state")) states = {t.optimizer_state};
+  if (given(cfg, "training.recompute")) levels = {t.recompute};
+  if (given(cfg, "training.master_weights") || t.master_weights == MasterWeights::none || base.act == DType::F32)
+    masters = {t.master_weights};
+  const int per_rank = int(base.tokens_per_step / (int64_t(base.seq_len) * world));  // sequences a step
+  std::vector<int> micro;
+  if (split_given(cfg)) {
+    micro = {base.micro_batch};
+  } else {
+    for (int B = per_rank; B >= 1; --B)
+      if (per_rank % B == 0) micro.push_back(B);
+  }
+  for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights"})
+    if (given(cfg, k)) r.kept.push_back(k);
+  if (split_given(cfg))
+    r.kept.push_back(given(cfg, "training.micro_batch") ? "training.micro_batch" : "training.grad_accum");
+
+  for (MasterWeights mo : masters)
+    for (const std::string& state : states)
+      for (int level : levels) {
+        Config c = cfg;
+        c.training.optimizer_state = state;
+        c.training.recompute = level;
+        c.training.master_weights = mo;
+        const Plan p0 = make_plan(c, world, dry_run);
+        for (int B : micro) {
+          Plan p = p0;
+          p.grad_accum = per_rank / B;
+          p = with_micro_batch(p, B);
+          FitCandidate k{state, level, mo, B, p.grad_accum, predict_memory(p), predicted_step_s(p)};
+          if (r.considered++ == 0 || k.memory.total() < r.smallest.memory.total()) r.smallest = k;
+          if (double(k.memory.total()) <= r.budget) r.fitting.push_back(k);
+        }
+      }
+  if (r.fitting.empty()) return r;
+  double fastest = r.fitting.front().step_s;
+  for (const FitCandidate& k : r.fitting) fastest = std::min(fastest, k.step_s);
+  // within the band of the fastest: the most precise state, then master, then the fastest; the rest by time
+  auto key = [&](const FitCandidate& k) {
+    const bool band = k.step_s <= fastest * (1 + kPrecisionBand);
+    return std::make_tuple(band ? 0 : 1, band ? state_rank(k.optimizer_state) : 0, band ? master_rank(k.master) : 0,
+                           k.step_s);
+  };
+  std::stable_sort(r.fitting.begin(), r.fitting.end(),
+                   [&](const FitCandidate& a, const FitCandidate& b) { return key(a) < key(b); });
+  return r;
+}
+
+Plan plan_with_fit(Config& cfg, int world, bool dry_run) {
+  if (cfg.training.memory_fit != MemoryFit::automatic) return make_plan(cfg, world, dry_run);
+  Config c = cfg;
+  const std::string ck = keep_checkpoint_choice(c);
+  const FitResult r = rank_fits(c, world, dry_run);
+  if (r.fitting.empty())
+    throw Error(kExitOutOfMemory, "training.memory_fit: auto: no combination fits " + r.budget_text +
+                                      ": the smallest predicted total is " +
+                                      format_bytes(double(r.smallest.memory.total())) + ", with " +
+                                      r.smallest.describe() + " (" + std::to_string(r.considered) +
+                                      " combination(s) predicted)");
+  const FitCandidate& k = r.fitting.front();
+  TrainingConfig& t = c.training;
+  t.optimizer_state = k.optimizer_state;
+  t.recompute = k.recompute;
+  t.master_weights = k.master;
+  t.micro_batch = MicroBatch::fixed(k.micro_batch);
+  if (t.total_batch_tokens == 0) t.grad_accum = k.grad_accum;
+  Plan plan = make_plan(c, world, dry_run);
+  std::string kept;
+  for (const std::string& key : r.kept) kept += (kept.empty() ? "" : ", ") + key;
+  plan.memory_fit = "memory_fit: auto: " + std::to_string(r.fitting.size()) + " of " + std::to_string(r.considered) +
+                    " combination(s) fit " + r.budget_text +
+                    (ck.empty() ? kept.empty() ? "" : "; kept as given: " + kept
+                                : "; --resume keeps the combination of '" + ck + "'") +
+                    "\n" + line("chosen:    ", k) + "\n" +
+                    (r.fitting.size() > 1 ? line("runner-up: ", r.fitting[1])
+                                          : r.considered > 1 ? "runner-up: none (no other combination fits)"
+                                                             : "runner-up: none (the only combination)") +
+                    "\n(predicted step time: the H100 model of src/run/memory_fit.hpp, for ranking)";
+  cfg.training = t;
+  return plan;
+}
+
+}  // namespace gpt
