@@ -143,12 +143,14 @@ def torch_row(mode, args, out, steps, warmup):
     return row
 
 
-def fit_yaml(base, out, name, preset, limit, precision):
+def fit_yaml(base, out, name, preset, limit, precision, no_master=False):
     c = {k: v for k, v in base.items() if k != "sweep"}
     c = json.loads(json.dumps(c))  # a deep copy
     c["run"] = {"name": name, "out_dir": str(out / "runs")}
     c["model"] = {"preset": preset}
     c["training"].update(precision=precision, memory_fit="auto", memory_limit_gb=limit)
+    if no_master:
+        c["training"]["master_weights"] = "none"
     path = out / f"{name}.yaml"
     path.write_text(yaml.safe_dump(c, sort_keys=False))
     return path
@@ -178,6 +180,9 @@ def main(argv=None):
     ap.add_argument("--indices", default="0-53", help="frontier points, e.g. 0-53 or 3,13,17 ('' for none)")
     ap.add_argument("--limits", default="12,16,24", help="memory_limit_gb values for memory_fit: auto ('' for none)")
     ap.add_argument("--fit-precisions", default="fp8,bf16")
+    ap.add_argument("--no-master-below", type=float, default=16,
+                    help="limits below this also set training.master_weights: none (the smallest state: bf16 "
+                         "parameters alone), as a user of so small a card would")
     ap.add_argument("--small", action="store_true", help="also GPT-2 124M with memory_fit: auto in 4 GiB")
     ap.add_argument("--torch", action="store_true", help="also PyTorch's configurations (bench/pytorch_gpt2.py)")
     ap.add_argument("--steps", type=int, default=8, help="steps of every trainer run (the first is left out)")
@@ -208,10 +213,12 @@ def main(argv=None):
     for limit in [x for x in a.limits.split(",") if x]:
         for prec in [x for x in a.fit_precisions.split(",") if x]:
             name = f"fit_{prec}_{limit}"
-            y = fit_yaml(base, out, name, "d48", float(limit), prec)
+            y = fit_yaml(base, out, name, "d48", float(limit), prec, no_master=float(limit) < a.no_master_below)
             w = {}
             rc = run([a.train, "--yaml", y, "--set", f"training.steps={a.steps}"], out / f"{name}.log", a.point_timeout, w)
-            rows.append(trainer_row(f"memory_limit_gb {limit}, {prec}", out / "runs" / name, rc))
+            rows.append(trainer_row(f"memory_limit_gb {limit}, {prec}" +
+                                    (", master_weights none" if float(limit) < a.no_master_below else ""),
+                                    out / "runs" / name, rc))
             rows[-1].update(w)
             print(f"{name}: exit {rc}, {rows[-1].get('choice')}, {rows[-1].get('tokens_per_s')} tokens/s", flush=True)
     if a.small:
