@@ -73,6 +73,10 @@ def test_dry_run_and_run_take_the_same_choice_and_record_it(tmp_path):
 
     # --resume under a budget where fp32 state fits keeps the checkpoint's choice (choosing again would
     # change the optimizer state, which a resume refuses)
+    dry = train(tmp_path, "--resume", "--dry-run", extra=", memory_limit_gb: 1", steps=4)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert choice(dry.stdout) == ((state, rec, master, micro, accum, total), "| runner-up: none (the only combination)")
+    assert "--resume: continues from the checkpoint of step 2" in dry.stdout
     res = train(tmp_path, "--resume", extra=", memory_limit_gb: 1", steps=4)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "--resume keeps the combination of '" in res.stdout and "step_00000002" in res.stdout, res.stdout
