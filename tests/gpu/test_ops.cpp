@@ -598,6 +598,14 @@ void test_optimizer_compensated(Ctx& c, const char* name, optim::StateType t, si
     cr.param = cw, cr.grad = cg, cr.n = n, cr.decay = true, cr.n_decay = n / 3;
     for (size_t k = 0; k < K; ++k) cr.slot[k] = cs[k], cr.scale[k] = static_cast<float*>(csc[k]);
     opt->update(c.cpu, cr, h);
+    {  // the CPU's master values as the GPU holds them: split into parameter and residual, and back
+      Vec v = down(c.cpu, cw, n);
+      for (float& x : v) {
+        const optim::Compensated s = optim::compensated_split(x);
+        x = optim::compensated_value(s.hi, s.lo);
+      }
+      c.cpu.copy_h2d(cw, v.data(), 4 * n);
+    }
     ParamRange gr = cr;
     gr.param = gp, gr.residual = static_cast<uint16_t*>(gres), gr.grad = gg;
     for (size_t k = 0; k < K; ++k) gr.slot[k] = gs[k], gr.scale[k] = static_cast<float*>(gsc[k]);
@@ -609,14 +617,20 @@ void test_optimizer_compensated(Ctx& c, const char* name, optim::StateType t, si
   std::vector<uint16_t> ghi(n), glo(n);
   c.gpu.copy_d2h(ghi.data(), gp, 2 * n);
   c.gpu.copy_d2h(glo.data(), gres, 2 * n);
-  size_t differ = 0, lo_nonzero = 0;
+  size_t differ = 0, far = 0, lo_nonzero = 0;
   for (size_t i = 0; i < n; ++i) {
     const optim::Compensated s = optim::compensated_split(ref[i]);
     differ += s.hi != ghi[i] || s.lo != glo[i];
+    far += std::fabs(optim::compensated_value(ghi[i], glo[i]) - ref[i]) > std::ldexp(std::fabs(ref[i]), -15);
     lo_nonzero += glo[i] != 0;
   }
-  expect(differ == 0, fmt("[%s] param and residual %s: %zu of %zu differ from the CPU's split master", c.prec,
-                          sz.c_str(), differ, n));
+  // int8 and bf16 state run the rule's Fused arithmetic on both sides: the same bits. fp32 state keeps
+  // each side's compiled arithmetic (an fp32 rounding apart, test_optimizer's master check), which moves
+  // a truncated residual by its last bit now and then: none further than the residual's precision.
+  const size_t allowed = t == optim::StateType::F32 ? n / 100 : 0;
+  expect(differ <= allowed && far == 0,
+         fmt("[%s] param and residual %s: %zu of %zu differ from the CPU's split master (%zu allowed), %zu beyond "
+             "2^-15 of it", c.prec, sz.c_str(), differ, n, allowed, far));
   expect(lo_nonzero > n / 2, fmt("[%s] residual %s: only %zu of %zu nonzero", c.prec, sz.c_str(), lo_nonzero, n));
   for (void* q : {gp, gres}) c.gpu.free(q);
   for (void* q : gs) c.gpu.free(q);
