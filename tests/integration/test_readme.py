@@ -306,6 +306,7 @@ HANDLERS = [
     (r"^\./train --yaml experiments/zero\.yaml --index \d+$", gpu_later),
     (r"^\./train --yaml experiments/scaling\.yaml$", gpu_later),
     (r"^\./train --yaml experiments/long_run\.yaml --resume$", gpu_later),
+    (r"^\./train --yaml experiments/gpt2_1558m_16gb\.yaml$", gpu_later),
     (r"^python3 scripts/(summarize|plot_sweep|to_tensorboard)\.py runs/zero", zero_results),
     (r"^curl ", curl_input),
     (r"^python3 scripts/prepare_data\.py input\.txt ", prepare_data),
@@ -336,6 +337,8 @@ def check_gpu_commands(w):
             p = w.sh(cmd + " --dry-run")  # every key valid, the data there: only the GPU is missing
             if "long_run" in cmd:
                 assert "train data: 1 shard(s), 305261 tokens" in p.stdout
+            if "16gb" in cmd:  # memory_fit's choice for a 16 GiB card, planned here
+                assert "chosen:    optimizer_state int8" in p.stdout and "master_weights compensated" in p.stdout
         else:
             continue
         w.log.append("  (GPU: planned with --dry-run)  " + cmd)
