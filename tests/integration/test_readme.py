@@ -168,6 +168,11 @@ def memory_plan(w, cmd):
     assert "2 int8 values per parameter" in p.stdout and re.search(r"\| activations +\d", p.stdout), p.stdout[-2000:]
 
 
+def frontier_plan(w, cmd):
+    p = w.sh(cmd)  # every point of the frontier sweep predicted, on a machine without its GPU
+    assert "54 point(s)" in p.stdout and "training.master_weights=compensated" in p.stdout, p.stdout[-2000:]
+
+
 def list_points(w, cmd):
     p = w.sh(cmd)
     points = [line for line in p.stdout.splitlines() if re.match(r"\s*\d+\s", line)]
@@ -307,6 +312,7 @@ HANDLERS = [
     (r"^\./train --yaml experiments/scaling\.yaml$", gpu_later),
     (r"^\./train --yaml experiments/long_run\.yaml --resume$", gpu_later),
     (r"^\./train --yaml experiments/gpt2_1558m_16gb\.yaml$", gpu_later),
+    (r"^\./train --yaml experiments/memory_frontier\.yaml --dry-run$", frontier_plan),
     (r"^python3 scripts/(summarize|plot_sweep|to_tensorboard)\.py runs/zero", zero_results),
     (r"^curl ", curl_input),
     (r"^python3 scripts/prepare_data\.py input\.txt ", prepare_data),

@@ -689,7 +689,7 @@ def write_frontier_sweep(sweep):
     """GPT-2 1558M on one GPU over optimizer_state x recompute x micro_batch x master_weights, one global batch
     of 524,288 tokens (gradient accumulation): fp32 master weights and fp32 optimizer state cost memory and
     save a little time, recompute 3 saves activations at 22% of the speed, a larger micro-batch is faster.
-    A point predicting more than 75 GiB runs out of memory: fp32 r0 mb16 master, 75.6 GiB."""
+    A point predicting more than 75 GiB runs out of memory: fp32 r0 mb16 fp32-master, 75.6 GiB."""
     n, comps = 1_557_611_200, ("params", "grads", "master", "optim", "activations", "workspace")
     grid = [(o, r, mb, mw) for o in ("fp32", "int8") for r in (0, 3) for mb in (4, 16) for mw in ("true", "false")]
     for index, (opt, rc, mb, mw) in enumerate(grid):
@@ -735,8 +735,8 @@ def test_frontier_of_a_large_model_over_its_memory_axes(tmp_path):
     assert drawn["frontier"] == ["int8 r3 mb4 no-master", "int8 r3 mb16 no-master", "int8 r0 mb4 no-master",
                                  "fp32 r0 mb4 no-master", "int8 r0 mb16 no-master", "fp32 r0 mb16 no-master"]
     oom, = [d for d in drawn["points"] if d[3] == "oom"]
-    assert oom[0] == "fp32 r0 mb16 master" and oom[4] == "predicted" and oom[1] == pytest.approx(75.6, abs=0.05)
-    assert [b[0] for b in drawn["bars"]] == drawn["frontier"] + ["fp32 r0 mb16 master"]  # by memory
+    assert oom[0] == "fp32 r0 mb16 fp32-master" and oom[4] == "predicted" and oom[1] == pytest.approx(75.6, abs=0.05)
+    assert [b[0] for b in drawn["bars"]] == drawn["frontier"] + ["fp32 r0 mb16 fp32-master"]  # by memory
     assert drawn["cards"] == [12, 16, 24] and drawn["unit"] == "GiB"
     assert drawn["xlabel"] == "measured peak memory per GPU (GiB)"
     assert drawn["title"].startswith("memory frontier of GPT-2 1558M (d48, 1.56B params), global batch 524,288 "
