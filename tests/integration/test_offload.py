@@ -123,3 +123,29 @@ training: {{device: cpu, micro_batch: 1, seq_len: 64, steps: 1, offload: optimiz
     first = p.stderr.strip().splitlines()[0]
     assert "out of host memory" in first and "training.offload: optimizer's" in first and " B) per rank" in first, first
     assert not (tmp_path / "runs").exists()
+
+
+# ---- the GPU (skipped with a message on machines without a CUDA device): bf16 parameters, the update on
+# the host in the kernel's arithmetic. Run on the GPU machine:
+#   OMP_NUM_THREADS=1 python3 -m pytest -v -rs tests/integration/test_offload.py -k gpu
+from test_gpu_shared import has_gpu, run as gpu_run  # noqa: E402
+
+
+@pytest.mark.skipif(not has_gpu(), reason="SKIP: no CUDA device on this machine (GPU tests run on the GPU machine)")
+@pytest.mark.parametrize("ranks,stage,sets", [
+    (1, 0, []), (1, 0, ["training.master_weights=compensated"]), (1, 0, ["training.master_weights=none"]),
+    (1, 0, ["training.optimizer_state=int8"]), (1, 0, ["training.optimizer_state=bf16", "training.optimizer=lion"]),
+    (1, 0, ["training.optimizer=lion"]), (1, 0, ["training.precision=fp32"]),
+    (2, 1, []), (2, 2, ["training.optimizer_state=int8", "training.master_weights=compensated"])])
+def test_gpu_offload_is_bit_identical(tmp_path, ranks, stage, sets):
+    logs, dirs = {}, {}
+    for off in ("none", "optimizer"):
+        logs[off], dirs[off] = gpu_run(tmp_path, off, ranks, stage=stage, ckpt=5,
+                                       sets=list(sets) + [f"training.offload={off}"])
+    slots = ("m",) if "training.optimizer=lion" in sets else ("m", "v")
+    assert_same_run(dirs["none"], dirs["optimizer"], f"GPU {ranks} ranks ZeRO-{stage} {sets}", slots)
+    on = logs["optimizer"]
+    for k in ("params", "grads", "master", "optim"):
+        assert on["mem_pred"][k] == on["mem_meas"][k], (k, on["mem_pred"], on["mem_meas"])
+    assert on["mem_pred"]["optim"] == 0 and on["mem_meas"]["optim"] == 0
+    assert np.all(on["offload_ms"] > 0), on["offload_ms"]
