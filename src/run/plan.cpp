@@ -156,11 +156,14 @@ void check_host_memory(const Plan& plan, HostComm& host, bool checkpoints) {
     const double avail = available_host_bytes(),
                  need = double(cpu ? predict_memory(plan).total() : (checkpoints ? host_snapshot_bytes(plan) : 0) + offload) *
                         host.local_size();
-    std::string what = cpu ? "" : checkpoints ? " of page-locked host memory for its checkpoint snapshots" : "";
-    if (offload > 0)
-      what += std::string(what.empty() ? " (" : " and ") + "training.offload: optimizer's " +
-              format_bytes(double(offload)) + " (" + std::to_string(offload) + " B) per rank" +
-              (what.empty() ? ")" : "");
+    const std::string state = "training.offload's optimizer state, " + format_bytes(double(offload)) + " (" +
+                              std::to_string(offload) + " B) per rank";
+    std::string what;
+    if (!cpu)
+      what = std::string(" of page-locked host memory for ") + (checkpoints ? "its checkpoint snapshots" : "") +
+             (checkpoints && offload > 0 ? " and " : "") + (offload > 0 ? state : "");
+    else if (offload > 0)
+      what = " with " + state;
     if (avail > 0 && need > avail)
       throw Error(kExitOutOfMemory, "out of host memory: " + describe(plan) + " needs " + format_bytes(need) + what +
                                         " (predicted, for " + std::to_string(host.local_size()) +

@@ -110,6 +110,15 @@ def test_memory_prediction_moves_the_state(tmp_path, ranks, stage):
     assert f"(offloaded to host: {kib:.2f} KiB per rank" in p.stdout, p.stdout[-3000:]
 
 
+def expected_big_offload_bytes():
+    """The model below: AdamW's two fp32 slots and the transfer rings (its largest bucket, the embedding)."""
+    C, V, L, T = 4096, 50304, 48, 64
+    layer = 12 * C * C + 13 * C  # every tensor's size a multiple of 64: no padding
+    embedding = V * C + T * C
+    total = embedding + L * layer + 2 * C
+    return 2 * 4 * total + 2 * 3 * 4 * max(embedding, layer)
+
+
 def test_host_memory_is_checked_before_work(tmp_path):
     # about 10 billion parameters: their optimizer state alone is more host memory than any node here has
     y = write_yaml(tmp_path / "big.yaml", f"""
@@ -121,7 +130,8 @@ training: {{device: cpu, micro_batch: 1, seq_len: 64, steps: 1, offload: optimiz
     p = run_train(["--yaml", y], timeout=120, env=ENV)
     assert p.returncode == EXIT_OOM, f"exit {p.returncode}\n{p.stderr[-2000:]}"
     first = p.stderr.strip().splitlines()[0]
-    assert "out of host memory" in first and "training.offload: optimizer's" in first and " B) per rank" in first, first
+    assert first.startswith("error: out of host memory: ") and "training.offload's optimizer state, " in first, first
+    assert f"({expected_big_offload_bytes()} B) per rank" in first, first
     assert not (tmp_path / "runs").exists()
 
 
