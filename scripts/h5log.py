@@ -27,7 +27,7 @@ COMPONENTS = ("params", "grads", "master", "adam_m", "adam_v", "activations", "w
 # The /train and /eval series in the trainer's order (kTrainMetrics, kEvalMetrics: src/io/metrics.hpp), the
 # order of its train.csv and eval.csv columns.
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "mfu", "elapsed_s", "tokens",
-                "fp8_saturated", "peak_memory", "gathered_bytes")
+                "fp8_saturated", "peak_memory", "gathered_bytes", "offload_ms", "offload_wait_ms")
 EVAL_FIELDS = ("step", "val_loss", "hellaswag_acc", "hellaswag_acc_norm", "sample_end")
 STATUSES = ("running", "ok", "failed", "oom", "checkpointed")
 GIB = float(1 << 30)

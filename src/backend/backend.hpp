@@ -67,6 +67,17 @@ class Backend {
   virtual void after_copies() {}
   // Blocks the calling thread (any thread) until every copy_d2h_async queued so far has landed.
   virtual void wait_copies() {}
+  // An optimizer on the host (training.offload). download queues a copy of device memory into host
+  // memory behind every op queued so far (CUDA: on the copy stream, beside the ops queued after it) and
+  // returns a ticket that wait_download blocks on until that copy has landed (tickets of the last 64
+  // downloads). upload queues a copy of host memory into device memory on the compute stream: the ops
+  // queued after it see it; the host memory must stay as it is until they run (the CPU copies both now).
+  virtual uint64_t download(void* dst, const void* src, size_t bytes) {
+    copy_d2h(dst, src, bytes);
+    return 0;
+  }
+  virtual void wait_download(uint64_t ticket) {}
+  virtual void upload(void* dst, const void* src, size_t bytes) { copy_h2d(dst, src, bytes); }
   // log.op_profile: each op's GPU time per step since the last reset, as a table ("" when off or none)
   virtual std::string op_profile() const { return ""; }
   virtual void op_profile_reset() {}

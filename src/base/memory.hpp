@@ -10,7 +10,8 @@ namespace gpt {
 struct MemoryBreakdown {
   size_t params = 0, grads = 0, master = 0, optim = 0, activations = 0, workspace = 0, comm = 0;
   size_t snapshot = 0;
-  size_t total() const { return params + grads + master + optim + activations + workspace + comm + snapshot; }
+  size_t offload = 0;
+  size_t total() const { return params + grads + master + optim + activations + workspace + comm + snapshot + offload; }
 };
 
 struct MemoryComponent {
@@ -32,6 +33,10 @@ inline constexpr MemoryComponent kMemoryComponents[] = {
     {"snapshot", &MemoryBreakdown::snapshot,
      "CPU: the host copy of this rank's state a checkpoint is written from (on the GPU it is host memory, "
      "page-locked at the start of a run that checkpoints, shown apart in the dry-run)"},
+    {"offload", &MemoryBreakdown::offload,
+     "CPU, training.offload: the master weights, the optimizer's state and the transfer buffers kept apart "
+     "from the parameters (on the GPU they are page-locked host memory, not the device's: 0 here, master and "
+     "optim 0 too, the host bytes shown apart in the dry-run)"},
 };
 
 }  // namespace gpt

@@ -21,6 +21,7 @@ enum class OnError : uint8_t { stop, go_on };                // checkpoint.on_er
 enum class SharedGpu : uint8_t { refuse, host };             // parallel.shared_gpu: refuse / host
 enum class MasterWeights : uint8_t { none, fp32, compensated };  // training.master_weights (true / false: fp32 / none)
 enum class MemoryFit : uint8_t { off, automatic };           // training.memory_fit: off / auto
+enum class Offload : uint8_t { none, optimizer };            // training.offload
 using Fp8Format = fp8::Format;                               // training.fp8_grad_format: e4m3 / e5m2
 using Fp8FastAccum = fp8::FastAccum;                         // training.fp8_fast_accum
 
@@ -38,6 +39,7 @@ template <> struct EnumNames<MasterWeights> {
   static constexpr bool bool_names = true;
 };
 template <> struct EnumNames<MemoryFit> { static constexpr const char* names[] = {"off", "auto"}; };
+template <> struct EnumNames<Offload> { static constexpr const char* names[] = {"none", "optimizer"}; };
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
 template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>
@@ -110,6 +112,7 @@ struct TrainingConfig {
   Schedule schedule = Schedule::cosine;
   std::string optimizer = "adamw";
   std::string optimizer_state = "fp32";  // fp32 | bf16 | int8 (optim/state.hpp)
+  Offload offload = Offload::none;
   float min_lr_frac = 0.0f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;

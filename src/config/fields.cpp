@@ -129,6 +129,17 @@ std::vector<Field> fields_of(Config& c) {
        "one fp32 scale, the absolute maximum, per block of 256: 1.016 bytes; logarithmic codes, signed for "
        "first moments and unsigned for second moments; docs/DESIGN.md, The optimizer). The CPU and the GPU "
        "write the same state bytes. A run resumes only under the state type it was written with"},
+      {"training.offload", &t.offload,
+       "where the optimizer runs: `none` on the device; `optimizer` the master weights and every optimizer "
+       "slot in page-locked host memory and the update on the host's threads (OpenMP), so that the GPU holds "
+       "only the parameters, gradients and activations. Each step, after the gradient norm (clipping needs "
+       "it before any update), every bucket's gradient piece is copied to the host, updated there with the "
+       "device's own arithmetic (the same bits: losses and checkpoints are those of `none`) and its new "
+       "parameters copied back before the next forward, pipelined by bucket (the next bucket's gradients "
+       "come down and the last one's parameters go up while the host updates one). ZeRO stages 0-2 (each "
+       "rank offloads its shard), not 3. Checkpoints are the same either way, so a run resumes under the "
+       "other setting. The dry run shows the host bytes per rank; the run log's /train/offload_ms the host's "
+       "update time per step"},
       {"training.beta1", &t.beta1, "the optimizer's first decay rate (AdamW: first moment; Lion: the update's interpolation)"},
       {"training.beta2", &t.beta2, "the optimizer's second decay rate (AdamW: second moment; Lion: the moment)"},
       {"training.eps", &t.eps, "AdamW epsilon (unused by Lion)"},

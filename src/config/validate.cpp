@@ -83,6 +83,9 @@ void validate(const Config& cfg, int world) {
   if (t.weight_decay < 0) bad("training.weight_decay", "must be >= 0");
   if (t.grad_clip < 0) bad("training.grad_clip", "must be >= 0 (0 = off)");
   if (t.zero_stage < 0 || t.zero_stage > 3) bad("training.zero_stage", "must be 0, 1, 2 or 3");
+  if (t.offload == Offload::optimizer && t.zero_stage == 3)
+    bad("training.offload", "'optimizer' works with training.zero_stage 0, 1 or 2, not 3 (the parameters' "
+                            "shards are gathered on the device)");
   if (t.recompute < 0 || t.recompute > 3) bad("training.recompute", "must be 0, 1, 2 or 3");
   if (!(t.matmul_search_s >= 0 && t.matmul_search_s <= 60))
     bad("training.matmul_search_s", "must be between 0 and 60 (seconds per matmul shape; 0 = no search)");

@@ -26,7 +26,11 @@ namespace gpt {
   X(fp8_saturated, "tensors", true, "precision fp8: scaled tensors whose values were clipped since the last row") \
   X(peak_memory, "bytes", true, "peak device memory of rank 0 so far (CPU: the process's peak RSS)")       \
   X(gathered_bytes, "bytes", true, "bytes rank 0 received from the other ranks through all-gathers in the " \
-    "step: ZeRO-3's parameter gathers, ZeRO-1/2's after the update (0 on one rank)")
+    "step: ZeRO-3's parameter gathers, ZeRO-1/2's after the update (0 on one rank)")                     \
+  X(offload_ms, "ms", false, "training.offload: rank 0's wall time of the optimizer's loops on the host in " \
+    "the step (NaN without offload)")                                                                     \
+  X(offload_wait_ms, "ms", false, "training.offload: the rest of rank 0's update: waiting for the "      \
+    "gradients to come down and queueing the parameters' way up (NaN without offload)")
 
 #define GPT_EVAL_METRICS(X)                                                                               \
   X(step, "steps", true, "optimizer steps completed when the evaluation ran")                           \

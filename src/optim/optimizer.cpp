@@ -23,6 +23,21 @@ class RuleOptimizer final : public Optimizer {
   optim::StateType state() const override { return state_; }
   bool slot_signed(int k) const override { return Rule::kSlotSigned[k]; }
   void update(Backend& be, const ParamRange& r, const OptimizerHyper& h) const override {
+    const optim::StepArgs a = args(be, r, h);
+    const bool cuda = be.name() == "cuda";
+    be.run_op(Rule::kName, [&](void* stream) {
+      if (cuda) optim::step_cuda<Rule>(a, stream);
+      else optim::step_cpu<Rule>(a);
+    });
+  }
+  void update_host(const Backend& be, const ParamRange& r, const OptimizerHyper& h) const override {
+    const optim::StepArgs a = args(be, r, h);
+    if (be.name() == "cuda") optim::step_host<Rule>(a, r.device_aligned);
+    else optim::step_cpu<Rule>(a);
+  }
+
+ private:
+  optim::StepArgs args(const Backend& be, const ParamRange& r, const OptimizerHyper& h) const {
     optim::StepArgs a;
     a.param = r.param, a.master = r.master, a.residual = r.residual, a.grad = r.grad, a.n = r.n;
     for (int k = 0; k < Rule::kSlots; ++k) {
@@ -43,14 +58,9 @@ class RuleOptimizer final : public Optimizer {
     a.seed = h.seed, a.index_offset = r.index_offset, a.nonfinite = r.nonfinite;
     a.stochastic = stochastic_;
     a.bf16 = be.act_dtype() == DType::BF16;
-    const bool cuda = be.name() == "cuda";
-    be.run_op(Rule::kName, [&](void* stream) {
-      if (cuda) optim::step_cuda<Rule>(a, stream);
-      else optim::step_cpu<Rule>(a);
-    });
+    return a;
   }
 
- private:
   OptimizerInfo info_;
   bool stochastic_;
   optim::StateType state_;

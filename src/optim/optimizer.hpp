@@ -39,6 +39,9 @@ struct ParamRange {
   size_t n_decay = 0;
   uint64_t index_offset = 0;               // logical index of element 0 (rounding independent of sharding)
   unsigned* nonfinite = nullptr;           // (1) set when an updated value is not finite
+  // update_host: whether the device's kernel would find the range's pointers aligned for its vector path
+  // (optim::step_aligned; fp32 state on CUDA, where AdamW's arithmetic differs between the two paths)
+  bool device_aligned = false;
 };
 
 class Optimizer {
@@ -50,6 +53,10 @@ class Optimizer {
   virtual bool slot_signed(int k) const = 0;                   // slot k's values take both signs (its int8 code)
   // Queues the update of one range on the backend (asynchronous like every op).
   virtual void update(Backend& be, const ParamRange& r, const OptimizerHyper& h) const = 0;
+  // training.offload: the same update on the host's threads, now, on host memory (param and grad in
+  // be's activation dtype): bit for bit what update() writes on be's device (CPU: its own loop; CUDA: the
+  // kernel's arithmetic, optim::step_host).
+  virtual void update_host(const Backend& be, const ParamRange& r, const OptimizerHyper& h) const = 0;
 };
 
 // The optimizers there are: name, state slots, documentation (training.optimizer's values).

@@ -8,6 +8,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "optim/rules.hpp"
 #include "optim/state.hpp"
@@ -46,5 +48,22 @@ template <class Rule>
 void step_cpu(const StepArgs& a);
 template <class Rule>
 void step_cuda(const StepArgs& a, void* stream);
+
+// The CUDA kernel of fp32 state (step_cuda.cu) takes kStepVec elements at a time where every pointer of
+// the range is aligned to kStepVec of its elements (step_aligned: each pointer, null or not, with its
+// element size), and then all but the last n % kStepVec; the others one at a time.
+constexpr int kStepVec = 8;
+inline bool step_aligned(std::initializer_list<std::pair<const void*, size_t>> ptrs) {
+  for (const auto& [p, esz] : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % (esz * kStepVec) != 0) return false;
+  return true;
+}
+// training.offload: step_cuda's update on the host (OpenMP), bit for bit, on host copies of the device's
+// memory (param and grad bf16 as their bits when a.bf16). The device's products, fused multiply-adds,
+// divisions and square roots are single IEEE roundings, which the host computes with std::fma and its
+// own IEEE operations in the forms the kernel takes (rules.hpp: AdamW's differ between the kernel's
+// vector path, taken where `aligned`, and its one-element path), and the same rounding of the parameters.
+template <class Rule>
+void step_host(const StepArgs& a, bool aligned);
 
 }  // namespace gpt::optim

@@ -178,7 +178,7 @@ void launch_lowp(const StepArgs& a, cudaStream_t s) {
 template <class Rule, class X>
 void launch(const StepArgs& a, cudaStream_t s) {
   if (a.state != StateType::F32) return launch_lowp<Rule, X>(a, s);
-  constexpr int V = 8;  // 16-byte bf16 accesses, two 16-byte fp32 ones
+  constexpr int V = kStepVec;  // 8: 16-byte bf16 accesses, two 16-byte fp32 ones (step_host follows)
   bool vec = is_aligned(a.grad, V * sizeof(X)) && is_aligned(a.param, V * sizeof(X)) && is_aligned(a.master, 4 * V) &&
              is_aligned(a.residual, 2 * V);
   for (int k = 0; k < Rule::kSlots; ++k) vec = vec && is_aligned(a.slot[k], 4 * V);

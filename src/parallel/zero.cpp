@@ -1,8 +1,12 @@
 #include "parallel/zero.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include "optim/step.hpp"
 
 namespace gpt {
 // The four roles a gather or gradient buffer can play: embedding, final, even layer, odd layer.
@@ -19,7 +23,9 @@ EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy&
     z.full_total += x.cap;
     z.shard_total += x.shard;
     z.state_total += policy.state == optim::StateType::Int8 ? optim::quant_blocks(x.shard) * optim::kQuantBlock : x.shard;
+    z.max_shard = std::max(z.max_shard, x.shard);
   }
+  z.offload = policy.offload;
   z.params = policy.shard_params ? z.shard_total : z.full_total;
   z.grads = policy.shard_grads ? z.shard_total : z.full_total;
   z.role_cap[0] = z.shape.front().cap;
@@ -47,7 +53,16 @@ MemoryBreakdown EngineSizes::bytes(DType act, optim::MasterKind master, int n_sl
   m.master = optim::master_bytes_per_value(master_kind(act, master)) * shard_total;
   m.optim = optim::state_bytes(state, state_total) * size_t(n_slots);
   m.comm = (grad_temps ? e * roles : 0) + (gather_bufs ? e * roles : 0) + fp8_gather_bytes + e * rest_gather;
+  if (offload) m.master = m.optim = 0;
   return m;
+}
+
+size_t EngineSizes::host_bytes(DType act, optim::MasterKind master, int n_slots) const {
+  if (!offload) return 0;
+  EngineSizes z = *this;
+  z.offload = false;
+  const MemoryBreakdown m = z.bytes(act, master, n_slots);
+  return m.master + m.optim + 2 * size_t(kOffloadRing) * max_shard * dtype_size(act);
 }
 
 ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& comm, HostComm& host,
@@ -82,19 +97,33 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
     tally += bytes;
     return p;
   };
+  // training.offload: the optimizer's memory on the host (the CPU backend's host memory is its device's:
+  // counted as the offload component there; on a GPU host_bytes_, apart from the device's components)
+  offload_ = policy_.offload;
+  size_t& host_tally = be_.name() == "cpu" ? alloc_.offload : host_bytes_;
+  auto take_state = [&](size_t bytes, size_t& tally) {
+    return offload_ ? host_take(bytes, host_tally) : take(bytes, tally);
+  };
   (policy_.shard_params ? params_shard_ : params_full_) = take(esz_ * z.params, alloc_.params);
   (policy_.shard_grads ? grads_shard_ : grads_full_) = take(esz_ * z.grads, alloc_.grads);
   switch (EngineSizes::master_kind(be.act_dtype(), master)) {
-    case optim::MasterKind::F32: master_ = static_cast<float*>(take(4 * shard_total_, alloc_.master)); break;
-    case optim::MasterKind::Compensated: residual_ = static_cast<uint16_t*>(take(2 * shard_total_, alloc_.master)); break;
+    case optim::MasterKind::F32: master_ = static_cast<float*>(take_state(4 * shard_total_, alloc_.master)); break;
+    case optim::MasterKind::Compensated: residual_ = static_cast<uint16_t*>(take_state(2 * shard_total_, alloc_.master)); break;
     case optim::MasterKind::None: break;
   }
   for (size_t k = 0; k < optimizer.slots().size(); ++k) {
-    slots_.push_back(take(optim::state_type_size(policy_.state) * z.state_total, alloc_.optim));
-    if (q8) scales_.push_back(static_cast<float*>(take(4 * (z.state_total / optim::kQuantBlock), alloc_.optim)));
+    slots_.push_back(take_state(optim::state_type_size(policy_.state) * z.state_total, alloc_.optim));
+    if (q8) scales_.push_back(static_cast<float*>(take_state(4 * (z.state_total / optim::kQuantBlock), alloc_.optim)));
   }
   size_t flag_bytes = 0;  // not a memory component: 4 bytes
-  nonfinite_ = static_cast<unsigned*>(take(sizeof(unsigned), flag_bytes));
+  if (offload_) {
+    nonfinite_ = &host_nonfinite_;
+    ring_elems_ = z.max_shard;
+    ring_grad_ = host_take(esz_ * EngineSizes::kOffloadRing * ring_elems_, host_tally);
+    ring_param_ = host_take(esz_ * EngineSizes::kOffloadRing * ring_elems_, host_tally);
+  } else {
+    nonfinite_ = static_cast<unsigned*>(take(sizeof(unsigned), flag_bytes));
+  }
   if (z.grad_temps)
     for (size_t c : z.role_cap) grad_temps_.push_back(take(esz_ * c, alloc_.comm));
   if (z.gather_bufs)
@@ -114,11 +143,22 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
 }
 
 ZeroEngine::~ZeroEngine() {
-  for (void* p : {params_full_, params_shard_, grads_full_, grads_shard_, static_cast<void*>(master_),
-                  static_cast<void*>(residual_), static_cast<void*>(nonfinite_)})
+  for (void* p : {params_full_, params_shard_, grads_full_, grads_shard_})
     if (p) be_.free(p);
-  for (void* p : slots_) be_.free(p);
-  for (float* p : scales_) be_.free(p);
+  if (!offload_) {
+    for (void* p : {static_cast<void*>(master_), static_cast<void*>(residual_), static_cast<void*>(nonfinite_)})
+      if (p) be_.free(p);
+    for (void* p : slots_) be_.free(p);
+    for (float* p : scales_) be_.free(p);
+  } else {
+    try {
+      be_.synchronize();  // no upload still reads a ring
+      for (void* p : pinned_) be_.unpin_host(p);
+      for (void* p : host_blocks_) std::free(p);
+    } catch (const Error&) {
+      // the device failed: the memory is left to the process's end rather than freed under a copy
+    }
+  }
   for (void* p : grad_temps_) be_.free(p);
   for (void* p : gather_bufs_) be_.free(p);
   for (void* p : {fp8_bufs_[0], fp8_bufs_[1], rest_bufs_[0], rest_bufs_[1]})
@@ -126,6 +166,28 @@ ZeroEngine::~ZeroEngine() {
 }
 
 char* ZeroEngine::act_ptr(void* base, size_t elems) const { return static_cast<char*>(base) + esz_ * elems; }
+
+void* ZeroEngine::host_take(size_t bytes, size_t& tally) {
+  const size_t page = 4096, whole = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+  void* p = std::aligned_alloc(page, whole);  // aligned as the device's allocations (the step's vector paths)
+  if (!p)
+    throw Error(kExitOutOfMemory, "out of host memory: training.offload needs " + std::to_string(bytes) +
+                                      " more bytes of host memory for the optimizer's state");
+  host_blocks_.push_back(p);
+  std::memset(p, 0, whole);
+  if (be_.pin_host(p, whole)) pinned_.push_back(p);  // else pageable: the copies still work, slower
+  tally += bytes;
+  return p;
+}
+
+void ZeroEngine::state_to_host(void* dst, const void* src, size_t bytes) {
+  if (offload_) std::memcpy(dst, src, bytes);
+  else be_.copy_d2h(dst, src, bytes);
+}
+void ZeroEngine::state_from_host(void* dst, const void* src, size_t bytes) {
+  if (offload_) std::memcpy(dst, src, bytes);
+  else be_.copy_h2d(dst, src, bytes);
+}
 
 void* ZeroEngine::slot_ptr(int s, int b, size_t off) const {
   return static_cast<char*>(slots_[size_t(s - 2)]) + optim::state_type_size(policy_.state) * (state_off_[b] + off);
@@ -328,51 +390,60 @@ double ZeroEngine::grad_norm() {
   return std::sqrt(s);
 }
 
+std::vector<ParamRange> ZeroEngine::ranges(int b, void* param, const void* grad) {
+  std::vector<ParamRange> out;
+  // decayed tensors come first in every bucket: [0, split) decays, [split, size) does not
+  const Bucket& bk = layout_.bucket(b);
+  const size_t split = bk.decayed;
+  const size_t lo = piece_begin(b), hi = piece_end(b);
+  const size_t base = piece_start(b);  // logical start of the piece
+  if (policy_.state != optim::StateType::F32) {
+    // bf16 and int8 state: the whole piece at once (it starts at a block's start), its decayed part first
+    if (hi <= lo) return out;
+    ParamRange r;
+    r.param = param;
+    r.master = master_ ? master_ + shard_off_[b] : nullptr;
+    r.residual = residual_ ? residual_ + shard_off_[b] : nullptr;
+    r.grad = grad;
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      r.slot[k] = slot_ptr(int(k) + 2, b, 0);
+      if (!scales_.empty()) r.scale[k] = scale_ptr(int(k) + 2, b, 0);
+    }
+    r.n = hi - lo;
+    r.n_decay = std::min(hi, std::max(lo, split)) - lo;
+    r.index_offset = layout_.logical_offset(b) + lo;
+    r.nonfinite = nonfinite_;
+    out.push_back(r);
+    return out;
+  }
+  for (int part = 0; part < 2; ++part) {
+    const size_t s0 = std::max(lo, part == 0 ? size_t(0) : split);
+    const size_t s1 = std::min(hi, part == 0 ? split : bk.size);
+    if (s1 <= s0) continue;
+    const size_t off = s0 - base;  // within the piece
+    ParamRange r;
+    r.param = act_ptr(param, off);
+    r.master = master_ ? master_ + shard_off_[b] + off : nullptr;
+    r.residual = residual_ ? residual_ + shard_off_[b] + off : nullptr;
+    r.grad = act_ptr(const_cast<void*>(grad), off);
+    for (size_t k = 0; k < slots_.size(); ++k) r.slot[k] = slot_ptr(int(k) + 2, b, off);
+    r.n = s1 - s0;
+    r.decay = part == 0;
+    r.index_offset = layout_.logical_offset(b) + s0;
+    r.nonfinite = nonfinite_;
+    out.push_back(r);
+  }
+  return out;
+}
+
 void ZeroEngine::update(const OptimizerHyper& h) {
   ++params_version_;
   be_.after_copies();  // a snapshot's copies read what the optimizer is about to write
-  for (int b = 0; b < layout_.n_buckets(); ++b) {
-    // decayed tensors come first in every bucket: [0, split) decays, [split, size) does not
-    const Bucket& bk = layout_.bucket(b);
-    const size_t split = bk.decayed;
-    const size_t lo = piece_begin(b), hi = piece_end(b);
-    const size_t base = piece_start(b);  // logical start of the piece
-    if (policy_.state != optim::StateType::F32) {
-      // bf16 and int8 state: the whole piece at once (it starts at a block's start), its decayed part first
-      if (hi <= lo) continue;
-      ParamRange r;
-      r.param = param_piece(b);
-      r.master = master_ ? master_ + shard_off_[b] : nullptr;
-      r.residual = residual_ ? residual_ + shard_off_[b] : nullptr;
-      r.grad = grad_piece(b);
-      for (size_t k = 0; k < slots_.size(); ++k) {
-        r.slot[k] = slot_ptr(int(k) + 2, b, 0);
-        if (!scales_.empty()) r.scale[k] = scale_ptr(int(k) + 2, b, 0);
-      }
-      r.n = hi - lo;
-      r.n_decay = std::min(hi, std::max(lo, split)) - lo;
-      r.index_offset = layout_.logical_offset(b) + lo;
-      r.nonfinite = nonfinite_;
-      opt_.update(be_, r, h);
-      continue;
-    }
-    for (int part = 0; part < 2; ++part) {
-      const size_t s0 = std::max(lo, part == 0 ? size_t(0) : split);
-      const size_t s1 = std::min(hi, part == 0 ? split : bk.size);
-      if (s1 <= s0) continue;
-      const size_t off = s0 - base;  // within the piece
-      ParamRange r;
-      r.param = act_ptr(param_piece(b), off);
-      r.master = master_ ? master_ + shard_off_[b] + off : nullptr;
-      r.residual = residual_ ? residual_ + shard_off_[b] + off : nullptr;
-      r.grad = act_ptr(grad_piece(b), off);
-      for (size_t k = 0; k < slots_.size(); ++k) r.slot[k] = slot_ptr(int(k) + 2, b, off);
-      r.n = s1 - s0;
-      r.decay = part == 0;
-      r.index_offset = layout_.logical_offset(b) + s0;
-      r.nonfinite = nonfinite_;
-      opt_.update(be_, r, h);
-    }
+  if (offload_) {
+    update_offloaded(h);
+  } else {
+    for (int b = 0; b < layout_.n_buckets(); ++b)
+      for (const ParamRange& r : ranges(b, param_piece(b), grad_piece(b))) opt_.update(be_, r, h);
   }
   if (policy_.gathers_after_update()) {
     if (world_ > 1)
@@ -386,8 +457,58 @@ void ZeroEngine::update(const OptimizerHyper& h) {
   drop_fp8_gathers();
 }
 
+// training.offload: the update on the host, pipelined by bucket: the gradient pieces (and, where the
+// update reads them, the parameter pieces) of the next kOffloadRing buckets come down while the host
+// updates one, and each bucket's new parameters go up on the compute stream, ahead of the next forward.
+// A ring slot is reused by the bucket kOffloadRing later, whose download is queued after the upload
+// from that slot, so it never overwrites a piece still to go up.
+void ZeroEngine::update_offloaded(const OptimizerHyper& h) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  double host_s = 0;
+  const int nb = layout_.n_buckets(), ring = EngineSizes::kOffloadRing;
+  const bool read_params = master_ == nullptr;  // no fp32 master: the update starts from the parameters
+  std::vector<uint64_t> ticket(size_t(nb), 0);
+  auto down = [&](int b) {
+    const size_t n = piece_end(b) - piece_begin(b);
+    if (n == 0) return;
+    const size_t slot = size_t(b % ring) * ring_elems_;
+    ticket[b] = be_.download(act_ptr(ring_grad_, slot), grad_piece(b), esz_ * n);
+    if (read_params) ticket[b] = be_.download(act_ptr(ring_param_, slot), param_piece(b), esz_ * n);
+  };
+  for (int b = 0; b < std::min(ring, nb); ++b) down(b);
+  for (int b = 0; b < nb; ++b) {
+    const size_t n = piece_end(b) - piece_begin(b);
+    if (n > 0) {
+      be_.wait_download(ticket[b]);  // b's copies, the last one queued for it
+      char* param = act_ptr(ring_param_, size_t(b % ring) * ring_elems_);
+      const char* grad = act_ptr(ring_grad_, size_t(b % ring) * ring_elems_);
+      const auto t1 = clock::now();
+      for (ParamRange r : ranges(b, param, grad)) {
+        // where the device's kernel would find its pointers aligned: the parameters' and gradients' own,
+        // and the state's (host memory aligned as the device's, at the same offsets)
+        const size_t off = (static_cast<const char*>(r.grad) - grad) / esz_;
+        r.device_aligned = optim::step_aligned({{act_ptr(param_piece(b), off), esz_}, {act_ptr(grad_piece(b), off), esz_},
+                                                {r.master, 4}, {r.residual, 2}, {r.slot[0], 4}, {r.slot[1], 4}});
+        opt_.update_host(be_, r, h);
+      }
+      host_s += std::chrono::duration<double>(clock::now() - t1).count();
+      be_.upload(param_piece(b), param, esz_ * n);
+    }
+    if (b + ring < nb) down(b + ring);
+  }
+  offload_ms_ = 1000.0 * host_s;
+  offload_wait_ms_ = 1000.0 * std::chrono::duration<double>(clock::now() - t0).count() - offload_ms_;
+}
+
 bool ZeroEngine::state_finite() {
   unsigned flag = 0;
+  if (offload_) {
+    be_.synchronize();
+    flag = host_nonfinite_;
+    host_nonfinite_ = 0;
+    return flag == 0;
+  }
   be_.copy_d2h(&flag, nonfinite_, sizeof flag);
   if (flag) be_.zero(nonfinite_, sizeof flag);
   return flag == 0;
@@ -402,11 +523,14 @@ void ZeroEngine::set_bucket_params(int b, const float* full) {
   be_.copy_h2d(staged, full, 4 * n);
   if (!policy_.shard_params) be_.f32_to_act(act_ptr(params_full_, full_off_[b]), staged, n);
   else if (hi > lo) be_.f32_to_act(params_shard_ ? act_ptr(params_shard_, shard_off_[b]) : nullptr, staged + lo, hi - lo);
-  if (master_ && hi > lo) be_.copy_d2d(master_ + shard_off_[b], staged + lo, 4 * (hi - lo));
+  if (master_ && hi > lo) {
+    if (offload_) std::memcpy(master_ + shard_off_[b], full + lo, 4 * (hi - lo));
+    else be_.copy_d2d(master_ + shard_off_[b], staged + lo, 4 * (hi - lo));
+  }
   if (residual_ && hi > lo) {  // the parameters are the values rounded to nearest: the residual is the rest
     std::vector<uint16_t> res(hi - lo);
     for (size_t i = lo; i < hi; ++i) res[i - lo] = optim::compensated_split(full[i]).lo;
-    be_.copy_h2d(residual_ + shard_off_[b], res.data(), 2 * res.size());
+    state_from_host(residual_ + shard_off_[b], res.data(), 2 * res.size());
   }
   be_.synchronize();
   be_.free(staged);
@@ -418,7 +542,7 @@ void ZeroEngine::get_piece(int b, int s, float* out) {
   const size_t n = piece_end(b) - piece_begin(b);
   if (n == 0) return;
   if (s == kMaster && master_) {
-    be_.copy_d2h(out, master_ + shard_off_[b], 4 * n);
+    state_to_host(out, master_ + shard_off_[b], 4 * n);
   } else if (s == kParam || s == kMaster) {
     float* tmp = static_cast<float*>(be_.alloc(4 * n));
     be_.act_to_f32(tmp, param_piece(b), n);
@@ -426,11 +550,11 @@ void ZeroEngine::get_piece(int b, int s, float* out) {
     be_.free(tmp);
     if (s == kMaster && residual_) {  // param + residual, exact in fp32
       std::vector<uint16_t> res(n);
-      be_.copy_d2h(res.data(), residual_ + shard_off_[b], 2 * n);
+      state_to_host(res.data(), residual_ + shard_off_[b], 2 * n);
       for (size_t i = 0; i < n; ++i) out[i] += optim::bf16_value(res[i]);
     }
   } else if (policy_.state == optim::StateType::F32) {
-    be_.copy_d2h(out, slot_ptr(s, b, 0), 4 * n);
+    state_to_host(out, slot_ptr(s, b, 0), 4 * n);
   } else {
     std::vector<char> held(optim::state_bytes(policy_.state, n));
     copy_piece_async(b, s, piece_begin(b), piece_end(b), held.data());
@@ -468,15 +592,20 @@ void ZeroEngine::copy_piece_async(int b, int s, size_t lo, size_t hi, void* out)
   if (lo < piece_begin(b) || hi > piece_end(b))
     throw Error(kExitFailure, "internal error: copy_piece_async outside this rank's piece");
   const size_t n = hi - lo, off = lo - piece_start(b);  // within the piece
-  if (s == kMaster && master_) be_.copy_d2h_async(out, master_ + shard_off_[b] + off, 4 * n);
-  else if (s == kMaster && residual_) be_.copy_d2h_async(out, residual_ + shard_off_[b] + off, 2 * n);
+  // training.offload: the state is host memory that only the next update writes: copied now
+  auto copy = [&](void* dst, const void* src, size_t bytes) {
+    if (offload_) std::memcpy(dst, src, bytes);
+    else be_.copy_d2h_async(dst, src, bytes);
+  };
+  if (s == kMaster && master_) copy(out, master_ + shard_off_[b] + off, 4 * n);
+  else if (s == kMaster && residual_) copy(out, residual_ + shard_off_[b] + off, 2 * n);
   else if (s == kParam || s == kMaster) be_.copy_d2h_async(out, act_ptr(param_piece(b), off), esz_ * n);
-  else if (policy_.state != optim::StateType::Int8) be_.copy_d2h_async(out, slot_ptr(s, b, off), optim::state_type_size(policy_.state) * n);
+  else if (policy_.state != optim::StateType::Int8) copy(out, slot_ptr(s, b, off), optim::state_type_size(policy_.state) * n);
   else {
     if (off % optim::kQuantBlock)
       throw Error(kExitFailure, "internal error: an int8 state copy from within a quantization block");
-    be_.copy_d2h_async(out, slot_ptr(s, b, off), n);
-    be_.copy_d2h_async(static_cast<char*>(out) + n, scale_ptr(s, b, off), 4 * optim::quant_blocks(n));
+    copy(out, slot_ptr(s, b, off), n);
+    copy(static_cast<char*>(out) + n, scale_ptr(s, b, off), 4 * optim::quant_blocks(n));
   }
 }
 
@@ -493,11 +622,11 @@ void ZeroEngine::set_piece(int b, int s, const float* in) {
       hi[i] = optim::bf16_value(c.hi);
       res[i] = c.lo;
     }
-    if (n) be_.copy_h2d(residual_ + shard_off_[b], res.data(), 2 * n);
+    if (n) state_from_host(residual_ + shard_off_[b], res.data(), 2 * n);
     in = hi.data();  // and on to the parameters
   }
   if (s == kMaster && master_) {
-    if (n) be_.copy_h2d(master_ + shard_off_[b], in, 4 * n);
+    if (n) state_from_host(master_ + shard_off_[b], in, 4 * n);
   } else if (s == kParam || s == kMaster) {
     if (n) {
       float* tmp = static_cast<float*>(be_.alloc(4 * n));
@@ -515,14 +644,14 @@ void ZeroEngine::set_piece(int b, int s, const float* in) {
     settle_gather(b);
     drop_fp8_gathers();
   } else if (n && policy_.state == optim::StateType::F32) {
-    be_.copy_h2d(slot_ptr(s, b, 0), in, 4 * n);
+    state_from_host(slot_ptr(s, b, 0), in, 4 * n);
   } else if (n) {
     // the values as this state holds them: bf16 rounded to nearest (a bf16 state's values are exact), int8
     // quantized as a step quantizes (a checkpoint of int8 state gives back its codes and scales exactly)
     std::vector<char> held(optim::state_bytes(policy_.state, n));
     if (policy_.state == optim::StateType::BF16) {
       for (size_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(held.data())[i] = f32_to_bf16(in[i]);
-      be_.copy_h2d(slot_ptr(s, b, 0), held.data(), 2 * n);
+      state_from_host(slot_ptr(s, b, 0), held.data(), 2 * n);
     } else {
       const optim::Code& code = *state_code(s);
       const bool sig = opt_.slot_signed(s - 2);
@@ -532,8 +661,8 @@ void ZeroEngine::set_piece(int b, int s, const float* in) {
         const size_t i0 = blk * optim::kQuantBlock;
         scale[blk] = optim::quantize_block(in + i0, std::min<size_t>(optim::kQuantBlock, n - i0), code, sig, c + i0);
       }
-      be_.copy_h2d(slot_ptr(s, b, 0), c, n);
-      be_.copy_h2d(scale_ptr(s, b, 0), scale.data(), 4 * scale.size());
+      state_from_host(slot_ptr(s, b, 0), c, n);
+      state_from_host(scale_ptr(s, b, 0), scale.data(), 4 * scale.size());
     }
   }
 }

@@ -7,6 +7,7 @@
 // slots it keeps; the engine allocates, shards and checkpoints whatever it declares.
 #pragma once
 #include <array>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -40,8 +41,16 @@ struct EngineSizes {
   // the master copy the engine keeps for parameters of dtype act (none for fp32 parameters)
   static optim::MasterKind master_kind(DType act, optim::MasterKind m) { return act == DType::F32 ? optim::MasterKind::None : m; }
   static bool has_master(DType act, optim::MasterKind m) { return master_kind(act, m) != optim::MasterKind::None; }
-  // state bytes per rank (no activations), for an optimizer of n_slots slots
+  // training.offload: master weights and slots in host memory, and kOffloadRing transfer buffers of the
+  // largest piece for gradients and as many for parameters
+  bool offload = false;
+  size_t max_shard = 0;
+  static constexpr int kOffloadRing = 3;
+  // state bytes per rank on the device (no activations), for an optimizer of n_slots slots; with offload
+  // without master weights and optimizer state (host_bytes)
   MemoryBreakdown bytes(DType act, optim::MasterKind master, int n_slots) const;
+  // training.offload: the host memory per rank (master weights, slots, transfer buffers); 0 without
+  size_t host_bytes(DType act, optim::MasterKind master, int n_slots) const;
 };
 EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy& policy);
 
@@ -78,6 +87,10 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   // Whether every value the updates since the last call wrote on this rank (parameters, master weights,
   // optimizer state) is finite; reads and clears the optimizer's flag (synchronises).
   bool state_finite();
+  // training.offload: the last update's wall time on the host's threads (the optimizer's loops) and the
+  // rest of its wall time (waiting for transfers, queueing them), in ms; NaN without offload
+  double offload_ms() const { return offload_ms_; }
+  double offload_wait_ms() const { return offload_wait_ms_; }
 
   // State exchange with checkpoints and initialisation, bucket by bucket, in fp32 on the host.
   // The local piece of bucket b covers logical elements [piece_begin(b), piece_end(b)) of the bucket.
@@ -108,6 +121,15 @@ class ZeroEngine final : public ParamStore, public ShardedState {
 
  private:
   char* act_ptr(void* base, size_t elems) const;
+  // The ranges the optimizer updates in bucket b (fp32 state: its decayed part and the rest; bf16 and int8:
+  // the whole piece) with the piece's parameters at `param` and gradients at `grad` (act dtype)
+  std::vector<ParamRange> ranges(int b, void* param, const void* grad);
+  void update_offloaded(const OptimizerHyper& h);
+  // training.offload: page-locked host memory (zeroed; freed by the destructor), counted in `tally`
+  void* host_take(size_t bytes, size_t& tally);
+  // state (master weights, slots, scales) to and from host memory: on the device, or with offload a host copy
+  void state_to_host(void* dst, const void* src, size_t bytes);
+  void state_from_host(void* dst, const void* src, size_t bytes);
   size_t piece_start(int b) const;  // logical start of this rank's piece (unclamped)
   void* gather_buffer(int b);
   void gather_whole(int b);       // the whole bucket in the act dtype into its gather buffer (queued)
@@ -153,6 +175,16 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   std::vector<void*> slots_;      // (state_total) each: the optimizer's state, held as policy_.state says
   std::vector<float*> scales_;    // int8: (state_total / kQuantBlock) each, the blocks' scales
   unsigned* nonfinite_ = nullptr; // (1) set by the optimizer when it writes a non-finite value
+  // training.offload (policy_.offload): master_, residual_, slots_, scales_ and nonfinite_ are host
+  // memory, and these the transfer rings: (kOffloadRing x max shard) act each, a bucket's piece of
+  // gradients down and parameters (down where the update reads them, and) up
+  bool offload_ = false;
+  std::vector<void*> host_blocks_, pinned_;
+  void* ring_grad_ = nullptr;
+  void* ring_param_ = nullptr;
+  size_t ring_elems_ = 0, host_bytes_ = 0;
+  unsigned host_nonfinite_ = 0;
+  double offload_ms_ = NAN, offload_wait_ms_ = NAN;
   std::vector<void*> gather_bufs_;  // stage 3: [embedding, final, layer even, layer odd]
   std::vector<void*> grad_temps_;   // stages 2-3: same four roles
   // gather_fp8: per bucket, its FP8 weights (empty: gathered whole) and the elements past them

@@ -21,6 +21,8 @@ struct ZeroPolicy {
   // how the optimizer's slots are held (training.optimizer_state); with int8, every piece is a whole
   // number of quantization blocks (optim::kQuantBlock elements), so a block's scale has one owner
   optim::StateType state = optim::StateType::F32;
+  // training.offload: optimizer: the master weights and the slots in host memory, updated by the host
+  bool offload = false;
 
   static ZeroPolicy of_stage(int stage) { return {stage, stage >= 1, stage >= 2, stage >= 3, false, optim::StateType::F32}; }
   // elements a piece is a multiple of (the last piece of a bucket aside)

@@ -78,6 +78,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.zero = ZeroPolicy::of_stage(t.zero_stage);
   p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather;
   optim::parse_state_type(t.optimizer_state, p.zero.state);  // validated
+  p.zero.offload = t.offload == Offload::optimizer;
   p.master_weights = t.master_weights == MasterWeights::fp32          ? optim::MasterKind::F32
                      : t.master_weights == MasterWeights::compensated ? optim::MasterKind::Compensated
                                                                       : optim::MasterKind::None;
@@ -123,7 +124,14 @@ MemoryBreakdown predict_memory(const Plan& plan) {
   // CPU: the snapshot is taken by the first checkpoint, which without checkpoint.every only a stop signal
   // makes (GPU: it is host memory, not the device's)
   if (plan.device == "cpu" && plan.checkpoints) m.snapshot = host_snapshot_bytes(plan);
+  // training.offload: host memory; on the CPU that is the device's (GPU: host_offload_bytes, apart)
+  if (plan.device == "cpu") m.offload = host_offload_bytes(plan);
   return m;
+}
+
+size_t host_offload_bytes(const Plan& plan) {
+  return engine_sizes(ParamLayout(plan.dims), plan.world, plan.zero)
+      .host_bytes(plan.act, plan.master_weights, plan.optimizer_slots);
 }
 
 namespace {
@@ -140,14 +148,24 @@ double available_host_bytes() {
 
 void check_host_memory(const Plan& plan, HostComm& host, bool checkpoints) {
   agreed(host, "the host memory check", [&] {
-    // GPU: the snapshot is the host memory a run takes (page-locked at the start of a run that checkpoints)
-    if (plan.device != "cpu" && !checkpoints) return;
+    // GPU: the snapshot is the host memory a run takes (page-locked at the start of a run that checkpoints),
+    // and the offloaded optimizer's (training.offload)
+    const size_t offload = host_offload_bytes(plan);
+    if (plan.device != "cpu" && !checkpoints && offload == 0) return;
     const bool cpu = plan.device == "cpu";
     const double avail = available_host_bytes(),
-                 need = double(cpu ? predict_memory(plan).total() : host_snapshot_bytes(plan)) * host.local_size();
+                 need = double(cpu ? predict_memory(plan).total() : (checkpoints ? host_snapshot_bytes(plan) : 0) + offload) *
+                        host.local_size();
+    const std::string state = "training.offload's optimizer state, " + format_bytes(double(offload)) + " (" +
+                              std::to_string(offload) + " B) per rank";
+    std::string what;
+    if (!cpu)
+      what = std::string(" of page-locked host memory for ") + (checkpoints ? "its checkpoint snapshots" : "") +
+             (checkpoints && offload > 0 ? " and " : "") + (offload > 0 ? state : "");
+    else if (offload > 0)
+      what = " with " + state;
     if (avail > 0 && need > avail)
-      throw Error(kExitOutOfMemory, "out of host memory: " + describe(plan) + " needs " + format_bytes(need) +
-                                        (cpu ? "" : " of page-locked host memory for its checkpoint snapshots") +
+      throw Error(kExitOutOfMemory, "out of host memory: " + describe(plan) + " needs " + format_bytes(need) + what +
                                         " (predicted, for " + std::to_string(host.local_size()) +
                                         " rank(s) on this node) and " + format_bytes(avail) + " is available");
   });
@@ -250,6 +268,9 @@ void print_plan(const Config& cfg, const Plan& plan) {
   if (plan.device != "cpu" && cfg.checkpoint.every > 0)  // the host memory a run takes only when it checkpoints
     os << "| (checkpoint snapshot: " << format_bytes(double(host_snapshot_bytes(plan)))
        << " of page-locked host memory per rank, taken at the start: checkpoint.every > 0)\n";
+  if (plan.zero.offload)  // GPU: not the device's memory; CPU: the offload row above
+    os << "| (offloaded to host: " << format_bytes(double(host_offload_bytes(plan)))
+       << " per rank: master weights, optimizer state and transfer buffers, training.offload)\n";
   if (plan.device == "cpu" && cfg.checkpoint.every == 0)  // not in the total: no checkpoint unless a signal asks
     os << "| (checkpoint snapshot: " << format_bytes(double(host_snapshot_bytes(plan)))
        << " more per rank if a stop signal makes a checkpoint: checkpoint.every is 0)\n";

@@ -50,6 +50,9 @@ void check_capabilities(const Config& cfg, Plan& plan);
 Plan with_micro_batch(Plan plan, int micro_batch);
 // Predicted bytes per rank by component: the engine's buffers plus the model's activations.
 MemoryBreakdown predict_memory(const Plan& plan);
+// Host bytes per rank of the offloaded optimizer (training.offload; 0 without): the `offload` component
+// on CPU, page-locked host memory beside the device on a GPU.
+size_t host_offload_bytes(const Plan& plan);
 // Host bytes per rank of a checkpoint's snapshot (io/snapshot.hpp); the `snapshot` component on CPU.
 size_t host_snapshot_bytes(const Plan& plan);
 // The --dry-run output: the config table, the derived quantities and the memory prediction.

@@ -125,6 +125,8 @@ void Trainer::loop() {
     if (log_row) row[M::fp8_saturated] = fp8_ ? double(fp8_->take_saturated()) : 0.0;
     if (log_row) row[M::peak_memory] = double(be_->peak_bytes());
     row[M::gathered_bytes] = double(gathered);
+    row[M::offload_ms] = engine_->offload_ms();
+    row[M::offload_wait_ms] = engine_->offload_wait_ms();
     EvalRow ev;
     const bool cut = eval_due(st_.step) && !evaluate(ev);
     term_.progress(int(st_.step), (t_.steps - st_.step) * avg_ms / 1000.0);

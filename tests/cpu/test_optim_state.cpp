@@ -13,6 +13,7 @@
 #include "backend/backend.hpp"
 #include "test_util.hpp"
 #include "optim/optimizer.hpp"
+#include "optim/step.hpp"
 
 using namespace gpt;
 using optim::StateType;
@@ -217,6 +218,79 @@ TEST(OptimState, a_non_finite_moment_is_reported) {
     h.lr = 0.1f, h.beta1 = 0.9f, h.beta2 = 0.95f, h.eps = 1e-8f, h.step = 1;
     step(*opt, c, h, 2);
     EXPECT_EQ(c.nonfinite, 1u);
+  }
+}
+
+// training.offload's host twin of the CUDA kernel (optim::step_host) against the CPU loop for bf16 and
+// int8 state, where both run the rules' Fused arithmetic: with fp32 parameters every byte (parameters,
+// slots, scales) is the CPU loop's; with bf16 parameters and an fp32 master, the master is the CPU loop's
+// fp32 parameter and each bf16 parameter one of its master value's two bf16 neighbours (stochastic
+// rounding: not always the nearest). Two steps from zero state. (tests/gpu/test_offload.cpp compares the
+// twin with the kernel itself.)
+template <class Rule>
+void twin_matches_cpu_loop(StateType t) {
+  constexpr int K = Rule::kSlots;
+  const size_t n = 1000, nb = optim::quant_blocks(n);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<float> w(n);
+  for (float& x : w) x = optim::bf16_value(optim::bf16_bits_rn(optim::f32_bits(d(rng))));
+  // [0] the CPU loop (fp32 parameters), [1] the twin on fp32 parameters, [2] the twin on bf16 ones + master
+  std::vector<float> p[3] = {w, w, w};
+  std::vector<uint16_t> pb(n);
+  for (size_t i = 0; i < n; ++i) pb[i] = optim::bf16_bits_rn(optim::f32_bits(w[i]));
+  std::vector<std::vector<char>> slot[3];
+  std::vector<std::vector<float>> scale[3];
+  for (int c = 0; c < 3; ++c)
+    for (int k = 0; k < K; ++k) slot[c].emplace_back(optim::state_type_size(t) * n, 0), scale[c].emplace_back(nb, 0.0f);
+  for (int st = 1; st <= 2; ++st) {
+    std::vector<float> g = gradient(n, 20 + st);
+    std::vector<uint16_t> gb(n);
+    for (size_t i = 0; i < n; ++i) {
+      gb[i] = optim::bf16_bits_rn(optim::f32_bits(g[i]));
+      g[i] = optim::bf16_value(gb[i]);
+    }
+    for (int c = 0; c < 3; ++c) {
+      optim::StepArgs a;
+      a.state = t, a.n = n, a.n_decay = n / 2, a.grad_scale = 0.7f, a.seed = 77 + st, a.index_offset = 256;
+      a.stochastic = true;
+      optim::Hyper x;
+      x.lr = 1e-2f, x.beta1 = 0.9f, x.beta2 = 0.95f, x.eps = 1e-8f, x.step = st;
+      a.h_rest = Rule::prepare(x);
+      x.weight_decay = 0.1f;
+      a.h = Rule::prepare(x);
+      for (int k = 0; k < K; ++k) a.slot[k] = slot[c][k].data(), a.scale[k] = scale[c][k].data(), a.slot_signed[k] = Rule::kSlotSigned[k];
+      if (c == 2) {
+        a.bf16 = true, a.param = pb.data(), a.grad = gb.data(), a.master = p[2].data();
+      } else {
+        a.param = p[c].data(), a.grad = g.data();
+      }
+      if (c == 0) optim::step_cpu<Rule>(a);
+      else optim::step_host<Rule>(a, false);
+    }
+  }
+  const std::string what = std::string(Rule::kName) + " " + optim::state_type_name(t);
+  for (int c = 1; c < 3; ++c) {
+    EXPECT_EQ(std::memcmp(p[c].data(), p[0].data(), 4 * n), 0) << what << (c == 1 ? ": parameters" : ": master");
+    for (int k = 0; k < K; ++k) {
+      EXPECT_EQ(slot[c][k], slot[0][k]) << what << " slot " << k << (c == 1 ? " (fp32 parameters)" : " (bf16)");
+      if (t == StateType::Int8) EXPECT_EQ(scale[c][k], scale[0][k]) << what << " scales " << k;
+    }
+  }
+  size_t not_nearest = 0, outside = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t lo = uint16_t(optim::f32_bits(p[0][i]) >> 16), nearest = optim::bf16_bits_rn(optim::f32_bits(p[0][i]));
+    outside += pb[i] != lo && pb[i] != uint16_t(lo + 1);
+    not_nearest += pb[i] != nearest;
+  }
+  EXPECT_EQ(outside, 0u) << what;
+  EXPECT_GT(not_nearest, n / 10) << what;
+}
+
+TEST(OptimState, host_twin_of_the_kernel_matches_the_cpu_loop) {
+  for (StateType t : {StateType::BF16, StateType::Int8}) {
+    twin_matches_cpu_loop<optim::AdamW>(t);
+    twin_matches_cpu_loop<optim::Lion>(t);
   }
 }
 

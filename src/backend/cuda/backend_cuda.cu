@@ -94,6 +94,8 @@ class CudaBackend final : public Backend {
     cudaStreamDestroy(stream_);
     cudaEventDestroy(copy_ready_);
     cudaEventDestroy(copied_);
+    for (cudaEvent_t e : download_done_)
+      if (e) cudaEventDestroy(e);
     cudaStreamDestroy(copy_stream_);
   }
 
@@ -200,6 +202,28 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaSetDevice(device_));  // from another thread (the checkpoint writer's): this GPU, not GPU 0
       CUDA_CHECK(cudaEventSynchronize(copied_));
     });
+  }
+  // the offloaded optimizer's transfers: downloads on the copy stream, each marked by an event of a ring
+  uint64_t download(void* dst, const void* src, size_t bytes) override {
+    const uint64_t t = downloads_++;
+    kernel_boundary([&] {
+      cudaEvent_t& done = download_done_[t % kDownloadEvents];
+      if (!done) CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventRecord(copy_ready_, stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, copy_ready_, 0));
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, copy_stream_));
+      CUDA_CHECK(cudaEventRecord(done, copy_stream_));
+    });
+    return t;
+  }
+  void wait_download(uint64_t ticket) override {
+    if (ticket + kDownloadEvents < downloads_)
+      throw Error(kExitFailure, "internal error: waiting for a download older than the event ring");
+    kernel_boundary([&] { CUDA_CHECK(cudaEventSynchronize(download_done_[ticket % kDownloadEvents])); });
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    OpProfiler::Scope t(prof_, stream_, "offload_upload");
+    kernel_boundary([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_)); });
   }
 
   // ---- conversions and elementwise
@@ -416,6 +440,9 @@ class CudaBackend final : public Backend {
   cudaStream_t copy_stream_ = nullptr;  // copy_d2h_async
   cudaEvent_t copy_ready_ = nullptr, copied_ = nullptr;
   bool copies_pending_ = false;  // a copy queued that the compute stream has not waited for yet
+  static constexpr uint64_t kDownloadEvents = 64;
+  cudaEvent_t download_done_[kDownloadEvents] = {};  // download t's end: download_done_[t % 64]
+  uint64_t downloads_ = 0;
   std::mutex mu_;
   std::unordered_map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
