@@ -180,7 +180,7 @@ def main(argv=None):
     ap.add_argument("--indices", default="0-53", help="frontier points, e.g. 0-53 or 3,13,17 ('' for none)")
     ap.add_argument("--limits", default="12,16,24", help="memory_limit_gb values for memory_fit: auto ('' for none)")
     ap.add_argument("--fit-precisions", default="fp8,bf16")
-    ap.add_argument("--no-master-below", type=float, default=16,
+    ap.add_argument("--no-master-below", type=float, default=0,
                     help="limits below this also set training.master_weights: none (the smallest state: bf16 "
                          "parameters alone), as a user of so small a card would")
     ap.add_argument("--small", action="store_true", help="also GPT-2 124M with memory_fit: auto in 4 GiB")

@@ -170,7 +170,8 @@ std::vector<Field> fields_of(Config& c) {
       {"training.memory_fit", &t.memory_fit,
        "`off`: the memory settings as given. `auto`: before the run (and in `--dry-run`) every combination of "
        "optimizer_state (fp32, bf16, int8), recompute (0-3), master_weights (fp32, compensated; `none` stays "
-       "as it is) and micro-batch (each divisor of the global batch per rank, micro_batch x grad_accum or "
+       "as it is), offload (none, optimizer: on a GPU at ZeRO 0-2, the host's update and the PCIe copies "
+       "priced in) and micro-batch (each divisor of the global batch per rank, micro_batch x grad_accum or "
        "total_batch_tokens / seq_len / ranks, grad_accum making up the rest) gets its predicted memory per rank "
        "(the dry run's table) and its predicted step time (a model of an H100 step calibrated on measured "
        "steps, src/run/memory_fit.hpp), and the fastest that fits memory_limit_gb (0: the GPU's memory; the "

@@ -82,12 +82,13 @@ std::string keep_checkpoint_choice(Config& cfg) {
     if (!given(cfg, "training.optimizer_state")) t.optimizer_state = o.optimizer_state;
     if (!given(cfg, "training.recompute")) t.recompute = o.recompute;
     if (!given(cfg, "training.master_weights")) t.master_weights = o.master_weights;
+    if (!given(cfg, "training.offload")) t.offload = o.offload;
     if (!split_given(cfg)) {
       t.micro_batch = o.micro_batch;
       if (t.total_batch_tokens == 0) t.grad_accum = o.grad_accum;
     }
     for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights",
-                          "training.micro_batch", "training.grad_accum"})
+                          "training.offload", "training.micro_batch", "training.grad_accum"})
       cfg.set_keys.insert(k);
     return ck;
   }
@@ -105,14 +106,19 @@ double predicted_step_s(const Plan& p) {
   const double code = p.zero.state == optim::StateType::Int8 ? kInt8CodeCost : 1.0;
   // the gradient read, the parameter written, and read unless an fp32 master replaces it
   const double passes = p.master_weights == optim::MasterKind::F32 && m.master > 0 ? 2 : 3;
-  const double update = (2 * (double(m.master) + code * double(m.optim)) + passes * dtype_size(p.act) * n) / kHbm;
+  double update = (2 * (double(m.master) + code * double(m.optim)) + passes * dtype_size(p.act) * n) / kHbm;
+  if (p.zero.offload && p.device != "cpu") {  // the state is in host memory: the host's pass and PCIe
+    const double host = double(host_offload_bytes(p));
+    update = (2 * code * host + passes * dtype_size(p.act) * n) / kHostBw + 2 * dtype_size(p.act) * n / kPcie;
+  }
   return p.grad_accum * (double(p.micro_batch) * p.seq_len * token * (1 + kRecomputeExtra[p.recompute]) + micro) +
          update;
 }
 
 std::string FitCandidate::describe() const {
   return "optimizer_state " + optimizer_state + ", recompute " + std::to_string(recompute) + ", master_weights " +
-         name_of(master) + ", micro_batch " + std::to_string(micro_batch) + " x grad_accum " + std::to_string(grad_accum);
+         name_of(master) + (offload == Offload::optimizer ? ", offload optimizer" : "") + ", micro_batch " +
+         std::to_string(micro_batch) + " x grad_accum " + std::to_string(grad_accum);
 }
 
 FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
@@ -127,6 +133,8 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
   if (given(cfg, "training.recompute")) levels = {t.recompute};
   if (given(cfg, "training.master_weights") || t.master_weights == MasterWeights::none || base.act == DType::F32)
     masters = {t.master_weights};
+  std::vector<Offload> offloads = {Offload::none, Offload::optimizer};
+  if (given(cfg, "training.offload") || base.device == "cpu" || base.zero.stage == 3) offloads = {t.offload};
   const int per_rank = int(base.tokens_per_step / (int64_t(base.seq_len) * world));  // sequences a step
   std::vector<int> micro;
   if (split_given(cfg)) {
@@ -135,11 +143,12 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
     for (int B = per_rank; B >= 1; --B)
       if (per_rank % B == 0) micro.push_back(B);
   }
-  for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights"})
+  for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights", "training.offload"})
     if (given(cfg, k)) r.kept.push_back(k);
   if (split_given(cfg))
     r.kept.push_back(given(cfg, "training.micro_batch") ? "training.micro_batch" : "training.grad_accum");
 
+  for (Offload off : offloads)
   for (MasterWeights mo : masters)
     for (const std::string& state : states)
       for (int level : levels) {
@@ -147,12 +156,13 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
         c.training.optimizer_state = state;
         c.training.recompute = level;
         c.training.master_weights = mo;
+        c.training.offload = off;
         const Plan p0 = make_plan(c, world, dry_run);
         for (int B : micro) {
           Plan p = p0;
           p.grad_accum = per_rank / B;
           p = with_micro_batch(p, B);
-          FitCandidate k{state, level, mo, B, p.grad_accum, predict_memory(p), predicted_step_s(p)};
+          FitCandidate k{state, level, mo, off, B, p.grad_accum, predict_memory(p), predicted_step_s(p)};
           if (r.considered++ == 0 || k.memory.total() < r.smallest.memory.total()) r.smallest = k;
           if (double(k.memory.total()) <= r.budget) r.fitting.push_back(k);
         }
@@ -187,6 +197,7 @@ Plan plan_with_fit(Config& cfg, int world, bool dry_run) {
   t.optimizer_state = k.optimizer_state;
   t.recompute = k.recompute;
   t.master_weights = k.master;
+  t.offload = k.offload;
   t.micro_batch = MicroBatch::fixed(k.micro_batch);
   if (t.total_batch_tokens == 0) t.grad_accum = k.grad_accum;
   Plan plan = make_plan(c, world, dry_run);

@@ -15,6 +15,11 @@
 // (a less precise state for a gain the model cannot vouch for is a loss). The runner-up is the next in
 // that order.
 //
+// training.offload (optimizer: master weights and state in host memory, updated by the host's threads) is
+// an axis on a GPU at ZeRO 0-2, unless the config gives it; the update then costs the host's pass over the
+// offloaded bytes and the gradients down and parameters up over PCIe (below), so it is chosen where
+// nothing on the device fits or is faster.
+//
 // The step-time model: seconds of one optimizer step on one rank of an H100, to rank combinations (on the
 // CPU too: the ranking, not the CPU's time). Communication is left out: it is the same for every
 // combination but ZeRO-3's gathers, which repeat per micro-step.
@@ -49,6 +54,11 @@
 //     again, a third of a step's products.
 //   kInt8CodeCost 2: int8 state's code conversions (a search among 256 code values per value) taken to
 //     cost as much as its bytes (not measured).
+//   offload: update = (2 * (master + code * optim bytes, on the host) + passes * compute-dtype bytes * n) / kHostBw
+//            + 2 * compute-dtype bytes * n / kPcie (gradients down, parameters up; not counted as overlapped)
+//   kHostBw 1.42e11 B/s: PyTorch's fused CPU AdamW over 1.558B parameters (28 bytes each) took 308 ms on the
+//     H100 machine's 16 cores (../shared/BASELINES.md); this trainer's host loop is taken to match it (not
+//     measured on that machine). kPcie 5.5e10 B/s: page-locked copies one way on that machine.
 //   kPrecisionBand 0.10: about twice the spread of the measurements behind the model (step times moved
 //     2.5% between GPUs and calls of one day; the out-of-sample point is 4.5% off).
 #pragma once
@@ -69,6 +79,7 @@ inline constexpr MasterWeights kMasterOptions[] = {MasterWeights::fp32, MasterWe
 inline constexpr double kHbm = 3e12, kRate = 7.16e14, kRateFp8 = 1.19e15, kActBytes = 157, kMicroBytes = 18.4;
 inline constexpr double kRecomputeExtra[] = {0.0, 0.018, 0.035, 1.0 / 3.0};
 inline constexpr double kInt8CodeCost = 2, kPrecisionBand = 0.10;
+inline constexpr double kHostBw = 1.42e11, kPcie = 5.5e10;
 
 // Predicted seconds of one optimizer step of the plan on one rank (the model above).
 double predicted_step_s(const Plan& plan);
@@ -77,6 +88,7 @@ struct FitCandidate {
   std::string optimizer_state;
   int recompute = 0;
   MasterWeights master = MasterWeights::fp32;
+  Offload offload = Offload::none;
   int micro_batch = 0, grad_accum = 1;
   MemoryBreakdown memory;  // predicted per rank
   double step_s = 0;       // predicted

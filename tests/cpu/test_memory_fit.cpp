@@ -144,7 +144,7 @@ TEST(MemoryFit, KeysTheConfigGivesAreKept) {
 
 TEST(MemoryFit, GpuPlanChoosesCompensatedMasterWhereFp32MasterCannotFit) {
   // planned for a GPU, as a dry run does on any machine: bf16 parameters, so master weights to choose
-  Config all = tiny("training.device=cuda;training.memory_limit_gb=64");
+  Config all = tiny("training.device=cuda;training.offload=none;training.memory_limit_gb=64");
   const FitResult r = rank_fits(all, 1, true);
   EXPECT_EQ(r.considered, size_t(2 * 3 * 4 * 5));  // master kinds x states x levels x micro-batches 16..1
   EXPECT_EQ(r.fitting.front().master, MasterWeights::fp32);  // room for everything: the most precise
@@ -155,12 +155,46 @@ TEST(MemoryFit, GpuPlanChoosesCompensatedMasterWhereFp32MasterCannotFit) {
   }
   ASSERT_LT(comp_min, fp32_min);
   const size_t budget = (comp_min + fp32_min) / 2;
-  Config c = tiny("training.device=cuda;training.memory_limit_gb=" + gib(budget));
+  Config c = tiny("training.device=cuda;training.offload=none;training.memory_limit_gb=" + gib(budget));
   const Plan p = plan_with_fit(c, 1, true);
   EXPECT_EQ(c.training.master_weights, MasterWeights::compensated);
   EXPECT_EQ(p.master_weights, optim::MasterKind::Compensated);
   EXPECT_LE(predict_memory(p).total(), budget);
   EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("master_weights compensated"));
+}
+
+TEST(MemoryFit, GpuPlanOffloadsTheOptimizerOnlyWhereNothingElseFits) {
+  // on a GPU, training.offload is an axis too (the master weights and state leave the device); its update
+  // runs on the host and over PCIe, so with room for everything it is not chosen
+  Config all = tiny("training.device=cuda;training.memory_limit_gb=64");
+  const FitResult r = rank_fits(all, 1, true);
+  EXPECT_EQ(r.considered, size_t(2 * 2 * 3 * 4 * 5));  // offload x master kinds x states x levels x micro-batches
+  EXPECT_EQ(r.fitting.front().offload, Offload::none);
+  size_t on_min = SIZE_MAX, off_min = SIZE_MAX;
+  double on_fastest = 1e30, off_fastest = 1e30;
+  for (const FitCandidate& k : r.fitting) {
+    const bool on = k.offload == Offload::optimizer;
+    (on ? on_min : off_min) = std::min(on ? on_min : off_min, k.memory.total());
+    (on ? on_fastest : off_fastest) = std::min(on ? on_fastest : off_fastest, k.step_s);
+  }
+  ASSERT_LT(on_min, off_min);
+  EXPECT_GT(on_fastest, off_fastest);  // the host's update costs more than the device's
+  const size_t budget = (on_min + off_min) / 2;
+  Config c = tiny("training.device=cuda;training.memory_limit_gb=" + gib(budget));
+  const Plan p = plan_with_fit(c, 1, true);
+  EXPECT_EQ(c.training.offload, Offload::optimizer);
+  EXPECT_TRUE(p.zero.offload);
+  EXPECT_EQ(predict_memory(p).master + predict_memory(p).optim, 0u);
+  EXPECT_LE(predict_memory(p).total(), budget);
+  EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("offload optimizer"));
+  // given as none, it stays none: nothing fits that budget then
+  Config kept = tiny("training.device=cuda;training.offload=none;training.memory_limit_gb=" + gib(budget));
+  try {
+    plan_with_fit(kept, 1, true);
+    ADD_FAILURE() << "a budget only offload fits was met without it";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitOutOfMemory);
+  }
 }
 
 TEST(MemoryFit, BudgetIsNeededOnTheCpuAndMaxIsRefused) {
