@@ -274,7 +274,9 @@ void twin_matches_cpu_loop(StateType t) {
     EXPECT_EQ(std::memcmp(p[c].data(), p[0].data(), 4 * n), 0) << what << (c == 1 ? ": parameters" : ": master");
     for (int k = 0; k < K; ++k) {
       EXPECT_EQ(slot[c][k], slot[0][k]) << what << " slot " << k << (c == 1 ? " (fp32 parameters)" : " (bf16)");
-      if (t == StateType::Int8) EXPECT_EQ(scale[c][k], scale[0][k]) << what << " scales " << k;
+      if (t == StateType::Int8) {
+        EXPECT_EQ(scale[c][k], scale[0][k]) << what << " scales " << k;
+      }
     }
   }
   size_t not_nearest = 0, outside = 0;
