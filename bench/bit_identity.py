@@ -65,6 +65,11 @@ for stage in range(4):
 # the FP8 classifier (the default from the build that made it so; named here so both builds run it)
 CASES["fp8-classifier"] = (1, ["training.precision=fp8", "training.fp8_classifier=true"])
 CASES["2ranks-zero2-accum2-recompute2"] = (2, ["training.zero_stage=2", "training.grad_accum=2", "training.recompute=2"])
+# the low-precision optimizer states (from the build that has training.optimizer_state), on 1 and 2 ranks
+for state in ("bf16", "int8"):
+    CASES[f"{state}-state"] = (1, [f"training.optimizer_state={state}"])
+    CASES[f"2ranks-zero1-{state}-state"] = (2, ["training.zero_stage=1", f"training.optimizer_state={state}"])
+CASES["fp8-recompute3"] = (1, ["training.precision=fp8", "training.fp8_classifier=false", "training.recompute=3"])
 
 
 def mpirun(n):

@@ -17,7 +17,7 @@ Runs, each point as its own process (a point that runs out of memory costs only 
 Memory per run: the trainer's measured peak (its device allocations; PyTorch: max_memory_allocated) and
 the GPU's used memory above idle while the run goes on (nvidia-smi every 100 ms: the whole process, CUDA
 context and libraries included).
-Writes DIR/results.json (one object per run: mode, predicted and measured peak bytes per rank, median
+Writes DIR/results.json (after every run, so a run cut short keeps what finished; one object per run: mode, predicted and measured peak bytes per rank, median
 step ms, tokens/s, ratios) and DIR/table.md, whose ratios are against two runs of this invocation: the
 trainer's bf16 point with fp32 state and master, no recompute, micro-batch 16 (the unconstrained run;
 frontier index 6) and PyTorch's bitsandbytes + checkpointing + bf16 weights (with --torch).
@@ -199,48 +199,53 @@ def main(argv=None):
     n *= len(next(iter(base["sweep"]["zip"].values()))) if base["sweep"].get("zip") else 1
     rows = []
     common = ["--set", f"run.out_dir={out / 'runs'}", "--set", f"training.steps={a.steps}"]
-    for i in indices(a.indices, n):
+
+    def save():
+        """The results so far, with their ratios, written whole after every run (a call cut short keeps them)."""
+        ref = next((r for r in rows if r.get("index") == UNCONSTRAINED and r.get("tokens_per_s")), None)
+        anchor = next((r for r in rows if r["mode"] == ANCHOR and r.get("tokens_per_s")), None)
+        for r in rows:
+            if r.get("tokens_per_s") and "124M" not in r["mode"]:
+                if ref:
+                    r["vs_unconstrained"] = r["tokens_per_s"] / ref["tokens_per_s"]
+                if anchor:
+                    r["vs_anchor"] = r["tokens_per_s"] / anchor["tokens_per_s"]
+        for name, text in (("results.json", json.dumps(rows, indent=1, default=str)), ("table.md", table(rows))):
+            tmp = out / (name + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(out / name)
+
+    def train(mode, cmd, log, run_dir, **extra):
         w = {}
-        rc = run([a.train, "--yaml", EXPERIMENT, "--index", i] + common, out / f"point_{i:03d}.log", a.point_timeout, w)
-        row = trainer_row(f"frontier {i}", out / "runs" / "memory_frontier" / f"p{i:03d}", rc)
-        row.update(w)
-        row["index"] = i
+        rc = run([a.train] + cmd, log, a.point_timeout, w)
+        row = {**trainer_row(mode, run_dir, rc), **w, **extra}
         rows.append(row)
-        print(f"frontier {i}: exit {rc}, {row.get('status')}, {row.get('tokens_per_s')} tokens/s", flush=True)
+        save()
+        print(f"{mode}: exit {rc}, {row.get('status')}, {row.get('choice')}, {row.get('tokens_per_s')} tokens/s",
+              flush=True)
+
+    for i in indices(a.indices, n):
+        train(f"frontier {i}", ["--yaml", EXPERIMENT, "--index", i] + common, out / f"point_{i:03d}.log",
+              out / "runs" / "memory_frontier" / f"p{i:03d}", index=i)
     if a.indices:
         run([a.train, "--yaml", EXPERIMENT, "--summarize"] + common[:2], out / "summarize.log", 120)
         run([sys.executable, ROOT / "scripts" / "plot_sweep.py", out / "runs" / "memory_frontier"], out / "plot.log", 300)
     for limit in [x for x in a.limits.split(",") if x]:
         for prec in [x for x in a.fit_precisions.split(",") if x]:
-            name = f"fit_{prec}_{limit}"
-            y = fit_yaml(base, out, name, "d48", float(limit), prec, no_master=float(limit) < a.no_master_below)
-            w = {}
-            rc = run([a.train, "--yaml", y, "--set", f"training.steps={a.steps}"], out / f"{name}.log", a.point_timeout, w)
-            rows.append(trainer_row(f"memory_limit_gb {limit}, {prec}" +
-                                    (", master_weights none" if float(limit) < a.no_master_below else ""),
-                                    out / "runs" / name, rc))
-            rows[-1].update(w)
-            print(f"{name}: exit {rc}, {rows[-1].get('choice')}, {rows[-1].get('tokens_per_s')} tokens/s", flush=True)
+            name, no_master = f"fit_{prec}_{limit}", float(limit) < a.no_master_below
+            y = fit_yaml(base, out, name, "d48", float(limit), prec, no_master=no_master)
+            train(f"memory_limit_gb {limit}, {prec}" + (", master_weights none" if no_master else ""),
+                  ["--yaml", y, "--set", f"training.steps={a.steps}"], out / f"{name}.log", out / "runs" / name)
     if a.small:
         y = fit_yaml(base, out, "fit_124m_4", "d12", 4.0, "bf16")
-        w = {}
-        rc = run([a.train, "--yaml", y, "--set", f"training.steps={a.steps}"], out / "fit_124m_4.log", a.point_timeout, w)
-        rows.append(trainer_row("GPT-2 124M, memory_limit_gb 4, bf16", out / "runs" / "fit_124m_4", rc))
-        rows[-1].update(w)
+        train("GPT-2 124M, memory_limit_gb 4, bf16", ["--yaml", y, "--set", f"training.steps={a.steps}"],
+              out / "fit_124m_4.log", out / "runs" / "fit_124m_4")
     if a.torch:
         for mode, args in TORCH_RUNS:
             rows.append(torch_row(mode, args, out, a.steps + 4, 4))
+            save()
             print(f"{mode}: {rows[-1].get('status')}, {rows[-1].get('tokens_per_s')} tokens/s", flush=True)
-    ref = next((r for r in rows if r.get("index") == UNCONSTRAINED and r.get("tokens_per_s")), None)
-    anchor = next((r for r in rows if r["mode"] == ANCHOR and r.get("tokens_per_s")), None)
-    for r in rows:
-        if r.get("tokens_per_s"):
-            if ref and "124M" not in r["mode"]:
-                r["vs_unconstrained"] = r["tokens_per_s"] / ref["tokens_per_s"]
-            if anchor and "124M" not in r["mode"]:
-                r["vs_anchor"] = r["tokens_per_s"] / anchor["tokens_per_s"]
-    (out / "results.json").write_text(json.dumps(rows, indent=1, default=str))
-    (out / "table.md").write_text(table(rows))
+    save()
     print(table(rows))
     return 0
 

@@ -47,6 +47,15 @@ def run_train(args, cwd=None, ranks=1, timeout=600, env=None, check=False):
     return p
 
 
+def dump_of(program, out):
+    """Runs a C++ test program's `--dump DIR` into the folder out (its values for a NumPy reference to check);
+    fails the test, naming the program, when it is not built."""
+    if not program.exists():
+        pytest.fail(f"{program} is not built: run make")
+    subprocess.run([str(program), "--dump", str(out)], check=True, capture_output=True, text=True)
+    return out
+
+
 def write_shard(path, tokens):
     """A token shard as docs/DATA.md has it (256-int32 header, then uint16 tokens); returns its path."""
     header = np.zeros(256, dtype="<i4")

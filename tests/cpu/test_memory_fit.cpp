@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "config/config_io.hpp"
 #include "run/memory_fit.hpp"
@@ -42,6 +43,17 @@ std::string gib(size_t bytes) {
 std::vector<FitCandidate> all_of(const std::string& extra = "") {
   Config c = tiny("training.memory_limit_gb=64" + (extra.empty() ? "" : ";" + extra));
   return rank_fits(c, 1).fitting;
+}
+
+// The code and message of the Error plan_with_fit throws for c (a failure when it throws none).
+std::pair<int, std::string> fit_error(Config& c, bool dry_run = false) {
+  try {
+    plan_with_fit(c, 1, dry_run);
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  ADD_FAILURE() << "plan_with_fit threw no error";
+  return {0, ""};
 }
 
 int64_t tokens(const Config& c) {
@@ -107,17 +119,13 @@ TEST(MemoryFit, NothingFitsIsOutOfMemoryNamingTheSmallest) {
   size_t smallest = SIZE_MAX;
   for (const FitCandidate& k : all_of()) smallest = std::min(smallest, k.memory.total());
   Config c = tiny("training.memory_limit_gb=" + gib(smallest - 64));
-  try {
-    plan_with_fit(c, 1);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), kExitOutOfMemory);
-    EXPECT_THAT(e.what(), ::testing::StartsWith("training.memory_fit: auto: no combination fits "
-                                                "training.memory_limit_gb "));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("the smallest predicted total is " + format_bytes(double(smallest)) +
-                                               ", with optimizer_state int8, recompute 3, master_weights fp32, "
-                                               "micro_batch 1 x grad_accum 16"));
-  }
+  const auto [code, what] = fit_error(c);
+  EXPECT_EQ(code, kExitOutOfMemory);
+  EXPECT_THAT(what, ::testing::StartsWith("training.memory_fit: auto: no combination fits "
+                                          "training.memory_limit_gb "));
+  EXPECT_THAT(what, ::testing::HasSubstr("the smallest predicted total is " + format_bytes(double(smallest)) +
+                                         ", with optimizer_state int8, recompute 3, master_weights fp32, "
+                                         "micro_batch 1 x grad_accum 16"));
   EXPECT_EQ(c.training.optimizer_state, "fp32");  // the config untouched
 }
 
@@ -189,24 +197,15 @@ TEST(MemoryFit, GpuPlanOffloadsTheOptimizerOnlyWhereNothingElseFits) {
   EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("offload optimizer"));
   // given as none, it stays none: nothing fits that budget then
   Config kept = tiny("training.device=cuda;training.offload=none;training.memory_limit_gb=" + gib(budget));
-  try {
-    plan_with_fit(kept, 1, true);
-    ADD_FAILURE() << "a budget only offload fits was met without it";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), kExitOutOfMemory);
-  }
+  EXPECT_EQ(fit_error(kept, true).first, kExitOutOfMemory);  // a budget only offload fits is not met without it
 }
 
 TEST(MemoryFit, BudgetIsNeededOnTheCpuAndMaxIsRefused) {
   Config c = tiny();
-  try {
-    plan_with_fit(c, 1);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), kExitBadInput);
-    EXPECT_THAT(e.what(), ::testing::StartsWith("config error: training.memory_limit_gb: training.memory_fit: auto on "
-                                                "the CPU needs it > 0"));
-  }
+  const auto [code, what] = fit_error(c);
+  EXPECT_EQ(code, kExitBadInput);
+  EXPECT_THAT(what, ::testing::StartsWith("config error: training.memory_limit_gb: training.memory_fit: auto on "
+                                          "the CPU needs it > 0"));
   Config m = config_from_yaml(R"(
 model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 64, max_seq_len: 32}
 data: {synthetic: true, synthetic_vocab: 64}

@@ -2,11 +2,12 @@
 decoupled weight decay, bias-corrected moments) and Lion (Chen et al. 2023, Algorithm 2). The C++
 program build/tests/cpu/test_optim --dump runs five steps of each through the trainer's optimizer
 interface on the CPU backend; every step's parameters and state must match NumPy's in float32."""
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import dump_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROGRAM = ROOT / "build" / "tests" / "cpu" / "test_optim"
@@ -38,11 +39,7 @@ def lion(p, g, s, t, decay, b1=np.float32(0.9), b2=np.float32(0.99)):
 
 @pytest.fixture(scope="module")
 def dumped(tmp_path_factory):
-    if not PROGRAM.exists():
-        pytest.fail(f"{PROGRAM} is not built: run make")
-    out = tmp_path_factory.mktemp("optim")
-    subprocess.run([str(PROGRAM), "--dump", str(out)], check=True, capture_output=True, text=True)
-    return out
+    return dump_of(PROGRAM, tmp_path_factory.mktemp("optim"))
 
 
 @pytest.mark.parametrize("name,rule,slots", [("adamw", adamw, 2), ("lion", lion, 1)])

@@ -3,11 +3,12 @@ int8 codes and block scales and the bf16 stochastic rounding written from their 
 (The optimizer). build/tests/cpu/test_optim_state --dump runs one step of each optimizer with each state type
 through the trainer's optimizer interface on the CPU backend, with betas 0 so that the new moments are the
 gradient (m) and its square (v) exactly; the bytes it writes must be NumPy's, every one."""
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import dump_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROGRAM = ROOT / "build" / "tests" / "cpu" / "test_optim_state"
@@ -71,11 +72,7 @@ def bf16_stochastic(x, slot):
 
 @pytest.fixture(scope="module")
 def dumped(tmp_path_factory):
-    if not PROGRAM.exists():
-        pytest.fail(f"{PROGRAM} is not built: run make")
-    out = tmp_path_factory.mktemp("optim_state")
-    subprocess.run([str(PROGRAM), "--dump", str(out)], check=True, capture_output=True, text=True)
-    return out
+    return dump_of(PROGRAM, tmp_path_factory.mktemp("optim_state"))
 
 
 @pytest.mark.parametrize("name,signed", [("adamw", [True, False]), ("lion", [True])])
