@@ -2,7 +2,7 @@
 """GPT-2 1558M's memory frontier on one GPU, with PyTorch's memory-saving configurations in the same call.
 
     python3 bench/memory_frontier.py --out DIR [--indices 0-53] [--limits 12,16,24] [--fit-precisions fp8,bf16]
-                                     [--small] [--torch] [--steps N]
+                                     [--small] [--torch [--torch-runs 0,1,2]] [--steps N]
 
 Runs, each point as its own process (a point that runs out of memory costs only itself):
   frontier   the points of experiments/memory_frontier.yaml given by --indices (all 54 by default), then
@@ -185,6 +185,8 @@ def main(argv=None):
                          "parameters alone), as a user of so small a card would")
     ap.add_argument("--small", action="store_true", help="also GPT-2 124M with memory_fit: auto in 4 GiB")
     ap.add_argument("--torch", action="store_true", help="also PyTorch's configurations (bench/pytorch_gpt2.py)")
+    ap.add_argument("--torch-runs", default="", help="with --torch, which of them (0-based, e.g. 2 for the anchor; "
+                    "default all)")
     ap.add_argument("--steps", type=int, default=8, help="steps of every trainer run (the first is left out)")
     ap.add_argument("--point-timeout", type=int, default=240)
     a = ap.parse_args(argv)
@@ -241,7 +243,9 @@ def main(argv=None):
         train("GPT-2 124M, memory_limit_gb 4, bf16", ["--yaml", y, "--set", f"training.steps={a.steps}"],
               out / "fit_124m_4.log", out / "runs" / "fit_124m_4")
     if a.torch:
-        for mode, args in TORCH_RUNS:
+        for k, (mode, args) in enumerate(TORCH_RUNS):
+            if a.torch_runs and str(k) not in a.torch_runs.split(","):
+                continue
             rows.append(torch_row(mode, args, out, a.steps + 4, 4))
             save()
             print(f"{mode}: {rows[-1].get('status')}, {rows[-1].get('tokens_per_s')} tokens/s", flush=True)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/fp8_math.hpp"
+#include "optim/hypers.hpp"
 
 namespace gpt {
 
@@ -114,9 +115,7 @@ struct TrainingConfig {
   std::string optimizer_state = "fp32";  // fp32 | bf16 | int8 (optim/state.hpp)
   Offload offload = Offload::none;
   float min_lr_frac = 0.0f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
+  HyperValues hypers = default_hypers();  // the optimizers' own: training.beta1, ... (optim/hypers.hpp)
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;
   int zero_stage = 0;

@@ -1,5 +1,6 @@
 #include "config/fields.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "base/common.hpp"
@@ -27,7 +28,7 @@ std::vector<Field> fields_of(Config& c) {
   ModelConfig& m = c.model;
   DataConfig& d = c.data;
   TrainingConfig& t = c.training;
-  return {
+  std::vector<Field> fs = {
       {"run.name", &r.name, "run directory name under out_dir"},
       {"run.out_dir", &r.out_dir, "parent of the run directory"},
       {"run.seed", &r.seed, "initialisation, data order and stochastic rounding"},
@@ -140,9 +141,6 @@ std::vector<Field> fields_of(Config& c) {
        "rank offloads its shard), not 3. Checkpoints are the same either way, so a run resumes under the "
        "other setting. The dry run shows the host bytes per rank; the run log's /train/offload_ms the host's "
        "update time per step"},
-      {"training.beta1", &t.beta1, "the optimizer's first decay rate (AdamW: first moment; Lion: the update's interpolation)"},
-      {"training.beta2", &t.beta2, "the optimizer's second decay rate (AdamW: second moment; Lion: the moment)"},
-      {"training.eps", &t.eps, "AdamW epsilon (unused by Lion)"},
       {"training.weight_decay", &t.weight_decay, "decoupled, on 2-D weights only"},
       {"training.grad_clip", &t.grad_clip, "global L2 norm; 0 = off"},
       {"training.zero_stage", &t.zero_stage,
@@ -256,6 +254,12 @@ std::vector<Field> fields_of(Config& c) {
        "and gives it up after this many seconds without a byte written (a hung filesystem; the file's final "
        "fsync shows no progress, so a filesystem that takes longer to flush a checkpoint needs more)"},
   };
+  // the optimizers' own hyperparameters, as their rules declare them, before training.weight_decay
+  auto at = std::find_if(fs.begin(), fs.end(),
+                         [](const Field& f) { return std::string(f.key) == "training.weight_decay"; });
+  for (const HyperInfo& h : optimizer_hypers())
+    at = fs.insert(at, Field{h.key.c_str(), &t.hypers[h.name], h.doc.c_str()}) + 1;
+  return fs;
 }
 
 const Field* find_field(const std::vector<Field>& fs, const std::string& key) {

@@ -77,9 +77,9 @@ void validate(const Config& cfg, int world) {
   if (!(t.lr >= 0) || !std::isfinite(t.lr)) bad("training.lr", "must be a finite number >= 0");
   if (t.warmup_steps < 0) bad("training.warmup_steps", "must be >= 0");
   if (t.min_lr_frac < 0 || t.min_lr_frac > 1) bad("training.min_lr_frac", "must be in [0, 1]");
-  if (t.beta1 < 0 || t.beta1 >= 1) bad("training.beta1", "must be in [0, 1)");
-  if (t.beta2 < 0 || t.beta2 >= 1) bad("training.beta2", "must be in [0, 1)");
-  if (!(t.eps > 0)) bad("training.eps", "must be > 0");
+  for (const HyperInfo& h : optimizer_hypers())
+    if (!h.accepts(t.hypers.at(h.name)))
+      bad(h.key, h.range()[0] == '>' ? "must be " + h.range() : "must be in " + h.range());
   if (t.weight_decay < 0) bad("training.weight_decay", "must be >= 0");
   if (t.grad_clip < 0) bad("training.grad_clip", "must be >= 0 (0 = off)");
   if (t.zero_stage < 0 || t.zero_stage > 3) bad("training.zero_stage", "must be 0, 1, 2 or 3");

@@ -1,5 +1,10 @@
 #include "optim/optimizer.hpp"
 
+#include <algorithm>
+#include <iterator>
+#include <stdexcept>
+
+#include "base/format.hpp"
 #include "optim/step.hpp"
 
 namespace gpt {
@@ -8,7 +13,21 @@ namespace {
 
 template <class Rule>
 OptimizerInfo info_of() {
-  return {Rule::kName, std::vector<std::string>(Rule::kSlotNames, Rule::kSlotNames + Rule::kSlots), Rule::kDoc};
+  static_assert(std::size(Rule::kHypers) <= optim::kMaxHypers, "raise optim::kMaxHypers");
+  OptimizerInfo o{Rule::kName, std::vector<std::string>(Rule::kSlotNames, Rule::kSlotNames + Rule::kSlots),
+                  Rule::kDoc, {}};
+  for (const optim::HyperDecl& d : Rule::kHypers) o.hypers.push_back(d.name);
+  return o;
+}
+
+// The rule's hyperparameters from the config's values, a name not given taking its declared default.
+template <class Rule>
+void bind_hypers(const HyperValues& given, float* p) {
+  int i = 0;
+  for (const optim::HyperDecl& d : Rule::kHypers) {
+    auto it = given.find(d.name);
+    p[i++] = it == given.end() ? d.value : it->second;
+  }
 }
 
 // An elementwise rule run by the backend's own stream (CPU loop or CUDA kernel), timed and checked as
@@ -16,8 +35,10 @@ OptimizerInfo info_of() {
 template <class Rule>
 class RuleOptimizer final : public Optimizer {
  public:
-  RuleOptimizer(bool stochastic, optim::StateType state)
-      : info_(info_of<Rule>()), stochastic_(stochastic), state_(state) {}
+  RuleOptimizer(bool stochastic, optim::StateType state, const HyperValues& hypers)
+      : info_(info_of<Rule>()), stochastic_(stochastic), state_(state) {
+    bind_hypers<Rule>(hypers, hypers_);
+  }
   const char* name() const override { return Rule::kName; }
   const std::vector<std::string>& slots() const override { return info_.slots; }
   optim::StateType state() const override { return state_; }
@@ -47,7 +68,8 @@ class RuleOptimizer final : public Optimizer {
     }
     a.state = state_;
     optim::Hyper x;
-    x.lr = h.lr, x.beta1 = h.beta1, x.beta2 = h.beta2, x.eps = h.eps;
+    x.lr = h.lr;
+    std::copy(hypers_, hypers_ + optim::kMaxHypers, x.p);
     x.step = h.step;
     x.weight_decay = 0.0f;
     a.h_rest = Rule::prepare(x);
@@ -64,7 +86,27 @@ class RuleOptimizer final : public Optimizer {
   OptimizerInfo info_;
   bool stochastic_;
   optim::StateType state_;
+  float hypers_[optim::kMaxHypers] = {};  // the rule's kHypers, bound at construction
 };
+
+template <class Rule>
+void add_hypers(std::vector<HyperInfo>& all) {
+  for (const optim::HyperDecl& d : Rule::kHypers) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const HyperInfo& h) { return h.name == d.name; });
+    const std::string meaning = std::string("`") + Rule::kName + "`: " + d.doc;
+    if (it == all.end()) {
+      HyperInfo h;
+      h.name = d.name, h.key = std::string("training.") + d.name, h.value = d.value;
+      h.lo = d.lo, h.hi = d.hi, h.lo_open = d.lo_open, h.doc = meaning;
+      all.push_back(h);
+    } else if (it->value != d.value || it->lo != d.lo || it->hi != d.hi || it->lo_open != d.lo_open) {
+      throw std::logic_error(std::string("optimizer rules disagree on hyperparameter ") + d.name +
+                             "'s default or range");
+    } else {
+      it->doc += "; " + meaning;
+    }
+  }
+}
 
 }  // namespace
 
@@ -75,15 +117,41 @@ const std::vector<OptimizerInfo>& optimizers() {
   return all;
 }
 
+std::string HyperInfo::range() const {
+  if (hi >= optim::kUnbounded) return (lo_open ? "> " : ">= ") + shortest(lo);
+  return (lo_open ? "(" : "[") + shortest(lo) + ", " + shortest(hi) + ")";
+}
+
+bool HyperInfo::accepts(float x) const { return (lo_open ? x > lo : x >= lo) && x < hi; }
+
+const std::vector<HyperInfo>& optimizer_hypers() {
+  static const std::vector<HyperInfo> all = [] {
+    std::vector<HyperInfo> v;
+#define GPT_HYPERS(R) add_hypers<optim::R>(v);
+    GPT_OPTIMIZER_RULES(GPT_HYPERS)
+#undef GPT_HYPERS
+    return v;
+  }();
+  return all;
+}
+
+HyperValues default_hypers() {
+  HyperValues v;
+  for (const HyperInfo& h : optimizer_hypers()) v[h.name] = h.value;
+  return v;
+}
+
 const OptimizerInfo* find_optimizer(const std::string& name) {
   for (const OptimizerInfo& o : optimizers())
     if (o.name == name) return &o;
   return nullptr;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, bool stochastic_rounding, optim::StateType state) {
-#define GPT_MAKE(R) \
-  if (name == optim::R::kName) return std::make_unique<RuleOptimizer<optim::R>>(stochastic_rounding, state);
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, bool stochastic_rounding, optim::StateType state,
+                                          const HyperValues& hypers) {
+#define GPT_MAKE(R)           \
+  if (name == optim::R::kName) \
+    return std::make_unique<RuleOptimizer<optim::R>>(stochastic_rounding, state, hypers);
   GPT_OPTIMIZER_RULES(GPT_MAKE)
 #undef GPT_MAKE
   std::string known;

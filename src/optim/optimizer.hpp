@@ -11,14 +11,16 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "optim/hypers.hpp"
 #include "optim/rules.hpp"
 #include "optim/state.hpp"
 
 namespace gpt {
 
-// One optimizer step's hyperparameters (training.*), shared by every range of the step.
+// One optimizer step's settings, shared by every range of the step (the rule's own hyperparameters,
+// fixed for a run, are bound by make_optimizer).
 struct OptimizerHyper {
-  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
+  float lr = 0, weight_decay = 0;
   float grad_scale = 1.0f;   // multiplies every gradient first (clipping)
   int step = 1;              // 1-based
   uint64_t seed = 0;         // stochastic rounding of bf16 parameters
@@ -59,18 +61,22 @@ class Optimizer {
   virtual void update_host(const Backend& be, const ParamRange& r, const OptimizerHyper& h) const = 0;
 };
 
-// The optimizers there are: name, state slots, documentation (training.optimizer's values).
+// The optimizers there are: name, state slots, documentation (training.optimizer's values), the names of
+// its hyperparameters (optim/hypers.hpp).
 struct OptimizerInfo {
   std::string name;
   std::vector<std::string> slots;
   std::string doc;
+  std::vector<std::string> hypers;
 };
 const std::vector<OptimizerInfo>& optimizers();
 const OptimizerInfo* find_optimizer(const std::string& name);  // null when there is none of that name
 
 // stochastic_rounding: bf16 parameter writes rounded stochastically (training.stochastic_rounding);
-// state: how the slots are held (training.optimizer_state).
+// state: how the slots are held (training.optimizer_state); hypers: the rule's hyperparameters by name
+// (training.beta1 and the like), a name not given taking the rule's default.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, bool stochastic_rounding,
-                                          optim::StateType state = optim::StateType::F32);
+                                          optim::StateType state = optim::StateType::F32,
+                                          const HyperValues& hypers = {});
 
 }  // namespace gpt

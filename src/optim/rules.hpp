@@ -5,10 +5,11 @@
 // corrections and the like) are computed once per step on the host (prepare).
 //
 // Adding an optimizer: a struct here with the same members (kSlotSigned: whether each slot's values take
-// both signs, which picks its int8 code; apply's last template parameter the arithmetic, and apply_as<A>),
-// a line in GPT_OPTIMIZER_RULES, and a test (tests/cpu/test_optim.cpp against a NumPy-written reference). Everything else (the config's
-// `training.optimizer` values and docs, ZeRO's sharding of the slots, the memory prediction,
-// checkpoints) derives from the struct.
+// both signs, which picks its int8 code; kHypers: its own hyperparameters; apply's last template parameter
+// the arithmetic, and apply_as<A>), a line in GPT_OPTIMIZER_RULES, and a test (tests/cpu/test_optim.cpp
+// against a NumPy-written reference). Everything else (the config's `training.optimizer` values and docs,
+// a `training.<name>` key per hyperparameter with its default, range and docs, ZeRO's sharding of the
+// slots, the memory prediction, checkpoints) derives from the struct.
 #pragma once
 #include <cmath>
 
@@ -67,10 +68,25 @@ struct Fused {
   }
 };
 
-// The step's hyperparameters as the trainer has them (training.lr, beta1, beta2, eps, weight_decay; the
-// decay is 0 for tensors without weight decay), and what prepare() derives from them.
+// A hyperparameter a rule reads besides lr and weight_decay (which every rule reads: the schedule's rate
+// and the decay of the tensors that decay): the config key training.<name>, its default, the values it
+// accepts (lo <= x < hi, or lo < x with lo_open) and what it does. Rules that share a name share its key
+// and must declare the same default (checked where the table is built, optim/optimizer.cpp).
+struct HyperDecl {
+  const char* name;
+  float value;
+  float lo, hi;
+  bool lo_open;
+  const char* doc;
+};
+constexpr int kMaxHypers = 4;  // the most hyperparameters of any rule below
+constexpr float kUnbounded = 3.0e38f;
+
+// The step's hyperparameters: lr and weight_decay as the step has them (the decay is 0 for tensors without
+// weight decay), the rule's own (p[i] the value of its kHypers[i]), and what prepare() derives from them.
 struct Hyper {
-  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  float lr = 0, weight_decay = 0;
+  float p[kMaxHypers] = {};
   int step = 1;            // 1-based
   float c0 = 0, c1 = 0;    // per-rule step constants
 };
@@ -84,9 +100,14 @@ struct AdamW {
   static constexpr const char* kDoc =
       "AdamW: `beta1`, `beta2` the moments' decay, `eps`, decoupled `weight_decay`; two fp32 moments per "
       "parameter";
+  enum { kBeta1, kBeta2, kEps };
+  static constexpr HyperDecl kHypers[] = {
+      {"beta1", 0.9f, 0.0f, 1.0f, false, "the first moment's decay"},
+      {"beta2", 0.95f, 0.0f, 1.0f, false, "the second moment's decay"},
+      {"eps", 1e-8f, 0.0f, kUnbounded, true, "added to the root of the second moment"}};
   static Hyper prepare(Hyper h) {
-    h.c0 = 1.0f - std::pow(h.beta1, float(h.step));  // bias corrections
-    h.c1 = 1.0f - std::pow(h.beta2, float(h.step));
+    h.c0 = 1.0f - std::pow(h.p[kBeta1], float(h.step));  // bias corrections
+    h.c1 = 1.0f - std::pow(h.p[kBeta2], float(h.step));
     return h;
   }
   // The moments' fused multiply-adds, each in one of two forms (any is as accurate as the other). Left
@@ -97,15 +118,16 @@ struct AdamW {
   //   VOnMoment:   v = fma(b2, v, g (g (1 - b2))), else fma(g, (1 - b2) g, b2 v)
   template <bool MOnGradient = true, bool VOnMoment = false, class A = Compiled>
   GPT_RULE_HD static float apply(float w, float g, float* s, const Hyper& h) {
-    s[0] = MOnGradient ? A::mul_add(1.0f - h.beta1, g, A::mul(h.beta1, s[0]))
-                       : A::mul_add(h.beta1, s[0], A::mul(g, 1.0f - h.beta1));
-    s[1] = VOnMoment ? A::mul_add(h.beta2, s[1], A::mul(g, A::mul(g, 1.0f - h.beta2)))
-                     : A::mul_add(g, A::mul(1.0f - h.beta2, g), A::mul(h.beta2, s[1]));
+    const float beta1 = h.p[kBeta1], beta2 = h.p[kBeta2], eps = h.p[kEps];
+    s[0] = MOnGradient ? A::mul_add(1.0f - beta1, g, A::mul(beta1, s[0]))
+                       : A::mul_add(beta1, s[0], A::mul(g, 1.0f - beta1));
+    s[1] = VOnMoment ? A::mul_add(beta2, s[1], A::mul(g, A::mul(g, 1.0f - beta2)))
+                     : A::mul_add(g, A::mul(1.0f - beta2, g), A::mul(beta2, s[1]));
     const float mhat = s[0] / h.c0, vhat = s[1] / h.c1;
     if constexpr (A::kFused) {
-      return A::mul_add(-h.lr, A::mul_add(h.weight_decay, w, mhat / (sqrtf(vhat) + h.eps)), w);
+      return A::mul_add(-h.lr, A::mul_add(h.weight_decay, w, mhat / (sqrtf(vhat) + eps)), w);
     } else {
-      return w - h.lr * (mhat / (sqrtf(vhat) + h.eps) + h.weight_decay * w);
+      return w - h.lr * (mhat / (sqrtf(vhat) + eps) + h.weight_decay * w);
     }
   }
   template <class A>
@@ -123,20 +145,24 @@ struct Lion {
   static constexpr bool kSlotSigned[kSlots] = {true};
   static constexpr const char* kDoc =
       "Lion: the update is sign(beta1 m + (1 - beta1) g), the moment decays with `beta2` (0.99 is the "
-      "paper's choice), decoupled `weight_decay`, `eps` unused; one fp32 moment per parameter. Every "
-      "element moves by lr per step, so lr is typically 3-10x smaller than AdamW's and weight_decay "
-      "3-10x larger";
+      "paper's choice), decoupled `weight_decay`; one fp32 moment per parameter. Every element moves by lr "
+      "per step, so lr is typically 3-10x smaller than AdamW's and weight_decay 3-10x larger";
+  enum { kBeta1, kBeta2 };
+  static constexpr HyperDecl kHypers[] = {
+      {"beta1", 0.9f, 0.0f, 1.0f, false, "the update's interpolation between the moment and the gradient"},
+      {"beta2", 0.95f, 0.0f, 1.0f, false, "the moment's decay"}};
   static Hyper prepare(Hyper h) { return h; }
   template <class A = Compiled>
   GPT_RULE_HD static float apply(float w, float g, float* s, const Hyper& h) {
+    const float beta1 = h.p[kBeta1], beta2 = h.p[kBeta2];
     if constexpr (A::kFused) {
-      const float c = A::mul_add(h.beta1, s[0], A::mul(1.0f - h.beta1, g));
-      s[0] = A::mul_add(h.beta2, s[0], A::mul(1.0f - h.beta2, g));
+      const float c = A::mul_add(beta1, s[0], A::mul(1.0f - beta1, g));
+      s[0] = A::mul_add(beta2, s[0], A::mul(1.0f - beta2, g));
       const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
       return A::mul_add(-h.lr, A::mul_add(h.weight_decay, w, u), w);
     } else {
-      const float c = h.beta1 * s[0] + (1.0f - h.beta1) * g;
-      s[0] = h.beta2 * s[0] + (1.0f - h.beta2) * g;
+      const float c = beta1 * s[0] + (1.0f - beta1) * g;
+      s[0] = beta2 * s[0] + (1.0f - beta2) * g;
       const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
       return w - h.lr * (u + h.weight_decay * w);
     }

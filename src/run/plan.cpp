@@ -66,6 +66,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.fp8_recipe.history = t.fp8_amax_history;
   p.fp8_recipe.margin = t.fp8_margin;
   p.optimizer = t.optimizer;
+  p.hypers = t.hypers;
   p.optimizer_slots = int(find_optimizer(t.optimizer)->slots.size());
   p.stochastic_rounding = t.stochastic_rounding;
   p.world = world;

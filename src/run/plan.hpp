@@ -24,6 +24,7 @@ struct Plan {
   PrecisionPolicy precision;     // which layers compute in FP8 (training.precision fp8)
   Fp8Recipe fp8_recipe;          // their scaling
   std::string optimizer;         // training.optimizer (optim/optimizer.hpp)
+  HyperValues hypers;            // its hyperparameters (training.beta1, ...)
   int optimizer_slots = 0;       // its fp32 state per parameter
   bool stochastic_rounding = true;
   int micro_batch = 0;           // sequences per rank per micro-step; 0 while `max` is not yet searched

@@ -17,7 +17,7 @@ Stack build_stack(const Plan& plan, HostComm& host) {
   else
     s.comm = cuda ? make_nccl_communicator(host, *s.backend) : make_mpi_communicator(host);
   s.layout = std::make_unique<ParamLayout>(plan.dims);
-  s.optimizer = make_optimizer(plan.optimizer, plan.stochastic_rounding, plan.zero.state);
+  s.optimizer = make_optimizer(plan.optimizer, plan.stochastic_rounding, plan.zero.state, plan.hypers);
   s.engine = std::make_unique<ZeroEngine>(*s.layout, *s.backend, *s.comm, host, plan.zero, plan.master_weights,
                                           *s.optimizer);
   return s;

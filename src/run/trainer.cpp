@@ -177,7 +177,7 @@ Trainer::StepResult Trainer::train_step(int step) {
     throw Diverged(kExitFailure, "training diverged at step " + std::to_string(step + 1) + ": loss " +
                                      std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm) +
                                      "; nothing was checkpointed from it");
-  engine_->update({float(r.lr), t_.beta1, t_.beta2, t_.eps, t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
+  engine_->update({float(r.lr), t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
                    step + 1, splitmix64(cfg_.run.seed + uint64_t(step))});
   if (fp8_) fp8_->end_step(amax_reduction());  // this step's amaxes -> the next step's scales
   be_->synchronize();

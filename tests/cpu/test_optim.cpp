@@ -48,13 +48,15 @@ int dump(const std::string& dir) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const size_t n = 1000;
   for (const OptimizerInfo& info : optimizers()) {
-    auto opt = make_optimizer(info.name, false);
+    // every rule's declared defaults, but Lion's beta2 at the paper's 0.99; written beside the dump
+    const HyperValues hypers = info.name == "lion" ? HyperValues{{"beta2", 0.99f}} : HyperValues{};
+    auto opt = make_optimizer(info.name, false, optim::StateType::F32, hypers);
     std::vector<float> p0(n);
     for (float& x : p0) x = nd(rng);
     Case c = make_case(*opt, p0, std::vector<float>(n));
     std::vector<float> out(p0);  // p0, then per step: g, p, slots...
     OptimizerHyper h;
-    h.lr = 1e-2f, h.beta1 = 0.9f, h.beta2 = info.name == "lion" ? 0.99f : 0.95f, h.eps = 1e-8f;
+    h.lr = 1e-2f;
     h.weight_decay = 0.1f, h.grad_scale = 0.5f;
     for (int s = 1; s <= 5; ++s) {
       for (float& x : c.g) x = nd(rng);
@@ -71,6 +73,13 @@ int dump(const std::string& dir) {
       std::fprintf(stderr, "cannot write %s\n", path.c_str());
       return 1;
     }
+    // the rule's hyperparameters as bound: one "name value" line each
+    FILE* hf = std::fopen((dir + "/" + info.name + ".hypers").c_str(), "w");
+    for (const std::string& name : info.hypers) {
+      auto it = hypers.find(name);
+      std::fprintf(hf, "%s %.9g\n", name.c_str(), it != hypers.end() ? it->second : default_hypers().at(name));
+    }
+    std::fclose(hf);
     std::printf("%s: %zu elements, 5 steps, %zu slot(s)\n", path.c_str(), n, info.slots.size());
   }
   return 0;
@@ -89,7 +98,7 @@ TEST(Optim, adamw_applies_grad_scale_bias_correction_and_decay) {
   auto opt = make_optimizer("adamw", true);
   Case c = make_case(*opt, {1.0f, -2.0f}, {0.5f, -0.25f});
   OptimizerHyper h;
-  h.lr = 0.1f, h.beta1 = 0.9f, h.beta2 = 0.95f, h.eps = 1e-8f, h.weight_decay = 0.5f, h.grad_scale = 0.5f, h.step = 1;
+  h.lr = 0.1f, h.weight_decay = 0.5f, h.grad_scale = 0.5f, h.step = 1;  // beta1 0.9, beta2 0.95: the defaults
   step(*opt, c, h, true);
   // m = (1-b1) * s * g; v = (1-b2) * (s g)^2; bias-corrected step is sign(g); decay uses the old p
   EXPECT_NEAR(c.slots[0][0], 0.1 * 0.25, 1e-7);
@@ -103,11 +112,11 @@ TEST(Optim, adamw_applies_grad_scale_bias_correction_and_decay) {
 }
 
 TEST(Optim, lion_moves_every_element_by_lr_times_the_sign) {
-  auto opt = make_optimizer("lion", true);
+  auto opt = make_optimizer("lion", true, optim::StateType::F32, {{"beta2", 0.99f}});  // beta1: its default 0.9
   Case c = make_case(*opt, {1.0f, -2.0f, 3.0f}, {0.5f, -0.25f, 0.0f});
   c.slots[0] = {0.0f, 0.0f, -1.0f};
   OptimizerHyper h;
-  h.lr = 0.1f, h.beta1 = 0.9f, h.beta2 = 0.99f, h.weight_decay = 0.5f, h.grad_scale = 2.0f, h.step = 3;
+  h.lr = 0.1f, h.weight_decay = 0.5f, h.grad_scale = 2.0f, h.step = 3;
   step(*opt, c, h, true);
   // c = b1 m + (1 - b1) s g: +, -, and for the third 0.9 * -1 (negative): the update's sign
   EXPECT_NEAR(c.p[0], 1.0 - 0.1 * (1.0 + 0.5 * 1.0), 1e-6);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,12 +83,12 @@ int dump(const std::string& dir) {
   const size_t n = 1000;  // three whole blocks and a partial one
   for (const OptimizerInfo& info : optimizers())
     for (StateType t : {StateType::BF16, StateType::Int8}) {
-      auto opt = make_optimizer(info.name, false, t);
+      auto opt = make_optimizer(info.name, false, t, {{"beta1", 0.0f}, {"beta2", 0.0f}});
       Held c = make_held(*opt, std::vector<float>(n, 1.0f), gradient(n, 11));
       // betas 0: the new moments are the gradient and its square, exactly (fma(0, x, 1 * g) = g, fma(g, 1 * g,
       // 0) = g*g rounded once), so the state written is the quantization of known values
       OptimizerHyper h;
-      h.lr = 1e-2f, h.beta1 = 0.0f, h.beta2 = 0.0f, h.eps = 1e-8f, h.weight_decay = 0.1f, h.grad_scale = 1.0f;
+      h.lr = 1e-2f, h.weight_decay = 0.1f, h.grad_scale = 1.0f;
       h.step = 1, h.seed = 0x0123456789abcdefull;
       step(*opt, c, h, n / 2);
       std::string bytes(reinterpret_cast<const char*>(c.g.data()), 4 * n);
@@ -162,13 +163,14 @@ TEST(OptimState, low_precision_state_tracks_fp32_state) {
   const size_t n = 2048;
   for (const OptimizerInfo& info : optimizers())
     for (StateType t : {StateType::BF16, StateType::Int8}) {
-      auto ref = make_optimizer(info.name, false);
-      auto opt = make_optimizer(info.name, false, t);
+      const HyperValues hypers = info.name == "lion" ? HyperValues{{"beta2", 0.99f}} : HyperValues{};
+      auto ref = make_optimizer(info.name, false, StateType::F32, hypers);
+      auto opt = make_optimizer(info.name, false, t, hypers);
       Held c = make_held(*opt, std::vector<float>(n, 0.5f), std::vector<float>(n));
       std::vector<float> p(n, 0.5f);
       std::vector<std::vector<float>> s(ref->slots().size(), std::vector<float>(n, 0.0f));
       OptimizerHyper h;
-      h.lr = 1e-3f, h.beta1 = 0.9f, h.beta2 = info.name == "lion" ? 0.99f : 0.95f, h.eps = 1e-8f;
+      h.lr = 1e-3f;
       h.weight_decay = 0.1f;
       auto be = make_cpu_backend(BackendOptions{});
       for (int st = 1; st <= 10; ++st) {
@@ -199,10 +201,10 @@ TEST(OptimState, low_precision_state_tracks_fp32_state) {
 
 TEST(OptimState, weight_decay_applies_to_the_first_n_decay_elements) {
   for (StateType t : {StateType::BF16, StateType::Int8}) {
-    auto opt = make_optimizer("lion", false, t);
+    auto opt = make_optimizer("lion", false, t, {{"beta2", 0.99f}});
     Held c = make_held(*opt, {1.0f, 1.0f, 1.0f}, {0.0f, 0.0f, 0.0f});
     OptimizerHyper h;
-    h.lr = 0.1f, h.beta1 = 0.9f, h.beta2 = 0.99f, h.weight_decay = 0.5f, h.step = 1;
+    h.lr = 0.1f, h.weight_decay = 0.5f, h.step = 1;
     step(*opt, c, h, 2);
     EXPECT_NEAR(c.p[0], 1.0 - 0.1 * 0.5, 1e-7);  // sign(0) = 0: decay alone
     EXPECT_NEAR(c.p[1], 1.0 - 0.1 * 0.5, 1e-7);
@@ -215,7 +217,7 @@ TEST(OptimState, a_non_finite_moment_is_reported) {
     auto opt = make_optimizer("adamw", false, t);
     Held c = make_held(*opt, {1.0f, 2.0f}, {NAN, 1.0f});
     OptimizerHyper h;
-    h.lr = 0.1f, h.beta1 = 0.9f, h.beta2 = 0.95f, h.eps = 1e-8f, h.step = 1;
+    h.lr = 0.1f, h.step = 1;
     step(*opt, c, h, 2);
     EXPECT_EQ(c.nonfinite, 1u);
   }
@@ -255,7 +257,8 @@ void twin_matches_cpu_loop(StateType t) {
       a.state = t, a.n = n, a.n_decay = n / 2, a.grad_scale = 0.7f, a.seed = 77 + st, a.index_offset = 256;
       a.stochastic = true;
       optim::Hyper x;
-      x.lr = 1e-2f, x.beta1 = 0.9f, x.beta2 = 0.95f, x.eps = 1e-8f, x.step = st;
+      x.lr = 1e-2f, x.step = st;
+      for (size_t i = 0; i < std::size(Rule::kHypers); ++i) x.p[i] = Rule::kHypers[i].value;  // the defaults
       a.h_rest = Rule::prepare(x);
       x.weight_decay = 0.1f;
       a.h = Rule::prepare(x);

@@ -81,3 +81,23 @@ def test_unknown_optimizer_is_named(tmp_path):
     assert p.returncode == 1
     assert "training.optimizer: 'sgd' is not one of adamw, lion" in p.stderr
     assert not (tmp_path / "runs" / "u").exists()
+
+
+@pytest.mark.parametrize("optimizer,key,value", [("adamw", "training.beta1", "0.5"), ("adamw", "training.beta2", "0.5"),
+                                                 ("adamw", "training.eps", "1.0e-3"), ("lion", "training.beta2", "0.5")])
+def test_each_declared_hyperparameter_reaches_its_rule(tmp_path, optimizer, key, value):
+    """a rule's hyperparameters come from their training.<name> keys through the plan to the update: setting
+    one changes that optimizer's losses after the first update."""
+    base = [f"training.optimizer={optimizer}"]
+    a, _ = run_ok(tmp_path, 1, "a", sets=base, steps=4)
+    b, _ = run_ok(tmp_path, 1, "b", sets=base + [f"{key}={value}"], steps=4)
+    assert a["loss"][0] == b["loss"][0] and not np.array_equal(a["loss"][1:], b["loss"][1:]), (a["loss"], b["loss"])
+
+
+@pytest.mark.parametrize("key,value,why", [("training.beta1", "1.0", "must be in [0, 1)"),
+                                           ("training.beta2", "-0.1", "must be in [0, 1)"),
+                                           ("training.eps", "0", "must be > 0")])
+def test_a_hyperparameter_outside_its_declared_range_is_refused(tmp_path, key, value, why):
+    p = run_train(["--yaml", tiny_yaml(tmp_path, name="r"), "--set", f"{key}={value}"])
+    assert p.returncode == 1 and f"{key}: {why}" in p.stderr, p.stderr
+    assert not (tmp_path / "runs" / "r").exists()

@@ -12,10 +12,11 @@ from conftest import dump_of
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROGRAM = ROOT / "build" / "tests" / "cpu" / "test_optim"
 N, STEPS = 1000, 5
-LR, WD, SCALE, EPS = np.float32(1e-2), np.float32(0.1), np.float32(0.5), np.float32(1e-8)
+LR, WD, SCALE = np.float32(1e-2), np.float32(0.1), np.float32(0.5)
 
 
-def adamw(p, g, s, t, decay, b1=np.float32(0.9), b2=np.float32(0.95)):
+def adamw(p, g, s, t, decay, beta1, beta2, eps):
+    b1, b2, eps = np.float32(beta1), np.float32(beta2), np.float32(eps)
     m, v = s
     g = g * SCALE
     m = b1 * m + (1 - b1) * g
@@ -23,11 +24,12 @@ def adamw(p, g, s, t, decay, b1=np.float32(0.9), b2=np.float32(0.95)):
     mhat = m / (1 - b1 ** np.float32(t))
     vhat = v / (1 - b2 ** np.float32(t))
     wd = WD if decay else np.float32(0)
-    p = p - LR * (mhat / (np.sqrt(vhat) + EPS) + wd * p)
+    p = p - LR * (mhat / (np.sqrt(vhat) + eps) + wd * p)
     return p, [m, v]
 
 
-def lion(p, g, s, t, decay, b1=np.float32(0.9), b2=np.float32(0.99)):
+def lion(p, g, s, t, decay, beta1, beta2):
+    b1, b2 = np.float32(beta1), np.float32(beta2)
     (m,) = s
     g = g * SCALE
     update = np.sign(b1 * m + (1 - b1) * g)
@@ -45,6 +47,9 @@ def dumped(tmp_path_factory):
 @pytest.mark.parametrize("name,rule,slots", [("adamw", adamw, 2), ("lion", lion, 1)])
 def test_matches_numpy(dumped, name, rule, slots):
     x = np.fromfile(dumped / f"{name}.f32", dtype=np.float32)
+    # the rule's hyperparameters as the program bound them (Lion's beta2 at 0.99, not its default)
+    hypers = {k: float(v) for k, v in (line.split() for line in (dumped / f"{name}.hypers").read_text().splitlines())}
+    assert name != "lion" or hypers["beta2"] == np.float32(0.99), hypers
     assert x.size == N + STEPS * N * (2 + slots)
     p = x[:N].copy()
     s = [np.zeros(N, np.float32) for _ in range(slots)]
@@ -52,7 +57,7 @@ def test_matches_numpy(dumped, name, rule, slots):
     for t in range(1, STEPS + 1):
         g = x[at:at + N]
         at += N
-        p, s = rule(p, g, s, t, decay=t % 2 == 1)
+        p, s = rule(p, g, s, t, decay=t % 2 == 1, **hypers)
         got_p = x[at:at + N]
         at += N
         # float32 throughout; the bias corrections' powers may differ from the C library's in the last bit
