@@ -139,11 +139,12 @@ void run_all(DType act) {
   o.act = act;
   auto gpu = make_cuda_backend(o);
   const bool bf16 = act == DType::BF16;
-  for (const char* rule : {"adamw", "lion"})
+  for (const OptimizerInfo& info : optimizers())  // every rule there is (optim/rules.hpp)
     for (optim::StateType t : {optim::StateType::F32, optim::StateType::BF16, optim::StateType::Int8})
       for (Master mk : {Master::None, Master::F32, Master::Compensated}) {
         if (!bf16 && mk != Master::None) continue;  // fp32 parameters have no master
         for (bool aligned : {true, false}) {
+          const char* rule = info.name.c_str();
           const size_t n = 100003;  // not a multiple of 8 nor of 256: the vector path's tail, a partial block
           std::string what;
           const size_t differ = compare(*gpu, rule, t, mk, n, aligned, what);

@@ -719,7 +719,8 @@ void run_checks(const char* prec) {
   guarded([&] { test_classifier(c, 41, 777, 792); });  // a vector of real and padded columns, one of padding only
   guarded([&] { test_sum_squares(c, 1000003); });
   guarded([&] { test_sum_squares(c, 7); });
-  for (const char* opt : {"adamw", "lion"}) {
+  for (const OptimizerInfo& info : optimizers()) {  // every rule there is (optim/rules.hpp)
+    const char* opt = info.name.c_str();
     guarded([&] { test_optimizer(c, opt, 1000003, true); });
     guarded([&] { test_optimizer(c, opt, 100001, false); });
     guarded([&] { test_optimizer_compensated(c, opt, optim::StateType::F32, 1000003); });
