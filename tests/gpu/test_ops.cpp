@@ -621,13 +621,19 @@ void test_optimizer_compensated(Ctx& c, const char* name, optim::StateType t, si
   for (size_t i = 0; i < n; ++i) {
     const optim::Compensated s = optim::compensated_split(ref[i]);
     differ += s.hi != ghi[i] || s.lo != glo[i];
-    far += std::fabs(optim::compensated_value(ghi[i], glo[i]) - ref[i]) > std::ldexp(std::fabs(ref[i]), -15);
+    far += std::fabs(optim::compensated_value(ghi[i], glo[i]) - ref[i]) >
+           std::ldexp(std::max(std::fabs(ref[i]), h.lr), -15);
     lo_nonzero += glo[i] != 0;
   }
   // int8 and bf16 state run the rule's Fused arithmetic on both sides: the same bits. fp32 state keeps
-  // each side's compiled arithmetic (an fp32 rounding apart, test_optimizer's master check), which moves
-  // a truncated residual by its last bit now and then: none further than the residual's precision.
-  const size_t allowed = t == optim::StateType::F32 ? n / 100 : 0;
+  // each side's compiled arithmetic (the GPU contracts w - lr (u + wd w) into fused multiply-adds, the
+  // host rounds each operation: an fp32 rounding or two apart, test_optimizer's master check), which moves
+  // a truncated residual by its last bit now and then (Lion, whose whole update is that expression, in
+  // about 2% of the elements over two steps) and, where an update cancels most of the value, leaves the
+  // operands' rounding on a small result: none further than the residual's precision of the larger of
+  // the value and the step (lr). The kernel's fp32-state update is checked bit for bit against its host
+  // twin by tests/gpu/test_offload.cpp.
+  const size_t allowed = t == optim::StateType::F32 ? n / 20 : 0;
   expect(differ <= allowed && far == 0,
          fmt("[%s] param and residual %s: %zu of %zu differ from the CPU's split master (%zu allowed), %zu beyond "
              "2^-15 of it", c.prec, sz.c_str(), differ, n, allowed, far));
