@@ -71,6 +71,10 @@ $(BUILD)/%.o: src/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
 
+# the optimizer's host loops for x86-64-v3, chosen at run time where the CPU has AVX2 and FMA
+# (src/optim/step.hpp); no contraction, so that they compute what the x86-64-v2 build computes
+$(BUILD)/optim/step_cpu_fma.o: CXXFLAGS += -march=x86-64-v3 -ffp-contract=off
+
 $(BUILD)/cu/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(DEPFLAGS) -MF $(@:.o=.d) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<

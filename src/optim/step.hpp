@@ -44,8 +44,14 @@ struct StepArgs {
 // with its Fused arithmetic, so that the CPU and the GPU write the same state bytes.
 // Rule is one of GPT_OPTIMIZER_RULES. The CPU loop needs host memory; the CUDA one device memory and a
 // cudaStream_t (it queues the kernel; failures are thrown as the kernels' errors).
+// The host loops (step_cpu, step_host) are built for two instruction sets: x86-64-v2 (`base`) and
+// x86-64-v3 (`fma`: AVX2 and the FMA instruction, several times faster where the Fused arithmetic's fused
+// multiply-adds would otherwise be library calls). Both compute the same IEEE operations, so the same bits;
+// host_isa() is the CPU's best, and the default.
+enum class HostIsa { base, fma };
+HostIsa host_isa();
 template <class Rule>
-void step_cpu(const StepArgs& a);
+void step_cpu(const StepArgs& a, HostIsa isa = host_isa());
 template <class Rule>
 void step_cuda(const StepArgs& a, void* stream);
 
@@ -64,6 +70,6 @@ inline bool step_aligned(std::initializer_list<std::pair<const void*, size_t>> p
 // own IEEE operations in the forms the kernel takes (rules.hpp: AdamW's differ between the kernel's
 // vector path, taken where `aligned`, and its one-element path), and the same rounding of the parameters.
 template <class Rule>
-void step_host(const StepArgs& a, bool aligned);
+void step_host(const StepArgs& a, bool aligned, HostIsa isa = host_isa());
 
 }  // namespace gpt::optim

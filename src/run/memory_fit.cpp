@@ -105,7 +105,8 @@ double predicted_step_s(const Plan& p) {
   const double n = double(p.n_params) / (p.zero.shard_optimizer ? p.world : 1);  // the parameters this rank updates
   const double code = p.zero.state == optim::StateType::Int8 ? kInt8CodeCost : 1.0;
   // the gradient read, the parameter written, and read unless an fp32 master replaces it
-  const double passes = p.master_weights == optim::MasterKind::F32 && m.master > 0 ? 2 : 3;
+  // (offloaded, the fp32 master is in host memory: not in the device's prediction, still what is read)
+  const double passes = p.master_weights == optim::MasterKind::F32 && (m.master > 0 || p.zero.offload) ? 2 : 3;
   double update = (2 * (double(m.master) + code * double(m.optim)) + passes * dtype_size(p.act) * n) / kHbm;
   if (p.zero.offload && p.device != "cpu") {  // the state is in host memory: the host's pass and PCIe
     const double host = double(host_offload_bytes(p));

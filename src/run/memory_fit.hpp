@@ -56,9 +56,12 @@
 //     cost as much as its bytes (not measured).
 //   offload: update = (2 * (master + code * optim bytes, on the host) + passes * compute-dtype bytes * n) / kHostBw
 //            + 2 * compute-dtype bytes * n / kPcie (gradients down, parameters up; not counted as overlapped)
-//   kHostBw 1.42e11 B/s: PyTorch's fused CPU AdamW over 1.558B parameters (28 bytes each) took 308 ms on the
-//     H100 machine's 16 cores (../shared/BASELINES.md); this trainer's host loop is taken to match it (not
-//     measured on that machine). kPcie 5.5e10 B/s: page-locked copies one way on that machine.
+//   kHostBw 1.31e10 B/s: measured, GPT-2 1558M with bf16 state and fp32 master weights offloaded (33.1 GB
+//     of the formula's bytes) took 2.63 s a step of host update (/train/offload_ms; less the PCIe term,
+//     2.52 s) on the H100 machine's 16 cores with the x86-64-v2 host loop (bench/RESULTS.md). (The constant first taken from PyTorch's
+//     fused CPU AdamW, 1.42e11, put offload at 12 GiB at 656 ms a step where it took 2957.) The x86-64-v3
+//     loop (optim/step.hpp) is 1.5-2.1x faster on a 2-core development machine, not yet measured there.
+//     kPcie 5.5e10 B/s: page-locked copies one way on that machine.
 //   kPrecisionBand 0.10: about twice the spread of the measurements behind the model (step times moved
 //     2.5% between GPUs and calls of one day; the out-of-sample point is 4.5% off).
 #pragma once
@@ -79,7 +82,7 @@ inline constexpr MasterWeights kMasterOptions[] = {MasterWeights::fp32, MasterWe
 inline constexpr double kHbm = 3e12, kRate = 7.16e14, kRateFp8 = 1.19e15, kActBytes = 157, kMicroBytes = 18.4;
 inline constexpr double kRecomputeExtra[] = {0.0, 0.018, 0.035, 1.0 / 3.0};
 inline constexpr double kInt8CodeCost = 2, kPrecisionBand = 0.10;
-inline constexpr double kHostBw = 1.42e11, kPcie = 5.5e10;
+inline constexpr double kHostBw = 1.31e10, kPcie = 5.5e10;
 
 // Predicted seconds of one optimizer step of the plan on one rank (the model above).
 double predicted_step_s(const Plan& plan);

@@ -3,6 +3,7 @@
 // checks against a NumPy implementation of the quantization and the stochastic rounding.
 //   test_optim_state [filter]          the unit tests
 //   test_optim_state --dump DIR        writes DIR/<optimizer>_<state>.bin: the gradient, then each slot as held
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -299,8 +300,144 @@ TEST(OptimState, host_twin_of_the_kernel_matches_the_cpu_loop) {
   }
 }
 
+// The host loops' two builds (optim::HostIsa: x86-64-v2 and x86-64-v3 with FMA) on the same inputs: every
+// byte they write is the same, for every rule and state type, the CPU loop (fp32 parameters, with and
+// without a master) and the kernel's host twin (fp32 parameters; bf16 with an fp32 master, a compensated
+// residual or neither, stochastic and nearest rounding; the kernel's vector and one-element forms), three
+// steps with weight decay on part of the range and gradients of every scale, zeros and subnormals included.
+struct IsaRun {
+  std::vector<float> p, master;
+  std::vector<uint16_t> pb, residual;
+  std::vector<std::vector<char>> slot;
+  std::vector<std::vector<float>> scale;
+  unsigned nonfinite = 0;
+  bool operator==(const IsaRun& o) const {
+    return std::memcmp(p.data(), o.p.data(), 4 * p.size()) == 0 &&
+           std::memcmp(master.data(), o.master.data(), 4 * master.size()) == 0 && pb == o.pb &&
+           residual == o.residual && slot == o.slot && scale == o.scale && nonfinite == o.nonfinite;
+  }
+};
+
+enum class IsaCase { cpu, cpu_master, host_f32, host_bf16_master, host_bf16_compensated, host_bf16_sr, host_bf16_rn };
+
+template <class Rule>
+IsaRun run_isa(StateType t, IsaCase c, bool aligned, optim::HostIsa isa) {
+  constexpr int K = Rule::kSlots;
+  const size_t n = 4099, nb = optim::quant_blocks(n);  // a partial block and a vector tail
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> d(-1, 1);
+  const bool bf16 = c >= IsaCase::host_bf16_master;
+  IsaRun r;
+  r.p.resize(n);
+  for (float& x : r.p) x = d(rng);
+  if (c == IsaCase::cpu_master || c == IsaCase::host_bf16_master) r.master = r.p;
+  if (bf16) {
+    r.pb.resize(n);
+    if (c == IsaCase::host_bf16_compensated) r.residual.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const optim::Compensated s = optim::compensated_split(r.p[i]);
+      r.pb[i] = s.hi;
+      if (!r.residual.empty()) r.residual[i] = s.lo;
+    }
+  }
+  for (int k = 0; k < K; ++k) r.slot.emplace_back(optim::state_type_size(t) * n, 0), r.scale.emplace_back(nb, 0.0f);
+  for (int st = 1; st <= 3; ++st) {
+    std::vector<float> g = gradient(n, 40 + st);
+    g[3] = 0.0f, g[5] = 1e-41f, g[8] = -3e4f;
+    std::vector<uint16_t> gb(n);
+    for (size_t i = 0; i < n; ++i) gb[i] = optim::bf16_bits_rn(optim::f32_bits(g[i]));
+    optim::StepArgs a;
+    a.state = t, a.n = n, a.n_decay = n / 2, a.grad_scale = 0.7f, a.seed = 5 + st, a.index_offset = 512;
+    a.stochastic = c != IsaCase::host_bf16_rn;
+    optim::Hyper x;
+    x.lr = 1e-2f, x.step = st;
+    for (size_t i = 0; i < std::size(Rule::kHypers); ++i) x.p[i] = Rule::kHypers[i].value;
+    a.h_rest = Rule::prepare(x);
+    x.weight_decay = 0.1f;
+    a.h = Rule::prepare(x);
+    for (int k = 0; k < K; ++k) a.slot[k] = r.slot[k].data(), a.scale[k] = r.scale[k].data(), a.slot_signed[k] = Rule::kSlotSigned[k];
+    a.master = r.master.empty() ? nullptr : r.master.data();
+    a.nonfinite = &r.nonfinite;
+    if (bf16) {
+      a.bf16 = true, a.param = r.pb.data(), a.grad = gb.data();
+      a.residual = r.residual.empty() ? nullptr : r.residual.data();
+    } else {
+      a.param = r.p.data(), a.grad = g.data();
+    }
+    if (c == IsaCase::cpu || c == IsaCase::cpu_master) optim::step_cpu<Rule>(a, isa);
+    else optim::step_host<Rule>(a, aligned, isa);
+  }
+  return r;
+}
+
+template <class Rule>
+void isas_agree() {
+  for (StateType t : {StateType::F32, StateType::BF16, StateType::Int8})
+    for (IsaCase c : {IsaCase::cpu, IsaCase::cpu_master, IsaCase::host_f32, IsaCase::host_bf16_master,
+                      IsaCase::host_bf16_compensated, IsaCase::host_bf16_sr, IsaCase::host_bf16_rn})
+      for (bool aligned : {true, false}) {
+        const IsaRun base = run_isa<Rule>(t, c, aligned, optim::HostIsa::base);
+        const IsaRun fma = run_isa<Rule>(t, c, aligned, optim::HostIsa::fma);
+        EXPECT_TRUE(base == fma) << Rule::kName << " " << optim::state_type_name(t) << " case " << int(c)
+                                 << (aligned ? " aligned" : " unaligned");
+      }
+}
+
+TEST(OptimState, host_loops_for_either_instruction_set_write_the_same_bytes) {
+  if (optim::host_isa() != optim::HostIsa::fma) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
+#define GPT_ISAS_AGREE(R) isas_agree<optim::R>();
+  GPT_OPTIMIZER_RULES(GPT_ISAS_AGREE)
+#undef GPT_ISAS_AGREE
+}
+
+// --bench N: the host loops' time per element for either instruction set, the offload's update of N
+// parameters (bf16 parameters and gradients, fp32 master, each state type), on this machine's threads:
+// one line of JSON per rule, state type and instruction set (bench/host_update.py runs it).
+template <class Rule>
+void bench_rule(size_t n) {
+  constexpr int K = Rule::kSlots;
+  for (StateType t : {StateType::F32, StateType::BF16, StateType::Int8}) {
+    std::vector<float> master(n, 0.5f);
+    std::vector<uint16_t> pb(n, 0x3f00), gb(n);
+    for (size_t i = 0; i < n; ++i) gb[i] = optim::bf16_bits_rn(optim::f32_bits(1e-3f * float(int(i % 2001) - 1000)));
+    std::vector<std::vector<char>> slot;
+    std::vector<std::vector<float>> scale;
+    for (int k = 0; k < K; ++k)
+      slot.emplace_back(optim::state_type_size(t) * n, 0), scale.emplace_back(optim::quant_blocks(n), 0.0f);
+    for (optim::HostIsa isa : {optim::HostIsa::base, optim::HostIsa::fma}) {
+      if (isa == optim::HostIsa::fma && optim::host_isa() != optim::HostIsa::fma) continue;
+      double best = 1e30;
+      for (int rep = 1; rep <= 4; ++rep) {
+        optim::StepArgs a;
+        a.state = t, a.n = n, a.n_decay = n, a.grad_scale = 1.0f, a.seed = uint64_t(rep), a.bf16 = true;
+        optim::Hyper x;
+        x.lr = 1e-4f, x.step = rep, x.weight_decay = 0.1f;
+        for (size_t i = 0; i < std::size(Rule::kHypers); ++i) x.p[i] = Rule::kHypers[i].value;
+        a.h = a.h_rest = Rule::prepare(x);
+        a.param = pb.data(), a.grad = gb.data(), a.master = master.data();
+        for (int k = 0; k < K; ++k) a.slot[k] = slot[k].data(), a.scale[k] = scale[k].data(), a.slot_signed[k] = Rule::kSlotSigned[k];
+        const auto t0 = std::chrono::steady_clock::now();
+        optim::step_host<Rule>(a, true, isa);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::printf("{\"rule\": \"%s\", \"state\": \"%s\", \"isa\": \"%s\", \"n\": %zu, \"s\": %.6f, "
+                  "\"ns_per_param\": %.3f}\n", Rule::kName, optim::state_type_name(t),
+                  isa == optim::HostIsa::fma ? "x86-64-v3" : "x86-64-v2", n, best, 1e9 * best / double(n));
+      std::fflush(stdout);
+    }
+  }
+}
+
+int bench(size_t n) {
+#define GPT_BENCH(R) bench_rule<optim::R>(n);
+  GPT_OPTIMIZER_RULES(GPT_BENCH)
+#undef GPT_BENCH
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--dump") return dump(argv[2]);
+  if (argc == 3 && std::string(argv[1]) == "--bench") return bench(std::stoull(argv[2]));
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
