@@ -121,8 +121,12 @@ def trainer_row(mode, run_dir, rc):
     t = cfg.get("training", {})
     row.update(status=s["status"], median_step_ms=s["median_step_ms"], tokens_per_s=s["tokens_per_s"],
                pred_bytes=s.get("pred_total"), peak_bytes=s.get("meas_peak"),
-               choice={k: t.get(k) for k in ("precision", "optimizer_state", "master_weights", "recompute",
-                                             "micro_batch", "grad_accum")})
+               choice={k: t.get(k) for k in ("precision", "optimizer_state", "master_weights", "offload",
+                                             "recompute", "micro_batch", "grad_accum")})
+    # the accumulation a step runs: total_batch_tokens, where given, decides it (the key keeps its 1)
+    if t.get("total_batch_tokens") and t.get("micro_batch") and t.get("seq_len"):
+        row["choice"]["grad_accum"] = int(t["total_batch_tokens"]) // (int(t["micro_batch"]) * int(t["seq_len"]) *
+                                                                     int(log["attrs"].get("world_size", 1)))
     return row
 
 

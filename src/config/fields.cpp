@@ -163,8 +163,10 @@ std::vector<Field> fields_of(Config& c) {
        "the forward's epilogue applied it to the fp32 sums, so their gradients differ by that rounding. "
        "training.fp8_gelu_epilogue applies at level 0 only"},
       {"training.memory_limit_gb", &t.memory_limit_gb,
-       "per-rank budget (GiB) for micro_batch max and memory_fit auto; 0 = the GPU's memory. On CPU the "
-       "prediction is checked against it"},
+       "per-rank budget (GiB) for micro_batch max and memory_fit auto; 0 = the GPU's memory. On a GPU it bounds "
+       "the whole process as nvidia-smi shows it: the trainer's allocations get it less 1.5 GiB, what the CUDA "
+       "context and the libraries took beside them on an H100 (src/run/memory_fit.hpp). On CPU the prediction "
+       "is checked against it"},
       {"training.memory_fit", &t.memory_fit,
        "`off`: the memory settings as given. `auto`: before the run (and in `--dry-run`) every combination of "
        "optimizer_state (fp32, bf16, int8), recompute (0-3), master_weights (fp32, compensated; `none` stays "

@@ -11,6 +11,7 @@
 #include "run/eval.hpp"
 #include "run/max_batch.hpp"
 #include "run/memory_fit.hpp"
+#include "run/memory_fit.hpp"
 #include "run/plan.hpp"
 #include "run/resume.hpp"
 
@@ -22,11 +23,12 @@ constexpr const char* kZeroOneRank =
     "planned for 1 rank, where ZeRO stages 1-3 divide nothing: plan for the ranks the run will have with "
     "`mpirun -np N ./train ... --dry-run`";
 
-// The budget a point is checked against: training.memory_limit_gb, else the GPU's memory when this
-// machine has the GPU the plan is for; 0 = unknown.
+// The budget a point's predicted allocations are checked against: training.memory_limit_gb, else the GPU's
+// memory when this machine has the GPU the plan is for, less on a GPU what the CUDA context and libraries
+// take (run/memory_fit.hpp); 0 = unknown.
 double budget_bytes(const Config& c, const Plan& p) {
-  if (c.training.memory_limit_gb > 0) return double(c.training.memory_limit_gb) * double(1ull << 30);
-  return p.device == "cuda" ? double(cuda_device_caps(0).memory) : 0.0;
+  if (c.training.memory_limit_gb > 0) return allocation_budget(double(c.training.memory_limit_gb) * double(1ull << 30), p.device);
+  return p.device == "cuda" ? allocation_budget(double(cuda_device_caps(0).memory), p.device) : 0.0;
 }
 
 // Every shard of the point's data globs opened and its header checked, as the run will; one line per
@@ -131,7 +133,8 @@ void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indice
   if (as_table)
     std::cout << "sweep " << base.run.name << ": " << indices.size() << " point(s), " << host.world()
               << " rank(s); fits: predicted memory per rank within training.memory_limit_gb, or the GPU's memory "
-                 "when that GPU is here (n/a: neither known); one point's whole plan: --dry-run --index I\n"
+                 "when that GPU is here, on a GPU less 1.5 GiB for the CUDA context and libraries (n/a: neither known); "
+                 "one point's whole plan: --dry-run --index I\n"
               << table.str();
   if (as_table)
     for (auto& n : notes) std::cout << "(" << n.first << ")\n";

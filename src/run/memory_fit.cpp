@@ -32,13 +32,15 @@ bool split_given(const Config& cfg) {
          (given(cfg, "training.grad_accum") && cfg.training.total_batch_tokens == 0);
 }
 
-// The bytes per rank the combinations must fit.
+// The bytes per rank the combinations' predicted allocations must fit.
 double fit_budget(const Config& cfg, const Plan& plan, std::string& text) {
   const float limit = cfg.training.memory_limit_gb;
+  const std::string runtime = plan.device == "cuda" ? ", less " + format_bytes(kCudaRuntimeBytes) +
+                                                          " for the CUDA context and libraries" : "";
   if (limit > 0) {
     const double b = double(limit) * double(1ull << 30);
-    text = "training.memory_limit_gb " + yaml_float(limit) + " (" + format_bytes(b) + " per rank)";
-    return b;
+    text = "training.memory_limit_gb " + yaml_float(limit) + " (" + format_bytes(b) + " per rank" + runtime + ")";
+    return allocation_budget(b, plan.device);
   }
   if (plan.device == "cpu")
     throw input_error("config error: training.memory_limit_gb: training.memory_fit: auto on the CPU needs it > 0 "
@@ -46,8 +48,8 @@ double fit_budget(const Config& cfg, const Plan& plan, std::string& text) {
   if (plan.caps.memory == 0)
     throw input_error("config error: training.memory_limit_gb: training.memory_fit: auto needs it > 0 here (no "
                       "CUDA device here to take the budget from)");
-  text = "the GPU's memory, " + format_bytes(double(plan.caps.memory)) + " (training.memory_limit_gb is 0)";
-  return double(plan.caps.memory);
+  text = "the GPU's memory, " + format_bytes(double(plan.caps.memory)) + " (training.memory_limit_gb is 0" + runtime + ")";
+  return allocation_budget(double(plan.caps.memory), plan.device);
 }
 
 // "params 1.00 MiB, grads 1.00 MiB, ..." (the components the prediction has)
@@ -96,6 +98,11 @@ std::string keep_checkpoint_choice(Config& cfg) {
 }
 
 }  // namespace
+
+double allocation_budget(double budget, const std::string& device) {
+  if (budget <= 0 || device != "cuda") return budget;
+  return std::max(1.0, budget - kCudaRuntimeBytes);  // a budget the runtime alone exceeds fits nothing
+}
 
 double predicted_step_s(const Plan& p) {
   const double rate = p.precision.fp8_linear ? kRateFp8 : kRate;

@@ -62,6 +62,13 @@
 //     fused CPU AdamW, 1.42e11, put offload at 12 GiB at 656 ms a step where it took 2957.) The x86-64-v3
 //     loop (optim/step.hpp) is 1.5-2.1x faster on a 2-core development machine, not yet measured there.
 //     kPcie 5.5e10 B/s: page-locked copies one way on that machine.
+// The budget: memory_limit_gb (or the GPU's memory) bounds the whole process, so on a GPU the
+// combinations' predicted allocations must fit it less kCudaRuntimeBytes.
+//   kCudaRuntimeBytes 1.5 GiB: a GPU process's device memory outside the trainer's allocations (the CUDA
+//     context, cuBLASLt's and cuDNN's own memory): nvidia-smi's peak less the trainer's allocated peak was
+//     1.51 GiB (16 GiB run) and 1.47 GiB (12 GiB run) for GPT-2 1558M on an H100 (CUDA 13, the cuDNN and
+//     cuBLAS of torch 2.11's wheels; bench/RESULTS.md, 2026-12-06). Before it was counted, the choice in
+//     16 GiB allocated 14.77 GiB and the process took 16.28.
 //   kPrecisionBand 0.10: about twice the spread of the measurements behind the model (step times moved
 //     2.5% between GPUs and calls of one day; the out-of-sample point is 4.5% off).
 #pragma once
@@ -83,6 +90,12 @@ inline constexpr double kHbm = 3e12, kRate = 7.16e14, kRateFp8 = 1.19e15, kActBy
 inline constexpr double kRecomputeExtra[] = {0.0, 0.018, 0.035, 1.0 / 3.0};
 inline constexpr double kInt8CodeCost = 2, kPrecisionBand = 0.10;
 inline constexpr double kHostBw = 1.31e10, kPcie = 5.5e10;
+inline constexpr double kCudaRuntimeBytes = 1.5 * double(1ull << 30);
+
+// What a rank's predicted allocations may take of a per-rank budget (bytes; 0: unknown, kept) on `device`
+// ("cuda": the budget less kCudaRuntimeBytes, at least 1 byte, so that a budget the runtime alone exceeds
+// fits nothing; the CPU: all of it).
+double allocation_budget(double budget, const std::string& device);
 
 // Predicted seconds of one optimizer step of the plan on one rank (the model above).
 double predicted_step_s(const Plan& plan);

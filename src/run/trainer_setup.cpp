@@ -16,6 +16,7 @@
 #include "io/modelfile.hpp"
 #include "model/init.hpp"
 #include "run/max_batch.hpp"
+#include "run/memory_fit.hpp"
 
 #ifndef GIT_REV
 #define GIT_REV "unknown"
@@ -69,7 +70,8 @@ void Trainer::setup() {
     if (plan_.precision.any_fp8()) fp8_ = std::make_unique<Fp8Scaling>(*be_, plan_.fp8_recipe);
   });
   if (plan_.micro_batch_max) {
-    const double cap = double(t_.memory_limit_gb) * double(1ull << 30);
+    // the allocations' share of memory_limit_gb (a GPU's context and libraries take the rest: memory_fit.hpp)
+    const double cap = allocation_budget(double(t_.memory_limit_gb) * double(1ull << 30), plan_.device);
     const int B = find_max_micro_batch(plan_, cap, host_, [&](int b) { return runs_at(b, cap); });
     resolved_.training.micro_batch = MicroBatch::fixed(B);
     plan_ = with_micro_batch(plan_, B);

@@ -162,8 +162,9 @@ TEST(MemoryFit, GpuPlanChoosesCompensatedMasterWhereFp32MasterCannotFit) {
     m = std::min(m, k.memory.total());
   }
   ASSERT_LT(comp_min, fp32_min);
-  const size_t budget = (comp_min + fp32_min) / 2;
-  Config c = tiny("training.device=cuda;training.offload=none;training.memory_limit_gb=" + gib(budget));
+  const size_t budget = (comp_min + fp32_min) / 2;  // for the allocations: the limit adds the CUDA runtime's
+  Config c = tiny("training.device=cuda;training.offload=none;training.memory_limit_gb=" +
+                  gib(budget + size_t(kCudaRuntimeBytes)));
   const Plan p = plan_with_fit(c, 1, true);
   EXPECT_EQ(c.training.master_weights, MasterWeights::compensated);
   EXPECT_EQ(p.master_weights, optim::MasterKind::Compensated);
@@ -188,7 +189,7 @@ TEST(MemoryFit, GpuPlanOffloadsTheOptimizerOnlyWhereNothingElseFits) {
   ASSERT_LT(on_min, off_min);
   EXPECT_GT(on_fastest, off_fastest);  // the host's update costs more than the device's
   const size_t budget = (on_min + off_min) / 2;
-  Config c = tiny("training.device=cuda;training.memory_limit_gb=" + gib(budget));
+  Config c = tiny("training.device=cuda;training.memory_limit_gb=" + gib(budget + size_t(kCudaRuntimeBytes)));
   const Plan p = plan_with_fit(c, 1, true);
   EXPECT_EQ(c.training.offload, Offload::optimizer);
   EXPECT_TRUE(p.zero.offload);
@@ -196,8 +197,28 @@ TEST(MemoryFit, GpuPlanOffloadsTheOptimizerOnlyWhereNothingElseFits) {
   EXPECT_LE(predict_memory(p).total(), budget);
   EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("offload optimizer"));
   // given as none, it stays none: nothing fits that budget then
-  Config kept = tiny("training.device=cuda;training.offload=none;training.memory_limit_gb=" + gib(budget));
+  Config kept = tiny("training.device=cuda;training.offload=none;training.memory_limit_gb=" +
+                     gib(budget + size_t(kCudaRuntimeBytes)));
   EXPECT_EQ(fit_error(kept, true).first, kExitOutOfMemory);  // a budget only offload fits is not met without it
+}
+
+TEST(MemoryFit, GpuBudgetLeavesRoomForTheCudaRuntime) {
+  // memory_limit_gb bounds the whole process: on a GPU the allocations get it less the CUDA context's and
+  // the libraries' share; a limit the runtime alone exceeds fits nothing; the CPU keeps all of it
+  Config all = tiny("training.device=cuda;training.memory_limit_gb=64");
+  const FitResult r = rank_fits(all, 1, true);
+  EXPECT_EQ(r.budget, 64.0 * double(1ull << 30) - kCudaRuntimeBytes);
+  EXPECT_THAT(r.budget_text, ::testing::HasSubstr("less 1.50 GiB for the CUDA context and libraries"));
+  size_t smallest = SIZE_MAX;
+  for (const FitCandidate& k : r.fitting) smallest = std::min(smallest, k.memory.total());
+  const size_t mib = size_t(1) << 20;  // memory_limit_gb is a float: a margin above its rounding
+  Config tight = tiny("training.device=cuda;training.memory_limit_gb=" + gib(smallest + size_t(kCudaRuntimeBytes) - mib));
+  EXPECT_EQ(fit_error(tight, true).first, kExitOutOfMemory);  // the smallest total fits the limit, not the rest
+  Config ok = tiny("training.device=cuda;training.memory_limit_gb=" + gib(smallest + size_t(kCudaRuntimeBytes) + mib));
+  EXPECT_LE(predict_memory(plan_with_fit(ok, 1, true)).total(), smallest + mib);
+  EXPECT_EQ(allocation_budget(1e9, "cuda"), 1.0);
+  EXPECT_EQ(allocation_budget(1e9, "cpu"), 1e9);
+  EXPECT_EQ(allocation_budget(0, "cuda"), 0.0);
 }
 
 TEST(MemoryFit, BudgetIsNeededOnTheCpuAndMaxIsRefused) {
