@@ -120,6 +120,7 @@ struct TrainingConfig {
   float grad_clip = 1.0f;
   int zero_stage = 0;
   int recompute = 0;
+  int logits_chunk = 0;  // rows of logits at a time; 0: kDefaultLogitsChunk (model/gpt.hpp)
   float memory_limit_gb = 0;
   MemoryFit memory_fit = MemoryFit::off;
   float matmul_search_s = 0;

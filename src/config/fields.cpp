@@ -145,6 +145,13 @@ std::vector<Field> fields_of(Config& c) {
       {"training.grad_clip", &t.grad_clip, "global L2 norm; 0 = off"},
       {"training.zero_stage", &t.zero_stage,
        "0..3: what is sharded across ranks (1: optimizer state, 2: and gradients, 3: and parameters)"},
+      {"training.logits_chunk", &t.logits_chunk,
+       "rows of logits the tied classifier computes at a time; 0 = 8192. Its buffers hold that many rows of "
+       "the padded vocabulary (in the compute dtype, and as FP8 gradient bytes under the FP8 classifier): "
+       "GPT-2 at micro-batch 4 x 1024 tokens keeps 4096 rows, 590 MiB under FP8, 1024 rows a quarter of it, "
+       "for more and smaller products. The classifier's weight gradient then sums its chunks in another order, "
+       "so runs with different chunk sizes are not bit-identical. memory_fit: auto also tries 1024 where it "
+       "changes anything"},
       {"training.recompute", &t.recompute,
        "which activations the backward recomputes instead of keeping them from the forward. 0: every layer "
        "keeps its block's activations: both LayerNorms' outputs and statistics, qkv, attention's output and "

@@ -87,6 +87,7 @@ void validate(const Config& cfg, int world) {
     bad("training.offload", "'optimizer' works with training.zero_stage 0, 1 or 2, not 3 (the parameters' "
                             "shards are gathered on the device)");
   if (t.recompute < 0 || t.recompute > 3) bad("training.recompute", "must be 0, 1, 2 or 3");
+  if (t.logits_chunk < 0) bad("training.logits_chunk", "must be >= 0 (0 = 8192 rows)");
   if (!(t.matmul_search_s >= 0 && t.matmul_search_s <= 60))
     bad("training.matmul_search_s", "must be between 0 and 60 (seconds per matmul shape; 0 = no search)");
   if (t.memory_limit_gb < 0) bad("training.memory_limit_gb", "must be >= 0 (0 = the device's memory)");
@@ -109,6 +110,9 @@ void validate(const Config& cfg, int world) {
   if (t.precision == Precision::fp8 && (d.n_embd % 16 != 0 || t.seq_len % 16 != 0))
     bad("training.precision", "fp8 needs model.n_embd and training.seq_len to be multiples of 16 (FP8 tensor "
                               "cores); they are " + std::to_string(d.n_embd) + " and " + std::to_string(t.seq_len));
+  if (t.precision == Precision::fp8 && t.logits_chunk % 16 != 0)
+    bad("training.logits_chunk", "precision fp8 needs a multiple of 16 (the FP8 classifier's products); it is " +
+                                     std::to_string(t.logits_chunk));
   const auto& dc = cfg.data;
   if (dc.synthetic) {
     if (!dc.train.empty()) bad("data.synthetic", "set either data.synthetic or data.train, not both");

@@ -16,7 +16,6 @@ namespace gpt {
 // FP8 classifier: lnf is FP8 bytes (N,C); wte in FP8 with its transpose; scratch for the chunk's logit
 // gradient (chunk,Vp) and its lnf rows transposed (C,chunk) (the gradient's transpose reuses the logits).
 namespace {
-constexpr size_t kMaxChunkRows = 8192;  // lm-head rows per chunk: bounds the logits buffer
 
 std::vector<Block> make_blocks(const ParamLayout& layout, LayerPrecision linear) {
   std::vector<Block> blocks;
@@ -46,12 +45,12 @@ struct GPT::Acts {
 };
 
 ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute, DType act,
-                                 const PrecisionPolicy& p) {
+                                 const PrecisionPolicy& p, int chunk_rows) {
   const bool fp8 = p.fp8_linear;
   const size_t BT = size_t(B) * T, C = d.n_embd, L = d.n_layer, NH = d.n_head, Vp = d.padded_vocab;
   const size_t e = dtype_size(act), f = 4, q = fp8 ? 1 : e;  // q: the block products' inputs' element size
   const size_t q_lnf = p.fp8_classifier ? 1 : e;              // the classifier's input's
-  const size_t chunk = std::min(BT, kMaxChunkRows);
+  const size_t chunk = std::min(BT, size_t(chunk_rows));  // lm-head rows per chunk: the logits buffer's
   const size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
   const size_t act_layers = recompute >= 3 ? 1 : L;      // the rest of BlockActs
   ActivationBytes r;
@@ -78,8 +77,9 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
 }
 
 GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int T, int recompute,
-         const PrecisionPolicy& policy, Fp8Scaling* fp8)
-    : d_(d), layout_(layout), be_(be), B_(B), T_(T), chunk_rows_(int(std::min(size_t(B) * T, kMaxChunkRows))),
+         const PrecisionPolicy& policy, Fp8Scaling* fp8, int chunk_rows)
+    : d_(d), layout_(layout), be_(be), B_(B), T_(T),
+      chunk_rows_(int(std::min(size_t(B) * T, size_t(std::max(1, chunk_rows))))),
       ctx_{be},
       fp8_(fp8),
       blocks_(make_blocks(layout, LayerPrecision{policy.fp8_linear ? fp8 : nullptr, policy.fp8_gelu_epilogue})),

@@ -29,14 +29,16 @@ struct ActivationBytes {
   size_t stored = 0;     // kept from forward for backward (and the FP8 weight copies)
   size_t scratch = 0;    // logits chunk, gradient scratch, inputs
 };
+// chunk_rows: the classifier's rows of logits at a time (training.logits_chunk)
+constexpr int kDefaultLogitsChunk = 8192;
 ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute, DType act,
-                                 const PrecisionPolicy& p);
+                                 const PrecisionPolicy& p, int chunk_rows = kDefaultLogitsChunk);
 
 class GPT {
  public:
   // fp8 non-null when the policy has FP8 layers: their scaled tensors are registered there.
   GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int T, int recompute,
-      const PrecisionPolicy& policy = {}, Fp8Scaling* fp8 = nullptr);
+      const PrecisionPolicy& policy = {}, Fp8Scaling* fp8 = nullptr, int chunk_rows = kDefaultLogitsChunk);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;

@@ -85,12 +85,13 @@ std::string keep_checkpoint_choice(Config& cfg) {
     if (!given(cfg, "training.recompute")) t.recompute = o.recompute;
     if (!given(cfg, "training.master_weights")) t.master_weights = o.master_weights;
     if (!given(cfg, "training.offload")) t.offload = o.offload;
+    if (!given(cfg, "training.logits_chunk")) t.logits_chunk = o.logits_chunk;
     if (!split_given(cfg)) {
       t.micro_batch = o.micro_batch;
       if (t.total_batch_tokens == 0) t.grad_accum = o.grad_accum;
     }
     for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights",
-                          "training.offload", "training.micro_batch", "training.grad_accum"})
+                          "training.offload", "training.logits_chunk", "training.micro_batch", "training.grad_accum"})
       cfg.set_keys.insert(k);
     return ck;
   }
@@ -125,7 +126,8 @@ double predicted_step_s(const Plan& p) {
 
 std::string FitCandidate::describe() const {
   return "optimizer_state " + optimizer_state + ", recompute " + std::to_string(recompute) + ", master_weights " +
-         name_of(master) + (offload == Offload::optimizer ? ", offload optimizer" : "") + ", micro_batch " +
+         name_of(master) + (offload == Offload::optimizer ? ", offload optimizer" : "") +
+         (logits_chunk > 0 ? ", logits_chunk " + std::to_string(logits_chunk) : "") + ", micro_batch " +
          std::to_string(micro_batch) + " x grad_accum " + std::to_string(grad_accum);
 }
 
@@ -151,10 +153,14 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
     for (int B = per_rank; B >= 1; --B)
       if (per_rank % B == 0) micro.push_back(B);
   }
-  for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights", "training.offload"})
+  for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights", "training.offload",
+                        "training.logits_chunk"})
     if (given(cfg, k)) r.kept.push_back(k);
   if (split_given(cfg))
     r.kept.push_back(given(cfg, "training.micro_batch") ? "training.micro_batch" : "training.grad_accum");
+
+  std::vector<int> chunks = {t.logits_chunk};  // the config's, and the smaller one where it leaves the key
+  if (!given(cfg, "training.logits_chunk") && t.logits_chunk != kFitLogitsChunk) chunks.push_back(kFitLogitsChunk);
 
   for (Offload off : offloads)
   for (MasterWeights mo : masters)
@@ -166,14 +172,18 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
         c.training.master_weights = mo;
         c.training.offload = off;
         const Plan p0 = make_plan(c, world, dry_run);
-        for (int B : micro) {
-          Plan p = p0;
-          p.grad_accum = per_rank / B;
-          p = with_micro_batch(p, B);
-          FitCandidate k{state, level, mo, off, B, p.grad_accum, predict_memory(p), predicted_step_s(p)};
-          if (r.considered++ == 0 || k.memory.total() < r.smallest.memory.total()) r.smallest = k;
-          if (double(k.memory.total()) <= r.budget) r.fitting.push_back(k);
-        }
+        for (int B : micro)
+          for (int chunk : chunks) {
+            if (chunk == kFitLogitsChunk && chunk != t.logits_chunk && int64_t(B) * base.seq_len <= chunk)
+              continue;  // the smaller chunk only where the micro-batch holds more rows
+            Plan p = p0;
+            p.grad_accum = per_rank / B;
+            p.logits_chunk = chunk > 0 ? chunk : kDefaultLogitsChunk;
+            p = with_micro_batch(p, B);
+            FitCandidate k{state, level, mo, off, B, p.grad_accum, chunk, predict_memory(p), predicted_step_s(p)};
+            if (r.considered++ == 0 || k.memory.total() < r.smallest.memory.total()) r.smallest = k;
+            if (double(k.memory.total()) <= r.budget) r.fitting.push_back(k);
+          }
       }
   if (r.fitting.empty()) return r;
   double fastest = r.fitting.front().step_s;
@@ -206,6 +216,7 @@ Plan plan_with_fit(Config& cfg, int world, bool dry_run) {
   t.recompute = k.recompute;
   t.master_weights = k.master;
   t.offload = k.offload;
+  t.logits_chunk = k.logits_chunk;
   t.micro_batch = MicroBatch::fixed(k.micro_batch);
   if (t.total_batch_tokens == 0) t.grad_accum = k.grad_accum;
   Plan plan = make_plan(c, world, dry_run);

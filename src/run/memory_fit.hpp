@@ -91,6 +91,10 @@ inline constexpr double kRecomputeExtra[] = {0.0, 0.018, 0.035, 1.0 / 3.0};
 inline constexpr double kInt8CodeCost = 2, kPrecisionBand = 0.10;
 inline constexpr double kHostBw = 1.31e10, kPcie = 5.5e10;
 inline constexpr double kCudaRuntimeBytes = 1.5 * double(1ull << 30);
+// The smaller logits chunk memory_fit also tries (training.logits_chunk), where the config leaves the key
+// and a micro-batch holds more rows; not in the step model (at GPT-2 1558M one more classifier product
+// of 1024 x 50304 x 1600 per 1024 rows: the same FLOPs in smaller pieces).
+inline constexpr int kFitLogitsChunk = 1024;
 
 // What a rank's predicted allocations may take of a per-rank budget (bytes; 0: unknown, kept) on `device`
 // ("cuda": the budget less kCudaRuntimeBytes, at least 1 byte, so that a budget the runtime alone exceeds
@@ -106,6 +110,7 @@ struct FitCandidate {
   MasterWeights master = MasterWeights::fp32;
   Offload offload = Offload::none;
   int micro_batch = 0, grad_accum = 1;
+  int logits_chunk = 0;    // training.logits_chunk (0: the default)
   MemoryBreakdown memory;  // predicted per rank
   double step_s = 0;       // predicted
   // "optimizer_state int8, recompute 3, master fp32, micro_batch 1 x grad_accum 8"

@@ -84,6 +84,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
                      : t.master_weights == MasterWeights::compensated ? optim::MasterKind::Compensated
                                                                       : optim::MasterKind::None;
   p.recompute = t.recompute;
+  p.logits_chunk = t.logits_chunk > 0 ? t.logits_chunk : kDefaultLogitsChunk;
   p.checkpoints = cfg.checkpoint.every > 0;
   p.backend.act = p.act;
   p.backend.deterministic = t.deterministic;
@@ -117,7 +118,7 @@ MemoryBreakdown predict_memory(const Plan& plan) {
       engine_sizes(layout, plan.world, plan.zero).bytes(plan.act, plan.master_weights, plan.optimizer_slots);
   if (plan.micro_batch > 0) {
     ActivationBytes a = activation_bytes(plan.dims, plan.micro_batch, plan.seq_len, plan.recompute, plan.act,
-                                         plan.precision);
+                                         plan.precision, plan.logits_chunk);
     m.activations = a.stored;
     m.workspace = a.scratch;
   }

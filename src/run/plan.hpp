@@ -36,6 +36,7 @@ struct Plan {
   ZeroPolicy zero;
   optim::MasterKind master_weights = optim::MasterKind::F32;  // training.master_weights
   int recompute = 0;
+  int logits_chunk = 0;          // training.logits_chunk, resolved (kDefaultLogitsChunk for 0)
   bool checkpoints = true;       // checkpoint.every > 0: the run takes its checkpoint snapshot (else only a stop signal's checkpoint does)
   BackendOptions backend;        // what the backend is built with (local_rank filled in per rank)
   bool shared_gpu = false;       // parallel.shared_gpu: host (the staged communicator, GPUs shared by ranks)

@@ -221,6 +221,33 @@ TEST(MemoryFit, GpuBudgetLeavesRoomForTheCudaRuntime) {
   EXPECT_EQ(allocation_budget(0, "cuda"), 0.0);
 }
 
+TEST(MemoryFit, SmallerLogitsChunkKeepsALargerMicroBatch) {
+  // GPT-2 1558M in FP8 within 16 GiB (the whole process): the default chunk holds micro-batch 4's 4096 rows
+  // of logits and does not fit beside the runtime, 1024 rows do, at micro-batch 2's memory but 4's speed
+  auto fit = [](const std::string& more) {
+    Config c = config_from_yaml(R"(
+model: {preset: d48}
+data: {synthetic: true, synthetic_vocab: 50257}
+training: {device: cuda, precision: fp8, seq_len: 1024, total_batch_tokens: 16384, memory_fit: auto,
+           memory_limit_gb: 16}
+)", "test");
+    if (!more.empty()) apply_override(c, {"training.logits_chunk", more}), c.set_keys.insert("training.logits_chunk");
+    const Plan p = plan_with_fit(c, 1, true);
+    return std::make_pair(c.training, p);
+  };
+  const auto [t, p] = fit("");
+  EXPECT_EQ(t.logits_chunk, kFitLogitsChunk);
+  EXPECT_EQ(p.logits_chunk, kFitLogitsChunk);
+  EXPECT_EQ(t.micro_batch.size, 4);
+  EXPECT_LE(double(predict_memory(p).total()) + kCudaRuntimeBytes, 16.0 * double(1ull << 30));
+  EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("logits_chunk 1024, micro_batch 4 x grad_accum 4"));
+  // given, the chunk is kept: the default's micro-batch 4 does not fit, so the split goes down
+  const auto [tk, pk] = fit("0");
+  EXPECT_EQ(tk.logits_chunk, 0);
+  EXPECT_EQ(pk.logits_chunk, 8192);
+  EXPECT_LT(tk.micro_batch.size, 4);
+}
+
 TEST(MemoryFit, BudgetIsNeededOnTheCpuAndMaxIsRefused) {
   Config c = tiny();
   const auto [code, what] = fit_error(c);
