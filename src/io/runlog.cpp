@@ -4,14 +4,29 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "io/h5util.hpp"
 
 namespace gpt {
+
+namespace {
+// Opens the log for writing. A reader that is not a SWMR reader (h5py's plain read, to_tensorboard.py
+// --follow between polls) holds the file's lock for as long as it reads, and HDF5 then refuses the open:
+// tried again every 50 ms for up to 10 s before the caller is told it failed (an invalid id).
+h5::Id open_for_writing(const std::string& path, hid_t fapl) {
+  for (int i = 0;; ++i) {
+    h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+    if (f.valid() || i == 200) return f;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+}  // namespace
 
 namespace {
 // /train holds a series per train metric, /eval one per eval metric and sample_end (io/metrics.hpp);
@@ -217,14 +232,16 @@ void RunLog::reopen(const RunInfo& info, int64_t resume_step) {
   p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
   if (!p_->file.valid()) {
     // A writer killed mid-run leaves the file marked open for SWMR writing: clear that mark and
-    // the end-of-file it recorded (what `h5clear -s --increment` does), then reopen.
+    // the end-of-file it recorded (what `h5clear -s --increment` does), then reopen; a reader holding
+    // the file's lock is waited for (open_for_writing)
     hbool_t clear = 1;
     H5_CHECK(H5Pset(fapl, "clear_status_flags", &clear));
-    p_->file = h5::Id(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl));
+    p_->file = open_for_writing(path, fapl);
     if (p_->file.valid()) H5_CHECK(H5Fincrement_filesize(p_->file, 0));
   }
   if (!p_->file.valid())
-    throw input_error("run log '" + path + "' is damaged (HDF5 cannot open it): move it away to resume with a new log");
+    throw input_error("run log '" + path + "' is damaged (HDF5 cannot open it, nor did another process release it "
+                      "within 10 s): move it away to resume with a new log");
   p_->open_series();
   // drop rows after the checkpoint's step: the continued run writes them again
   auto steps = h5::read_all<int64_t>(p_->train[0], H5T_NATIVE_INT64);
@@ -280,7 +297,8 @@ void RunLog::open(const RunInfo& info, const MemoryBreakdown& predicted, int64_t
     }
     f.reset();
     if (std::rename(tmp.c_str(), path.c_str()) != 0) throw input_error("cannot rename '" + tmp + "' to '" + path + "'");
-    p_->file = h5::Id(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl)));
+    p_->file = open_for_writing(path, fapl);
+    if (!p_->file.valid()) throw Error(kExitFailure, "cannot open the new run log '" + path + "' for writing");
     p_->open_series();
   }
   H5_CHECK(H5Fstart_swmr_write(p_->file));
@@ -323,7 +341,7 @@ void RunLog::finish(const std::string& status, const std::string& message, const
   p_->close_series();
   p_->file.reset();
   h5::Id fapl = Impl::fapl();
-  h5::Id f(H5Fopen(p_->path.c_str(), H5F_ACC_RDWR, fapl));
+  h5::Id f = open_for_writing(p_->path, fapl);
   if (!f.valid()) throw Error(kExitFailure, "cannot reopen run log '" + p_->path + "' to record its outcome");
   h5::set_attr(f, "status", status);
   h5::set_attr(f, "message", message);

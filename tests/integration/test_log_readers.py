@@ -14,7 +14,7 @@ import pytest
 
 import numpy as np
 
-from conftest import ROOT, TINY_SYNTH, as_killed, flip_bit, merge_sections, run_train, write_yaml
+from conftest import ROOT, TINY_SYNTH, as_killed, flip_bit, merge_sections, read_log, run_train, tiny_yaml, write_yaml
 
 SCRIPTS = ROOT / "scripts"
 LIMIT = 60  # seconds: a reader still going then is hanging (HDF5's SWMR retries never ended before)
@@ -290,3 +290,25 @@ def test_follow_replaces_the_steps_a_resume_runs_again(tmp_path, train_bin):
     # each step once, as the log has it now: steps 5 and 6 of the first run are gone
     assert [(e.step, e.value) for e in acc.Scalars("train/step_ms")] == \
         [(s, pytest.approx(v, rel=1e-6)) for s, v in logged]
+
+
+def test_resume_waits_for_a_reader_holding_the_log(tmp_path, train_bin):
+    """a reader that is not a SWMR reader (h5py's plain read; to_tensorboard --follow between two polls)
+    holds the log's file lock while it reads: a resume that starts then waits for it instead of calling the
+    log damaged"""
+    y = tiny_yaml(tmp_path, name="h", steps=4, ckpt_every=2)
+    assert run_train(["--yaml", y]).returncode == 0
+    as_killed(tmp_path / "runs" / "h")  # so that --resume continues it
+    holder = subprocess.Popen([sys.executable, "-c", "import h5py, sys, time\n"
+                               "f = h5py.File(sys.argv[1], 'r')\nprint('open', flush=True)\ntime.sleep(2)",
+                               str(tmp_path / "runs" / "h" / "log.h5")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        p = run_train(["--yaml", y, "--resume", "--set", "training.steps=6"], timeout=LIMIT)
+        assert p.returncode == 0, p.stderr
+        assert holder.poll() is None or holder.returncode == 0  # it held the lock while the resume started
+    finally:
+        holder.kill()
+        holder.wait()
+    steps = read_log(tmp_path / "runs" / "h" / "log.h5")["step"]
+    assert list(steps) == [1, 2, 3, 4, 5, 6]
