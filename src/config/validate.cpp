@@ -79,7 +79,7 @@ void validate(const Config& cfg, int world) {
   if (t.min_lr_frac < 0 || t.min_lr_frac > 1) bad("training.min_lr_frac", "must be in [0, 1]");
   for (const HyperInfo& h : optimizer_hypers())
     if (!h.accepts(t.hypers.at(h.name)))
-      bad(h.key, h.range()[0] == '>' ? "must be " + h.range() : "must be in " + h.range());
+      bad(h.key, h.requirement());
   if (t.weight_decay < 0) bad("training.weight_decay", "must be >= 0");
   if (t.grad_clip < 0) bad("training.grad_clip", "must be >= 0 (0 = off)");
   if (t.zero_stage < 0 || t.zero_stage > 3) bad("training.zero_stage", "must be 0, 1, 2 or 3");

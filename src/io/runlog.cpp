@@ -26,9 +26,7 @@ h5::Id open_for_writing(const std::string& path, hid_t fapl) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
-}  // namespace
 
-namespace {
 // /train holds a series per train metric, /eval one per eval metric and sample_end (io/metrics.hpp);
 // every dataset carries a `units` attribute (docs/FORMATS.md). The samples' text goes, one after
 // another, into the byte series /samples (variable-length strings are not safe for SWMR readers);

@@ -29,8 +29,9 @@ struct ActivationBytes {
   size_t stored = 0;     // kept from forward for backward (and the FP8 weight copies)
   size_t scratch = 0;    // logits chunk, gradient scratch, inputs
 };
-// chunk_rows: the classifier's rows of logits at a time (training.logits_chunk)
+// chunk_rows: the classifier's rows of logits at a time (training.logits_chunk; 0 there: the default)
 constexpr int kDefaultLogitsChunk = 8192;
+inline int logits_chunk_rows(int key) { return key > 0 ? key : kDefaultLogitsChunk; }
 ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute, DType act,
                                  const PrecisionPolicy& p, int chunk_rows = kDefaultLogitsChunk);
 

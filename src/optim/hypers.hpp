@@ -18,7 +18,7 @@ struct HyperInfo {
   float lo = 0, hi = 0; // accepted: lo <= x < hi, or lo < x < hi with lo_open
   bool lo_open = false;
   std::string doc;      // each rule's meaning of it, "`adamw`: ...; `lion`: ..."
-  std::string range() const;  // "[0, 1)", "> 0"
+  std::string requirement() const;  // "must be in [0, 1)", "must be > 0"
   bool accepts(float x) const;
 };
 

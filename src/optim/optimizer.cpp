@@ -117,9 +117,9 @@ const std::vector<OptimizerInfo>& optimizers() {
   return all;
 }
 
-std::string HyperInfo::range() const {
-  if (hi >= optim::kUnbounded) return (lo_open ? "> " : ">= ") + shortest(lo);
-  return (lo_open ? "(" : "[") + shortest(lo) + ", " + shortest(hi) + ")";
+std::string HyperInfo::requirement() const {
+  if (hi >= optim::kUnbounded) return (lo_open ? "must be > " : "must be >= ") + shortest(lo);
+  return (lo_open ? "must be in (" : "must be in [") + shortest(lo) + ", " + shortest(hi) + ")";
 }
 
 bool HyperInfo::accepts(float x) const { return (lo_open ? x > lo : x >= lo) && x < hi; }

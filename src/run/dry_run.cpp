@@ -11,7 +11,6 @@
 #include "run/eval.hpp"
 #include "run/max_batch.hpp"
 #include "run/memory_fit.hpp"
-#include "run/memory_fit.hpp"
 #include "run/plan.hpp"
 #include "run/resume.hpp"
 
@@ -133,8 +132,9 @@ void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indice
   if (as_table)
     std::cout << "sweep " << base.run.name << ": " << indices.size() << " point(s), " << host.world()
               << " rank(s); fits: predicted memory per rank within training.memory_limit_gb, or the GPU's memory "
-                 "when that GPU is here, on a GPU less 1.5 GiB for the CUDA context and libraries (n/a: neither known); "
-                 "one point's whole plan: --dry-run --index I\n"
+                 "when that GPU is here, on a GPU less "
+              << format_bytes(kCudaRuntimeBytes)
+              << " for the CUDA context and libraries (n/a: neither known); one point's whole plan: --dry-run --index I\n"
               << table.str();
   if (as_table)
     for (auto& n : notes) std::cout << "(" << n.first << ")\n";

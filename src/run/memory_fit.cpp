@@ -174,11 +174,11 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
         const Plan p0 = make_plan(c, world, dry_run);
         for (int B : micro)
           for (int chunk : chunks) {
-            if (chunk == kFitLogitsChunk && chunk != t.logits_chunk && int64_t(B) * base.seq_len <= chunk)
-              continue;  // the smaller chunk only where the micro-batch holds more rows
+            if (chunk != t.logits_chunk && int64_t(B) * base.seq_len <= chunk)
+              continue;  // the added chunk only where the micro-batch holds more rows
             Plan p = p0;
             p.grad_accum = per_rank / B;
-            p.logits_chunk = chunk > 0 ? chunk : kDefaultLogitsChunk;
+            p.logits_chunk = logits_chunk_rows(chunk);
             p = with_micro_batch(p, B);
             FitCandidate k{state, level, mo, off, B, p.grad_accum, chunk, predict_memory(p), predicted_step_s(p)};
             if (r.considered++ == 0 || k.memory.total() < r.smallest.memory.total()) r.smallest = k;

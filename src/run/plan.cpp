@@ -84,7 +84,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
                      : t.master_weights == MasterWeights::compensated ? optim::MasterKind::Compensated
                                                                       : optim::MasterKind::None;
   p.recompute = t.recompute;
-  p.logits_chunk = t.logits_chunk > 0 ? t.logits_chunk : kDefaultLogitsChunk;
+  p.logits_chunk = logits_chunk_rows(t.logits_chunk);
   p.checkpoints = cfg.checkpoint.every > 0;
   p.backend.act = p.act;
   p.backend.deterministic = t.deterministic;
