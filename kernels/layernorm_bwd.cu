@@ -1,5 +1,6 @@
 // LayerNorm backward, deterministic: see layernorm_bwd_kernel and, for bf16 rows of a multiple of 8
-// columns (the trainer's), layernorm_bwd_tma_kernel.
+// columns (the trainer's), layernorm_bwd_tma_kernel. RMSNorm's (a.rms) is the same with the mean and
+// the mean of dn taken as 0 and no bias gradient.
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
     const int row = base + r;
     const bool live = row < a.N;  // every thread still takes part in the barrier
     const size_t off = size_t(live ? row : 0) * C;
-    const float mean = live ? a.mean[row] : 0.0f, rstd = live ? a.rstd[row] : 0.0f;
+    const float mean = live && !a.rms ? a.mean[row] : 0.0f, rstd = live ? a.rstd[row] : 0.0f;
     Vec<X, V> di[K];
     float s_dn = 0.0f, s_dnx = 0.0f;
 #pragma unroll
@@ -108,6 +109,7 @@ __global__ void __launch_bounds__(1024) __maxnreg__(K == 1 ? kBwdRegsK1 : 64)
     __syncthreads();
     if (!live) continue;
     bwd_row_means(red[parity], r, wpr, inv_c, s_dn, s_dnx);
+    if (a.rms) s_dn = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int i = t + k * tpr;
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArg
 #pragma unroll
   for (int j = 0; j < V; ++j) acc_w[j] = 0.0f, acc_b[j] = 0.0f, acc_r[j] = 0.0f;
   float mean_next = 0.0f, rstd_next = 0.0f;
-  if (base + r < N) mean_next = a.mean[base + r], rstd_next = a.rstd[base + r];
+  if (base + r < N) mean_next = a.rms ? 0.0f : a.mean[base + r], rstd_next = a.rstd[base + r];
   // The iteration's stage, the previous one's (free again after this iteration's barrier: it takes the
   // rows stages - 1 iterations ahead) and the stage's mbarrier phase, counted along (no divisions).
   int stage = 0, prev_stage = stages - 1, parity = 0;
@@ -240,7 +242,7 @@ __global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArg
     const long row = base + r;
     const bool live = row < N;  // every thread still takes part in the barrier
     const float mean = mean_next, rstd = rstd_next;
-    if (row + stride < N) mean_next = a.mean[row + stride], rstd_next = a.rstd[row + stride];
+    if (row + stride < N) mean_next = a.rms ? 0.0f : a.mean[row + stride], rstd_next = a.rstd[row + stride];
     const bf16* g_row = pipe.buf(stage, 0) + size_t(r) * C;
     const bf16* x_row = pipe.buf(stage, 1) + size_t(r) * C;
     const bf16* d_row = pipe.buf(stage, 2) + size_t(r) * C;
@@ -257,6 +259,7 @@ __global__ void __launch_bounds__(1024) layernorm_bwd_tma_kernel(LayerNormBwdArg
     if (threadIdx.x == 0 && !first) pipe.issue(a, base + ahead, prev_stage);
     if (live) {
       bwd_row_means(red[parity], r, wpr, inv_c, s_dn, s_dnx);
+      if (a.rms) s_dn = 0.0f;
       if (i < nvec) {
         Vec<bf16, V> di = ldv<bf16, V>(d_row + i * V);
         bwd_vector<bf16, V>(ldv<bf16, V>(g_row + i * V), ldv<bf16, V>(x_row + i * V), wv, di, mean, rstd, s_dn,
@@ -396,10 +399,11 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
       launch_bwd<X, 1>(a, grid, s);
   }
   CUDA_CHECK_LAUNCH();
-  // dw, db += the sum of the blocks' partial rows (dw's C columns, then db's); then dinp's column sums
-  const int ld = sums * a.C;
-  add_partial_rows_kernel<X><<<partial_rows_grid(2 * a.C), dim3(32, 32), 0, s>>>(a.dw, a.db, a.C, a.scratch,
-                                                                                grid.blocks, 2 * a.C, ld);
+  // dw, db += the sum of the blocks' partial rows (dw's C columns, then db's; RMSNorm: dw's only); then
+  // dinp's column sums
+  const int ld = sums * a.C, cols = a.rms ? a.C : 2 * a.C;
+  add_partial_rows_kernel<X><<<partial_rows_grid(cols), dim3(32, 32), 0, s>>>(a.dw, a.db, a.C, a.scratch,
+                                                                             grid.blocks, cols, ld);
   CUDA_CHECK_LAUNCH();
   if (a.dinp_colsum) {
     add_partial_rows_kernel<float, false><<<partial_rows_grid(a.C), dim3(32, 32), 0, s>>>(

@@ -1,5 +1,5 @@
 // LayerNorm forward (eps 1e-5): one warp per row, three passes over the row (mean, centred variance,
-// normalise); the second and third hit L1 or, for rows of up to 2048 bf16 or 1024 fp32 columns (every
+// normalise; RMSNorm: the mean is 0 and there is no bias, two passes); the second and third hit L1 or, for rows of up to 2048 bf16 or 1024 fp32 columns (every
 // GPT-2 width in bf16), read the row from registers (layernorm_fwd_kernel's K). The residual variant
 // computes residual = a + b in pass one, rounds it to X, stores it and normalises the stored value (what
 // the backward pass sees).
@@ -65,8 +65,19 @@ __device__ __forceinline__ void fwd_store_fp8(const LayerNormFwdArgs<X>& a, size
 // and third passes read no memory (at GPT-2 1558M's width, 7 vectors a lane, the loop keeps too few of a
 // row's loads in flight). The same per-vector arithmetic in the same order either way: the same bits.
 // Q: the output is FP8 bytes (out_fp8) and the row's amax goes into *fp8_amax, one atomic per warp.
-template <class X, int V, int K, bool RESID, bool Q>
+// RMS: RMSNorm: no first pass (the mean is 0: the "centred" variance is the mean square) and a zero bias.
+template <class X, int V, int K, bool RESID, bool Q, bool RMS>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
+  auto bias = [&](int c) {
+    Vec<X, V> b;
+    if constexpr (RMS) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) b.v[j] = from_f<X>(0.0f);
+    } else {
+      b = ldv<X, V>(a.bias + c);
+    }
+    return b;
+  };
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;
   if (row >= a.N) return;
@@ -85,18 +96,17 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
       } else {
         xv = ldv<X, V>(x + c);
       }
-      fwd_sum<X, V>(xv, sum);
+      if constexpr (!RMS) fwd_sum<X, V>(xv, sum);
     }
-    mean = warp_sum(sum) / C;
+    mean = RMS ? 0.0f : warp_sum(sum) / C;
     for (int c = lane * V; c < C; c += 32 * V) fwd_var<X, V>(ldv<X, V>(x + c), mean, var);
     rstd = rsqrtf(warp_sum(var) / C + kEps);
     for (int c = lane * V; c < C; c += 32 * V) {
       if constexpr (Q)
-        fwd_store_fp8<X, V>(a, off + c, ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), ldv<X, V>(a.bias + c), qs,
-                            qmax);
+        fwd_store_fp8<X, V>(a, off + c, ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), bias(c), qs, qmax);
       else
         stv<X, V>(a.out + off + c,
-                  fwd_normalise<X, V>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), ldv<X, V>(a.bias + c)));
+                  fwd_normalise<X, V>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), bias(c)));
     }
   } else {
     auto col = [&](int k) { return (lane + 32 * k) * V; };  // the first column of this lane's vector k
@@ -117,10 +127,12 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
       for (int k = 0; k < K; ++k)
         if (col(k) < C) xv[k] = ldv<X, V>(a.inp + off + col(k));
     }
+    if constexpr (!RMS) {
 #pragma unroll
-    for (int k = 0; k < K; ++k)
-      if (col(k) < C) fwd_sum<X, V>(xv[k], sum);
-    mean = warp_sum(sum) / C;
+      for (int k = 0; k < K; ++k)
+        if (col(k) < C) fwd_sum<X, V>(xv[k], sum);
+    }
+    mean = RMS ? 0.0f : warp_sum(sum) / C;
 #pragma unroll
     for (int k = 0; k < K; ++k)
       if (col(k) < C) fwd_var<X, V>(xv[k], mean, var);
@@ -129,11 +141,10 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
     for (int k = 0; k < K; ++k)
       if (col(k) < C) {
         if constexpr (Q)
-          fwd_store_fp8<X, V>(a, off + col(k), xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), ldv<X, V>(a.bias + col(k)),
-                              qs, qmax);
+          fwd_store_fp8<X, V>(a, off + col(k), xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), bias(col(k)), qs, qmax);
         else
           stv<X, V>(a.out + off + col(k),
-                    fwd_normalise<X, V>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), ldv<X, V>(a.bias + col(k))));
+                    fwd_normalise<X, V>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), bias(col(k))));
       }
   }
   if constexpr (Q) {
@@ -141,24 +152,31 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
     if (lane == 0 && a.fp8_amax) atomicMax(reinterpret_cast<int*>(a.fp8_amax), __float_as_int(qmax));
   }
   if (lane == 0) {
-    if (a.mean) a.mean[row] = mean;
+    if (a.mean && !RMS) a.mean[row] = mean;
     if (a.rstd) a.rstd[row] = rstd;
   }
 }
 
 constexpr int kFwdMaxVecsPerLane = 8;  // rows held in registers: K = 1..8
-template <class X, int V, int K>
-void launch_fwd(const LayerNormFwdArgs<X>& a, bool resid, cudaStream_t s) {
+template <class X, int V, int K, bool RMS>
+void launch_fwd_kind(const LayerNormFwdArgs<X>& a, bool resid, cudaStream_t s) {
   const unsigned grid = unsigned(ceil_div(a.N, kFwdWarps)), block = kFwdWarps * 32;
   const bool q = a.out_fp8 != nullptr;
   if (resid && q)
-    layernorm_fwd_kernel<X, V, K, true, true><<<grid, block, 0, s>>>(a);
+    layernorm_fwd_kernel<X, V, K, true, true, RMS><<<grid, block, 0, s>>>(a);
   else if (resid)
-    layernorm_fwd_kernel<X, V, K, true, false><<<grid, block, 0, s>>>(a);
+    layernorm_fwd_kernel<X, V, K, true, false, RMS><<<grid, block, 0, s>>>(a);
   else if (q)
-    layernorm_fwd_kernel<X, V, K, false, true><<<grid, block, 0, s>>>(a);
+    layernorm_fwd_kernel<X, V, K, false, true, RMS><<<grid, block, 0, s>>>(a);
   else
-    layernorm_fwd_kernel<X, V, K, false, false><<<grid, block, 0, s>>>(a);
+    layernorm_fwd_kernel<X, V, K, false, false, RMS><<<grid, block, 0, s>>>(a);
+}
+template <class X, int V, int K>
+void launch_fwd(const LayerNormFwdArgs<X>& a, bool resid, cudaStream_t s) {
+  if (a.rms)
+    launch_fwd_kind<X, V, K, true>(a, resid, s);
+  else
+    launch_fwd_kind<X, V, K, false>(a, resid, s);
 }
 }  // namespace
 
@@ -167,7 +185,7 @@ void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
   const bool resid = a.residual != nullptr;
   bool vec = a.C % V == 0 && is_aligned(a.out_fp8 ? (const void*)a.out_fp8 : a.out, a.out_fp8 ? 8 : 16) &&
-             is_aligned(a.w, 16) && is_aligned(a.bias, 16);
+             is_aligned(a.w, 16) && (a.rms || is_aligned(a.bias, 16));
   if (resid)
     vec = vec && is_aligned(a.residual, 16) && is_aligned(a.a, 16) && is_aligned(a.b, 16);
   else

@@ -31,6 +31,44 @@ struct BackendOptions {
   bool op_profile = false;          // time every op (log.op_profile)
 };
 
+// A normalisation forward over rows of C features, eps 1e-5: x = a, or with b non-null residual = a + b
+// (written) and x = residual; then
+//   layernorm: y = (x - mean(x)) * rstd * w + bias, rstd = 1 / sqrt(var(x) + eps)
+//   rmsnorm:   y = x * rstd * w,                    rstd = 1 / sqrt(mean(x^2) + eps)  (mean, bias unused)
+// mean, rstd (N) fp32, kept for the backward (mean nullable for rmsnorm). y goes to `out` in the
+// activation dtype, or with q.data non-null into q.data (N, C) as FP8 with q's scale (max |y| folded into
+// *q.amax): the input of an FP8 product, written by the norm itself.
+struct NormFwd {
+  NormKind kind = NormKind::layernorm;
+  void* out = nullptr;
+  Fp8Tensor q;
+  float* mean = nullptr;
+  float* rstd = nullptr;
+  void* residual = nullptr;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  int N = 0, C = 0;
+};
+// Its backward from the forward's input x (inp) and statistics: accumulates dinp (N, C), dw (C) and db
+// (C; layernorm only). With dinp_colsum (C, fp32) non-null it is overwritten with the column sums of dinp
+// after the update: the bias gradient of the product that wrote the residual stream here (passed on to that
+// product's matmul_bwd as dout_colsum).
+struct NormBwd {
+  NormKind kind = NormKind::layernorm;
+  void* dinp = nullptr;
+  void* dw = nullptr;
+  void* db = nullptr;
+  const void* dout = nullptr;
+  const void* inp = nullptr;
+  const void* w = nullptr;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  int N = 0, C = 0;
+  float* dinp_colsum = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -95,18 +133,10 @@ class Backend {
   // accumulates dwte (Vp,C), dwpe (maxT,C) from dout (B,T,C); deterministic on every backend
   virtual void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T,
                            int C) = 0;
-  // out (N,C) = LN(inp) * w + b; mean, rstd (N) fp32
-  virtual void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w,
-                             const void* b, int N, int C) = 0;
-  // residual (N,C) = a + b; out = LN(residual) * w + bias
-  virtual void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a,
-                                      const void* b, const void* w, const void* bias, int N, int C) = 0;
-  // accumulates dinp (N,C), dw (C), db (C). With dinp_colsum (C, fp32) non-null it is overwritten with
-  // the column sums of dinp after the update: the bias gradient of the product that wrote the residual
-  // stream here (passed on to that product's matmul_bwd as dout_colsum).
-  virtual void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp,
-                             const void* w, const float* mean, const float* rstd, int N, int C,
-                             float* dinp_colsum) = 0;
+  // The normalisations (NormFwd, NormBwd below); `supports` says why a backend cannot run one ("" when it can)
+  virtual void norm_fwd(const NormFwd& op) = 0;
+  virtual void norm_bwd(const NormBwd& op) = 0;
+  virtual std::string supports(const NormFwd& op) const { return ""; }
   // out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, nullable).
   // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu) (a fused epilogue).
   virtual void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,

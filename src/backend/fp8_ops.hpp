@@ -40,10 +40,6 @@ struct Fp8ScalesArgs {
 class Fp8Ops {
  public:
   virtual ~Fp8Ops() = default;
-  // out = LayerNorm(x) * w + bias quantized (out.data (N, C)); mean, rstd (N) fp32. With residual
-  // non-null, residual (N, C) = a + b is written first and normalised; otherwise x = a.
-  virtual void layernorm_fwd(const Fp8Tensor& out, float* mean, float* rstd, void* residual, const void* a,
-                             const void* b, const void* w, const void* bias, int N, int C) = 0;
   // Quantizes v = x (N, C), or v = x * gelu_tanh'(gelu_in) with gelu_in non-null, into q.data (N, C)
   // and/or q_t (C, N) (either nullable). colsum (C, fp32, nullable) is overwritten with the column sums
   // of v before rounding (the bias gradient of the product whose output gradient v is). GELU here and

@@ -12,6 +12,10 @@ enum class DType : uint8_t { F32, BF16 };
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 inline const char* dtype_name(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
 
+// The normalisation of a model (model.norm): LayerNorm (GPT-2: mean and variance, weight and bias) or
+// RMSNorm (root mean square only, weight only).
+enum class NormKind : uint8_t { layernorm, rmsnorm };
+
 // Host-side conversions for files (llm.c bf16 models, safetensors): exact widening, and fp32 -> bf16
 // rounded to nearest even.
 inline float bf16_to_f32(uint16_t h) {

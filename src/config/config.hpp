@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/common.hpp"
 #include "base/fp8_math.hpp"
 #include "optim/hypers.hpp"
 
@@ -41,6 +42,7 @@ template <> struct EnumNames<MasterWeights> {
 };
 template <> struct EnumNames<MemoryFit> { static constexpr const char* names[] = {"off", "auto"}; };
 template <> struct EnumNames<Offload> { static constexpr const char* names[] = {"none", "optimizer"}; };
+template <> struct EnumNames<NormKind> { static constexpr const char* names[] = {"layernorm", "rmsnorm"}; };
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
 template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>
@@ -77,6 +79,7 @@ struct ModelConfig {
   int n_embd = 0;
   int vocab_size = 50257;
   int max_seq_len = 1024;
+  NormKind norm = NormKind::layernorm;
   std::string init_from = "";
   float init_std = 0.02f;
 };

@@ -43,6 +43,10 @@ std::vector<Field> fields_of(Config& c) {
       {"model.n_embd", &m.n_embd, "model width (without a preset)"},
       {"model.vocab_size", &m.vocab_size, "real vocabulary; padded to a multiple of 128 internally"},
       {"model.max_seq_len", &m.max_seq_len, "positions of the position embedding"},
+      {"model.norm", &m.norm,
+       "layernorm (GPT-2: mean and variance, weight and bias) / rmsnorm (root mean square, weight only: no bias "
+       "tensors). Every norm of the model; rmsnorm models are not GPT-2 and are not written as llm.c or Hugging "
+       "Face GPT-2 files"},
       {"model.init_from", &m.init_from,
        "weights to start from: an llm.c model file (fp32 or bf16) or a Hugging Face GPT-2 folder (config.json, "
        "model.safetensors; e.g. `./train export --format hf`)"},

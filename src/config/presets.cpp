@@ -1,6 +1,7 @@
 #include "config/presets.hpp"
 
 #include <array>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -40,7 +41,23 @@ ModelDims resolve_dims(const ModelConfig& m) {
   d.vocab_size = m.vocab_size;
   d.padded_vocab = (m.vocab_size + 127) / 128 * 128;
   d.max_seq_len = m.max_seq_len;
+  d.norm = m.norm;
   return d;
+}
+
+std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
+  return {{"n_layer", d.n_layer},
+          {"n_head", d.n_head},
+          {"n_embd", d.n_embd},
+          {"vocab_size", d.vocab_size},
+          {"padded_vocab", d.padded_vocab},
+          {"max_seq_len", d.max_seq_len},
+          {"norm", int64_t(d.norm), int64_t(NormKind::layernorm), EnumNames<NormKind>::names,
+           int(std::size(EnumNames<NormKind>::names))}};
+}
+
+std::string SpecAttr::text(int64_t v) const {
+  return v >= 0 && v < n_names ? names[v] : std::to_string(v);
 }
 
 }  // namespace gpt

@@ -1,5 +1,8 @@
 // Model dimensions: a named preset (GPT-2 124M to 1558M, or a tiny one for tests) or explicit sizes.
 #pragma once
+#include <string>
+#include <vector>
+
 #include "config/config.hpp"
 
 namespace gpt {
@@ -9,10 +12,24 @@ struct ModelDims {
   int vocab_size = 0;         // V: real tokens
   int padded_vocab = 0;       // Vp: V rounded up to a multiple of 128
   int max_seq_len = 0;
+  NormKind norm = NormKind::layernorm;  // model.norm
   int head_dim() const { return n_embd / n_head; }
 };
 
 // Resolves model.preset or the explicit dims; throws an input error naming the key.
 ModelDims resolve_dims(const ModelConfig& m);
+
+// The model's structure as named integers: what a checkpoint records (one attribute each) and a resume
+// compares, so that a new structural choice is recorded and checked by being listed here. `absent`: the
+// value of a file written before the attribute existed; `names`: the value's names for messages (enums).
+struct SpecAttr {
+  const char* name;    // the attribute; model.<name> is its key (padded_vocab: derived from vocab_size)
+  int64_t value;
+  int64_t absent = -1;  // -1: every file has it
+  const char* const* names = nullptr;
+  int n_names = 0;
+  std::string text(int64_t v) const;  // v as the key's value
+};
+std::vector<SpecAttr> spec_attrs(const ModelDims& d);
 
 }  // namespace gpt

@@ -82,19 +82,16 @@ void open_checkpoint(OldCheckpoint& c, const ParamLayout& L, TrainState& st, int
   // Another model is told apart from damage (the MANIFEST has checked these bytes): the keys that differ
   // are named for the caller, which refuses to resume (ResumeMismatch) rather than fall back.
   const ModelDims& d = L.dims();
-  const std::pair<const char*, int64_t> dims[] = {{"n_layer", d.n_layer},           {"n_head", d.n_head},
-                                                  {"n_embd", d.n_embd},             {"vocab_size", d.vocab_size},
-                                                  {"padded_vocab", d.padded_vocab}, {"max_seq_len", d.max_seq_len}};
   c.other_model.clear();
   bool vocab_differs = false;
-  for (auto& [k, v] : dims) {
-    const int64_t got = h5::get_attr_i64(f0, k);
-    if (got == v) continue;
-    const std::string key = std::string(k) == "padded_vocab" ? "the padded vocabulary (model.vocab_size rounded up)"
-                                                             : "model." + std::string(k);
-    if (std::string(k) == "vocab_size") vocab_differs = true;
-    if (std::string(k) == "padded_vocab" && vocab_differs) continue;
-    c.other_model += "\n  " + key + " was " + std::to_string(got) + " and is " + std::to_string(v) + " now";
+  for (const SpecAttr& a : spec_attrs(d)) {
+    const int64_t got = a.absent >= 0 && H5Aexists(f0, a.name) <= 0 ? a.absent : h5::get_attr_i64(f0, a.name);
+    if (got == a.value) continue;
+    const std::string k = a.name;
+    if (k == "vocab_size") vocab_differs = true;
+    if (k == "padded_vocab" && vocab_differs) continue;
+    const std::string key = k == "padded_vocab" ? "the padded vocabulary (model.vocab_size rounded up)" : "model." + k;
+    c.other_model += "\n  " + key + " was " + a.text(got) + " and is " + a.text(a.value) + " now";
   }
   st.step = h5::get_attr_i64(f0, "step");
   if (!c.other_model.empty()) return;

@@ -32,12 +32,7 @@ std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState&
   h5::set_attr(f, "world_size", int64_t(world));
   h5::set_attr(f, "rank", int64_t(rank));
   h5::set_attr(f, "zero_stage", int64_t(zero_stage));
-  h5::set_attr(f, "n_layer", int64_t(d.n_layer));
-  h5::set_attr(f, "n_head", int64_t(d.n_head));
-  h5::set_attr(f, "n_embd", int64_t(d.n_embd));
-  h5::set_attr(f, "vocab_size", int64_t(d.vocab_size));
-  h5::set_attr(f, "padded_vocab", int64_t(d.padded_vocab));
-  h5::set_attr(f, "max_seq_len", int64_t(d.max_seq_len));
+  for (const SpecAttr& a : spec_attrs(d)) h5::set_attr(f, a.name, a.value);  // the model's structure
   h5::set_attr(f, "data_shard", st.data.shard);
   h5::set_attr(f, "data_offset", st.data.offset);
   h5::set_attr(f, "data_epoch", st.data.epoch);

@@ -67,7 +67,7 @@ class Block {
   // The first LayerNorm's FP8 form (the qkv product's input scale), or null in bf16
   bool ln1_fp8() const { return qkv_.fp8(); }
   Fp8Tensor ln1_q(void* data, bool record) const { return qkv_.input_q(data, record); }
-  const LayerNorm& ln1() const { return ln1_; }
+  const Norm& ln1() const { return ln1_; }
 
  private:
   // GELU's output leaves fc's epilogue in FP8 (both MLP products FP8, nothing recomputed, the policy's choice)
@@ -77,7 +77,7 @@ class Block {
 
   int layer_, C_;
   bool gelu_epilogue_;
-  LayerNorm ln1_, ln2_;
+  Norm ln1_, ln2_;
   Linear qkv_, attproj_, fc_, fcproj_;
   Attention attn_;
 };

@@ -81,7 +81,7 @@ class GPT {
   LayerCtx ctx_;
   Fp8Scaling* fp8_;  // null without FP8 layers
   std::vector<Block> blocks_;
-  LayerNorm lnf_;
+  Norm lnf_;
   Classifier head_;   // registers its FP8 tensors after the blocks'
   size_t wte_, wpe_;  // offsets in the embedding bucket
   std::unique_ptr<Acts> a_;

@@ -113,27 +113,39 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
   f.add_sums(g.at(b_), dout_colsum ? dout_colsum : c.colsum, out_);
 }
 
-// ---- LayerNorm
+// ---- Norm
 
-LayerNorm::LayerNorm(const ParamLayout& L, int layer, const char* weight, const char* bias, int C)
-    : w_(layer_tensor(L, layer, weight).offset), b_(layer_tensor(L, layer, bias).offset), C_(C) {}
+Norm::Norm(const ParamLayout& L, int layer, const char* weight, const char* bias, int C)
+    : kind_(L.dims().norm),
+      w_(layer_tensor(L, layer, weight).offset),
+      b_(kind_ == NormKind::layernorm ? layer_tensor(L, layer, bias).offset : 0),
+      C_(C) {}
 
-void LayerNorm::forward(const LayerCtx& c, const BucketView& w, void* out, float* mean, float* rstd,
-                        void* residual, const void* a, const void* b, const Fp8Tensor* q) const {
+void Norm::forward(const LayerCtx& c, const BucketView& w, void* out, float* mean, float* rstd, void* residual,
+                   const void* a, const void* b, const Fp8Tensor* q) const {
+  NormFwd op;
+  op.kind = kind_;
   if (q) {
-    Fp8Tensor t = *q;
-    t.data = out;
-    c.f().layernorm_fwd(t, mean, rstd, residual, a, b, w.at(w_), w.at(b_), c.N, C_);
-  } else if (b) {
-    c.be.residual_layernorm_fwd(residual, out, mean, rstd, a, b, w.at(w_), w.at(b_), c.N, C_);
+    op.q = *q;
+    op.q.data = out;
   } else {
-    c.be.layernorm_fwd(out, mean, rstd, a, w.at(w_), w.at(b_), c.N, C_);
+    op.out = out;
   }
+  op.mean = kind_ == NormKind::layernorm ? mean : nullptr, op.rstd = rstd;
+  op.residual = b ? residual : nullptr, op.a = a, op.b = b;
+  op.w = w.at(w_), op.bias = kind_ == NormKind::layernorm ? w.at(b_) : nullptr, op.N = c.N, op.C = C_;
+  c.be.norm_fwd(op);
 }
 
-void LayerNorm::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
-                         const void* inp, const float* mean, const float* rstd, float* dinp_colsum) const {
-  c.be.layernorm_bwd(dinp, g.at(w_), g.at(b_), dout, inp, w.at(w_), mean, rstd, c.N, C_, dinp_colsum);
+void Norm::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
+                    const void* inp, const float* mean, const float* rstd, float* dinp_colsum) const {
+  NormBwd op;
+  op.kind = kind_;
+  op.dinp = dinp, op.dw = g.at(w_), op.db = kind_ == NormKind::layernorm ? g.at(b_) : nullptr;
+  op.dout = dout, op.inp = inp, op.w = w.at(w_);
+  op.mean = kind_ == NormKind::layernorm ? mean : nullptr, op.rstd = rstd;
+  op.N = c.N, op.C = C_, op.dinp_colsum = dinp_colsum;
+  c.be.norm_bwd(op);
 }
 
 // ---- Attention

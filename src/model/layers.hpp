@@ -172,21 +172,23 @@ class Linear {
   Fp8Product q_;  // W (out, in)
 };
 
-// out = LayerNorm(x) * w + b over C features; mean, rstd (N) fp32.
-class LayerNorm {
+// The model's normalisation (model.norm) over C features: out = LayerNorm(x) * w + b, or RMSNorm(x) * w
+// (the bias tensor is not in the table then); mean (layernorm), rstd (N) fp32.
+class Norm {
  public:
-  LayerNorm(const ParamLayout& L, int layer, const char* weight, const char* bias, int C);
+  Norm(const ParamLayout& L, int layer, const char* weight, const char* bias, int C);
   // x = a, or with b non-null residual = a + b (written) and x = residual. With q non-null, out is
   // written in FP8 with q's scale (q.data = out) for the product that reads it.
   void forward(const LayerCtx& c, const BucketView& w, void* out, float* mean, float* rstd, void* residual,
                const void* a, const void* b, const Fp8Tensor* q) const;
-  // accumulates dinp, dw, db; dinp_colsum (nullable): overwritten with dinp's column sums (the bias
+  // accumulates dinp, dw, db (layernorm); dinp_colsum (nullable): overwritten with dinp's column sums (the bias
   // gradient of the product that wrote the residual stream here)
   void backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
                 const void* inp, const float* mean, const float* rstd, float* dinp_colsum) const;
 
  private:
-  size_t w_, b_;
+  NormKind kind_;
+  size_t w_, b_;  // b_ unused by rmsnorm
   int C_;
 };
 

@@ -25,7 +25,7 @@ enum class Scope : uint8_t { embedding, layer, final };  // which bucket(s) a te
 // A tensor dimension in terms of the model's: Vp the padded vocabulary, T max_seq_len, C n_embd.
 enum class Dim : uint8_t { one, Vp, T, C, C3, C4 };
 // normal: N(0, init_std); residual: N(0, init_std / sqrt(2 n_layer)) (the projections into the residual
-// stream); ones and zeros: LayerNorm weights and biases.
+// stream); ones and zeros: norm weights and biases.
 enum class Init : uint8_t { normal, residual, ones, zeros };
 
 struct ParamSpec {
@@ -41,6 +41,7 @@ struct ParamSpec {
   int llmc_rank;            // position in llm.c's tensor-major file order
   const char* hf;           // Hugging Face GPT2LMHeadModel name, "{l}" standing for the layer
   bool hf_transposed;       // Hugging Face stores it (in, out) (Conv1D) against this trainer's (out, in)
+  bool layernorm_only = false;  // a LayerNorm bias: not in the model under model.norm rmsnorm
 };
 
 // The table itself, in layout order.

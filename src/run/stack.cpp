@@ -12,6 +12,10 @@ Stack build_stack(const Plan& plan, HostComm& host) {
   // ranks sharing GPUs take them in turn (parallel/placement.hpp); otherwise one GPU per local rank
   if (cuda && plan.shared_gpu) o.local_rank = std::max(0, gpu_of_local_rank(o.local_rank, cuda_device_count(), true));
   s.backend = cuda ? make_cuda_backend(o) : make_cpu_backend(o);
+  // the model's ops this backend cannot run, named before any work
+  NormFwd norm;
+  norm.kind = plan.dims.norm;
+  if (const std::string why = s.backend->supports(norm); !why.empty()) throw input_error("model.norm: " + why);
   if (plan.shared_gpu)
     s.comm = make_staged_communicator(host, *s.backend);
   else

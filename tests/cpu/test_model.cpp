@@ -52,8 +52,9 @@ struct FullStore : ParamStore {
   }
 };
 
-ModelDims small_dims() {
+ModelDims small_dims(NormKind norm = NormKind::layernorm) {
   ModelConfig m;
+  m.norm = norm;
   m.n_layer = 2;
   m.n_head = 2;
   m.n_embd = 16;
@@ -71,9 +72,10 @@ std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
 
 }  // namespace
 
-TEST(Model, gradients_match_finite_differences) {
+// every model.norm: the whole model's analytic gradients against central differences
+static void check_gradients_against_finite_differences(NormKind norm) {
   auto be = make_cpu_backend(BackendOptions{});
-  const ModelDims d = small_dims();
+  const ModelDims d = small_dims(norm);
   ParamLayout L(d);
   const int B = 2, T = 5;
   GPT model(d, L, *be, B, T, 0);
@@ -119,6 +121,21 @@ TEST(Model, gradients_match_finite_differences) {
     }
   EXPECT_TRUE(checked > 40);
   EXPECT_TRUE(std::sqrt(err2 / ref2) < 1e-2) << "relative gradient error " + std::to_string(std::sqrt(err2 / ref2));
+}
+
+TEST(Model, gradients_match_finite_differences) { check_gradients_against_finite_differences(NormKind::layernorm); }
+
+TEST(Model, rmsnorm_gradients_match_finite_differences) {
+  check_gradients_against_finite_differences(NormKind::rmsnorm);
+}
+
+TEST(Model, rmsnorm_layout_has_no_norm_biases) {
+  const ParamLayout ln(small_dims()), rms(small_dims(NormKind::rmsnorm));
+  const ModelDims& d = ln.dims();
+  // ln1b and ln2b of every layer and lnfb: C values each
+  EXPECT_TRUE(ln.n_params() - rms.n_params() == size_t(2 * d.n_layer + 1) * d.n_embd);
+  for (int b = 0; b < rms.n_buckets(); ++b)
+    for (auto& t : rms.bucket(b).tensors) EXPECT_TRUE(!t.spec->layernorm_only) << t.name;
 }
 
 TEST(Model, accumulated_micro_batches_equal_one_large_batch) {

@@ -192,7 +192,7 @@ TEST(GpuFp8, quantize_of_a_piece_matches_the_cpu_emulation_and_the_cast) {
   for (void* p : {dx, a, b}) g.free(p);
 }
 
-TEST(GpuFp8, transpose_and_layernorm_match_the_cpu_emulation) {
+TEST(GpuFp8, transpose_and_norms_match_the_cpu_emulation) {
   Pair two;
   const int N = 64, C = 128;
   // multiples of 1/16 below 8 in magnitude: a + b is exact in bf16 too, so both sides normalise the same row
@@ -202,26 +202,33 @@ TEST(GpuFp8, transpose_and_layernorm_match_the_cpu_emulation) {
   };
   const auto x = sixteenths(values(size_t(N) * C, 1.0f)), y = sixteenths(values(size_t(N) * C, 1.0f));
   const auto w = values(C, 0.5f), bias = values(C, 0.5f);
-  std::vector<std::vector<uint8_t>> ln(2), lnr(2), tr(2);
-  for (int side = 0; side < 2; ++side) {
-    Backend& b = side ? *two.gpu : *two.cpu;
-    void *dx = up(b, x), *dy = up(b, y), *dw = up(b, w), *db = up(b, bias);
-    void *res = b.alloc(dtype_size(b.act_dtype()) * N * C), *out = b.alloc(size_t(N) * C), *t = b.alloc(size_t(N) * C);
-    float* stats = static_cast<float*>(b.alloc(8 * N));
-    Meta m(b, 32.0f);
-    b.fp8()->layernorm_fwd(m.t(out, Fp8Format::E4M3), stats, stats + N, nullptr, dx, nullptr, dw, db, N, C);
-    ln[side] = bytes(b, out, size_t(N) * C);
-    b.fp8()->transpose(t, out, N, C);
-    tr[side] = bytes(b, t, size_t(N) * C);
-    b.fp8()->layernorm_fwd(m.t(out, Fp8Format::E4M3), stats, stats + N, res, dx, dy, dw, db, N, C);
-    lnr[side] = bytes(b, out, size_t(N) * C);
-    for (void* p : {dx, dy, dw, db, res, out, t}) b.free(p);
-    b.free(stats);
+  for (NormKind k : {NormKind::layernorm, NormKind::rmsnorm}) {
+    const std::string kn = k == NormKind::layernorm ? "layernorm" : "rmsnorm";
+    std::vector<std::vector<uint8_t>> ln(2), lnr(2), tr(2);
+    for (int side = 0; side < 2; ++side) {
+      Backend& b = side ? *two.gpu : *two.cpu;
+      void *dx = up(b, x), *dy = up(b, y), *dw = up(b, w), *db = up(b, bias);
+      void *res = b.alloc(dtype_size(b.act_dtype()) * N * C), *out = b.alloc(size_t(N) * C), *t = b.alloc(size_t(N) * C);
+      float* stats = static_cast<float*>(b.alloc(8 * N));
+      Meta m(b, 32.0f);
+      NormFwd op;
+      op.kind = k, op.q = m.t(out, Fp8Format::E4M3), op.mean = k == NormKind::layernorm ? stats : nullptr;
+      op.rstd = stats + N, op.a = dx, op.w = dw, op.bias = k == NormKind::layernorm ? db : nullptr, op.N = N, op.C = C;
+      b.norm_fwd(op);
+      ln[side] = bytes(b, out, size_t(N) * C);
+      b.fp8()->transpose(t, out, N, C);
+      tr[side] = bytes(b, t, size_t(N) * C);
+      op.residual = res, op.b = dy;
+      b.norm_fwd(op);
+      lnr[side] = bytes(b, out, size_t(N) * C);
+      for (void* p : {dx, dy, dw, db, res, out, t}) b.free(p);
+      b.free(stats);
+    }
+    compare_bytes((kn + "_fwd -> e4m3").c_str(), ln[0], ln[1], 0.02);
+    compare_bytes(("residual_" + kn + "_fwd -> e4m3").c_str(), lnr[0], lnr[1], 0.02);
+    for (int r = 0; r < N; ++r)
+      for (int c = 0; c < C; ++c) EXPECT_TRUE(tr[1][size_t(c) * N + r] == ln[1][size_t(r) * C + c]);
   }
-  compare_bytes("layernorm_fwd -> e4m3", ln[0], ln[1], 0.02);
-  compare_bytes("residual_layernorm_fwd -> e4m3", lnr[0], lnr[1], 0.02);
-  for (int r = 0; r < N; ++r)
-    for (int c = 0; c < C; ++c) EXPECT_TRUE(tr[1][size_t(c) * N + r] == ln[1][size_t(r) * C + c]);
 }
 
 // n random FP8 codes below max_code (both signs)

@@ -227,7 +227,28 @@ void test_encoder(Ctx& c, int B, int T, int C, int Vp) {
   for (void* p : {ct, cwte, cwpe, cout, cd, cdwte, cdwpe}) c.cpu.free(p);
 }
 
-void test_layernorm(Ctx& c, int N, int C) {
+// A norm op on one backend: the forward (plain, or with the residual add when b is set) and the backward
+NormFwd norm_fwd_op(NormKind k, void* out, void* mean, void* rstd, void* residual, const void* a, const void* b,
+                    const void* w, const void* bias, int N, int C) {
+  NormFwd op;
+  op.kind = k, op.out = out, op.mean = k == NormKind::layernorm ? (float*)mean : nullptr, op.rstd = (float*)rstd;
+  op.residual = residual, op.a = a, op.b = b, op.w = w, op.bias = k == NormKind::layernorm ? bias : nullptr;
+  op.N = N, op.C = C;
+  return op;
+}
+NormBwd norm_bwd_op(NormKind k, void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
+                    const void* mean, const void* rstd, int N, int C, void* colsum) {
+  NormBwd op;
+  op.kind = k, op.dinp = dinp, op.dw = dw, op.db = k == NormKind::layernorm ? db : nullptr, op.dout = dout;
+  op.inp = inp, op.w = w, op.mean = k == NormKind::layernorm ? (const float*)mean : nullptr;
+  op.rstd = (const float*)rstd, op.N = N, op.C = C, op.dinp_colsum = (float*)colsum;
+  return op;
+}
+
+// Every norm kind, forward (plain and residual) and backward (with and without the column sums)
+void test_norm(Ctx& c, NormKind k, int N, int C) {
+  const bool ln = k == NormKind::layernorm;
+  const char* kn = ln ? "layernorm" : "rmsnorm";
   const size_t n = size_t(N) * C;
   const std::string sz = fmt("N=%d C=%d", N, C);
   const Vec inp = c.rnd(n, -2, 2), w = c.rnd(C, 0.5f, 1.5f), b = c.rnd(C, -0.5f, 0.5f);
@@ -237,12 +258,13 @@ void test_layernorm(Ctx& c, int N, int C) {
   void *gm = up(c.gpu, poison(N), false), *gr = up(c.gpu, poison(N), false);
   void *cm = up(c.cpu, Vec(N), false), *cr = up(c.cpu, Vec(N), false);
   const Tol tol = c.pick(kF32Exact, kBf16Elementwise);
-  c.gpu.layernorm_fwd(go, (float*)gm, (float*)gr, gi, gw, gb, N, C);
-  c.cpu.layernorm_fwd(co, (float*)cm, (float*)cr, ci, cw, cb, N, C);
-  check(fmt("[%s] layernorm_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, n), down(c.cpu, co, n), tol);
-  check(fmt("[%s] layernorm_fwd mean %s", c.prec, sz.c_str()), down(c.gpu, gm, N, false), down(c.cpu, cm, N, false),
-        kF32Exact);
-  check(fmt("[%s] layernorm_fwd rstd %s", c.prec, sz.c_str()), down(c.gpu, gr, N, false), down(c.cpu, cr, N, false),
+  c.gpu.norm_fwd(norm_fwd_op(k, go, gm, gr, nullptr, gi, nullptr, gw, gb, N, C));
+  c.cpu.norm_fwd(norm_fwd_op(k, co, cm, cr, nullptr, ci, nullptr, cw, cb, N, C));
+  check(fmt("[%s] %s_fwd out %s", c.prec, kn, sz.c_str()), down(c.gpu, go, n), down(c.cpu, co, n), tol);
+  if (ln)
+    check(fmt("[%s] %s_fwd mean %s", c.prec, kn, sz.c_str()), down(c.gpu, gm, N, false), down(c.cpu, cm, N, false),
+          kF32Exact);
+  check(fmt("[%s] %s_fwd rstd %s", c.prec, kn, sz.c_str()), down(c.gpu, gr, N, false), down(c.cpu, cr, N, false),
         kF32Exact);
 
   // residual variant
@@ -252,12 +274,12 @@ void test_layernorm(Ctx& c, int N, int C) {
   void *gro = up(c.gpu, poison(n)), *cro = up(c.cpu, Vec(n));
   void *grm = up(c.gpu, poison(N), false), *grr = up(c.gpu, poison(N), false);
   void *crm = up(c.cpu, Vec(N), false), *crr = up(c.cpu, Vec(N), false);
-  c.gpu.residual_layernorm_fwd(gres, gro, (float*)grm, (float*)grr, ga, gb2, gw, gb, N, C);
-  c.cpu.residual_layernorm_fwd(cres, cro, (float*)crm, (float*)crr, ca, cb2, cw, cb, N, C);
-  check(fmt("[%s] residual_layernorm_fwd residual %s", c.prec, sz.c_str()), down(c.gpu, gres, n),
+  c.gpu.norm_fwd(norm_fwd_op(k, gro, grm, grr, gres, ga, gb2, gw, gb, N, C));
+  c.cpu.norm_fwd(norm_fwd_op(k, cro, crm, crr, cres, ca, cb2, cw, cb, N, C));
+  check(fmt("[%s] residual_%s_fwd residual %s", c.prec, kn, sz.c_str()), down(c.gpu, gres, n),
         down(c.cpu, cres, n), tol);
   // the CPU normalises the unrounded sum; the GPU the stored (rounded) residual, as the backward sees
-  check(fmt("[%s] residual_layernorm_fwd out %s", c.prec, sz.c_str()), down(c.gpu, gro, n), down(c.cpu, cro, n),
+  check(fmt("[%s] residual_%s_fwd out %s", c.prec, kn, sz.c_str()), down(c.gpu, gro, n), down(c.cpu, cro, n),
         c.pick(kF32Exact, kBf16Backward));
   for (void* p : {ga, gb2, gres, gro, grm, grr}) c.gpu.free(p);
   for (void* p : {ca, cb2, cres, cro, crm, crr}) c.cpu.free(p);
@@ -269,23 +291,25 @@ void test_layernorm(Ctx& c, int N, int C) {
   const Vec dout = c.rnd(n), dinp0 = c.rnd(n, -0.5f, 0.5f), dw0 = c.rnd(C, -0.5f, 0.5f), db0 = c.rnd(C, -0.5f, 0.5f);
   void *gdo = up(c.gpu, dout), *cdo = up(c.cpu, dout);
   void *cdi = up(c.cpu, dinp0), *cdw = up(c.cpu, dw0), *cdb = up(c.cpu, db0), *ccs = up(c.cpu, Vec(C), false);
-  c.cpu.layernorm_bwd(cdi, cdw, cdb, cdo, ci, cw, (float*)cm, (float*)cr, N, C, (float*)ccs);
+  c.cpu.norm_bwd(norm_bwd_op(k, cdi, cdw, cdb, cdo, ci, cw, cm, cr, N, C, ccs));
   const Vec rdi = down(c.cpu, cdi, n), rdw = down(c.cpu, cdw, C), rdb = down(c.cpu, cdb, C);
   const Tol tb = c.pick(kF32Exact, kBf16Backward);
   for (bool colsum : {false, true}) {
     void *gdi = up(c.gpu, dinp0), *gdw = up(c.gpu, dw0), *gdb = up(c.gpu, db0);
     void* gcs = colsum ? up(c.gpu, poison(C), false) : nullptr;
-    c.gpu.layernorm_bwd(gdi, gdw, gdb, gdo, gi, gw, (float*)gm2, (float*)gr2, N, C, (float*)gcs);
+    c.gpu.norm_bwd(norm_bwd_op(k, gdi, gdw, gdb, gdo, gi, gw, gm2, gr2, N, C, gcs));
     const char* with = colsum ? " +colsum" : "";
-    check(fmt("[%s] layernorm_bwd%s dinp %s", c.prec, with, sz.c_str()), down(c.gpu, gdi, n), rdi, tb);
-    check(fmt("[%s] layernorm_bwd%s dw %s", c.prec, with, sz.c_str()), down(c.gpu, gdw, C), rdw, tb);
-    check(fmt("[%s] layernorm_bwd%s db %s", c.prec, with, sz.c_str()), down(c.gpu, gdb, C), rdb, tb);
+    check(fmt("[%s] %s_bwd%s dinp %s", c.prec, kn, with, sz.c_str()), down(c.gpu, gdi, n), rdi, tb);
+    check(fmt("[%s] %s_bwd%s dw %s", c.prec, kn, with, sz.c_str()), down(c.gpu, gdw, C), rdw, tb);
+    // RMSNorm has no bias gradient: db stays as it was on both backends
+    check(fmt("[%s] %s_bwd%s db %s", c.prec, kn, with, sz.c_str()), down(c.gpu, gdb, C), rdb, tb);
     if (colsum)
-      check(fmt("[%s] layernorm_bwd dinp column sums %s", c.prec, sz.c_str()), down(c.gpu, gcs, C, false),
+      check(fmt("[%s] %s_bwd dinp column sums %s", c.prec, kn, sz.c_str()), down(c.gpu, gcs, C, false),
             down(c.cpu, ccs, C, false), kColumnSums);
     for (void* p : {gdi, gdw, gdb, gcs})
       if (p) c.gpu.free(p);
   }
+  if (!ln) check(fmt("[%s] %s_bwd leaves db %s", c.prec, kn, sz.c_str()), rdb, db0, kF32Exact);
   for (void* p : {gi, gw, gb, go, gm, gr, gm2, gr2, gdo}) c.gpu.free(p);
   for (void* p : {ci, cw, cb, co, cm, cr, cdo, cdi, cdw, cdb, ccs}) c.cpu.free(p);
 }
@@ -689,6 +713,9 @@ void guarded(F&& f) {
   }
 }
 
+// every normalisation the model can use (model.norm): each gets every check above
+constexpr NormKind kNormKinds[] = {NormKind::layernorm, NormKind::rmsnorm};
+
 void run_checks(const char* prec) {
   BackendOptions opt;
   opt.act = std::string(prec) == "bf16" ? DType::BF16 : DType::F32;
@@ -699,16 +726,16 @@ void run_checks(const char* prec) {
   guarded([&] { test_conversions(c, 1000003); });
   guarded([&] { test_encoder(c, 2, 97, 257, 131); });  // scalar path
   guarded([&] { test_encoder(c, 4, 64, 768, 512); });  // vector path, many repeated tokens
-  guarded([&] { test_layernorm(c, 97, 257); });
+  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 97, 257); });
   // first, while no wider launch has raised the kernel's shared-memory limit: bf16's pipelined backward
   // at 48 KB of dynamic shared memory plus its static barriers (GPT-2 tiny's width)
-  guarded([&] { test_layernorm(c, 333, 64); });
-  guarded([&] { test_layernorm(c, 300, 768); });
-  guarded([&] { test_layernorm(c, 64, 1600); });
-  guarded([&] { test_layernorm(c, 16, 2052); });  // bf16: unaligned width, several vectors per thread
+  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 333, 64); });
+  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 300, 768); });
+  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 64, 1600); });
+  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 16, 2052); });  // bf16: unaligned width, several vectors per thread
   // bf16 backward, the pipelined kernel: many iterations a block, a partial last one, 16 rows a block
-  guarded([&] { test_layernorm(c, 4099, 768); });
-  guarded([&] { test_layernorm(c, 1031, 1600); });
+  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 4099, 768); });
+  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 1031, 1600); });
   guarded([&] { test_matmul(c, 97, 264, 136, true, false); });
   guarded([&] { test_matmul(c, 97, 264, 136, true, true); });  // fused GELU epilogues
   guarded([&] { test_matmul(c, 97, 257, 131, true, true); });  // odd sizes: GELU/DGELU fall back to kernels
@@ -794,7 +821,8 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
   void *x = A(size_t(N) * 4 * C), *y = A(size_t(N) * 4 * C), *z = A(size_t(N) * 4 * C), *pg = A(size_t(N) * 4 * C);
   void *w = A(size_t(4) * C * C), *dw = A(size_t(4) * C * C), *bias = A(4 * C), *dbias = A(4 * C);
   float *mean = (float*)g.alloc(N * 4), *rstd = (float*)g.alloc(N * 4), *lse = (float*)g.alloc(size_t(N) * NH * 4);
-  g.layernorm_fwd(y, mean, rstd, x, w, bias, N, C);
+  const NormKind ln = NormKind::layernorm;
+  g.norm_fwd(norm_fwd_op(ln, y, mean, rstd, nullptr, x, nullptr, w, bias, N, C));
   std::printf("\n== bench %s: B=%d T=%d C=%d NH=%d (per layer x%d)\n", label, B, T, C, NH, L);
   struct Row {
     const char* name;
@@ -810,14 +838,14 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
     std::printf("%-28s %8.3f ms  %7.1f TFLOP/s  %7.0f GB/s  x%d\n", name, ms, flops / ms / 1e9, bytes / ms / 1e6,
                 count);
   };
-  add("layernorm_fwd", tm.ms([&] { g.layernorm_fwd(y, mean, rstd, x, w, bias, N, C); }), 0, 2 * n * c * es, 2 * L);
+  add("layernorm_fwd", tm.ms([&] { g.norm_fwd(norm_fwd_op(ln, y, mean, rstd, nullptr, x, nullptr, w, bias, N, C)); }), 0, 2 * n * c * es, 2 * L);
   float* colsum = static_cast<float*>(g.alloc(size_t(C) * 4));
-  add("layernorm_bwd", tm.ms([&] { g.layernorm_bwd(z, dw, dbias, y, x, w, mean, rstd, N, C, nullptr); }), 0,
+  add("layernorm_bwd", tm.ms([&] { g.norm_bwd(norm_bwd_op(ln, z, dw, dbias, y, x, w, mean, rstd, N, C, nullptr)); }), 0,
       4 * n * c * es, 1);
-  add("layernorm_bwd +colsum", tm.ms([&] { g.layernorm_bwd(z, dw, dbias, y, x, w, mean, rstd, N, C, colsum); }), 0,
+  add("layernorm_bwd +colsum", tm.ms([&] { g.norm_bwd(norm_bwd_op(ln, z, dw, dbias, y, x, w, mean, rstd, N, C, colsum)); }), 0,
       4 * n * c * es, 2 * L);
   add("residual_layernorm_fwd",
-      tm.ms([&] { g.residual_layernorm_fwd(z, y, mean, rstd, x, pg, w, bias, N, C); }), 0, 4 * n * c * es, 2 * L);
+      tm.ms([&] { g.norm_fwd(norm_fwd_op(ln, y, mean, rstd, z, x, pg, w, bias, N, C)); }), 0, 4 * n * c * es, 2 * L);
   add("matmul_fwd qkv", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, 3 * C, nullptr); }), 2 * n * c * 3 * c, 0, L);
   add("matmul_fwd attproj", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, C, nullptr); }), 2 * n * c * c, 0, L);
   add("matmul_fwd fc+gelu", tm.ms([&] { g.matmul_fwd(y, x, w, bias, N, C, 4 * C, pg); }), 2 * n * c * 4 * c, 0, L);

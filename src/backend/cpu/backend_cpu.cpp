@@ -162,72 +162,86 @@ class CpuBackend final : public Backend {
       }
     }
   }
-  void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
-                     int C) override {
-    WallScope t(tally_, "layernorm_fwd");
-    const float *x = cF(inp), *wt = cF(w), *bs = cF(b);
-    float* o = F(out);
+  void norm_fwd(const NormFwd& op) override {
+    const bool rms = op.kind == NormKind::rmsnorm;
+    WallScope t(tally_, op.q.data ? (rms ? "rmsnorm_fwd_fp8" : "layernorm_fwd_fp8")
+                        : op.b ? (rms ? "residual_rmsnorm_fwd" : "residual_layernorm_fwd")
+                               : (rms ? "rmsnorm_fwd" : "layernorm_fwd"));
+    const int N = op.N, C = op.C;
+    const float* x = cF(op.a);
+    if (op.b) {
+      float* r = F(op.residual);
+      const float* y = cF(op.b);
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < size_t(N) * C; ++i) r[i] = x[i] + y[i];
+      x = r;
+    }
+    float* o = F(op.out);
+    if (op.q.data) {  // y in fp32 first, then the FP8 ops' cast of it
+      norm_out_.resize(size_t(N) * C);
+      o = norm_out_.data();
+    }
+    const float *wt = cF(op.w), *bs = cF(op.bias);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
       const float* xi = x + size_t(i) * C;
       double m = 0;
-      for (int c = 0; c < C; ++c) m += xi[c];
-      m /= C;
+      if (!rms) {
+        for (int c = 0; c < C; ++c) m += xi[c];
+        m /= C;
+      }
       double v = 0;
       for (int c = 0; c < C; ++c) v += (xi[c] - m) * (xi[c] - m);
       v /= C;
       const float s = float(1.0 / std::sqrt(v + 1e-5));
-      for (int c = 0; c < C; ++c) o[size_t(i) * C + c] = float((xi[c] - m) * s) * wt[c] + bs[c];
-      mean[i] = float(m);
-      rstd[i] = s;
+      if (rms)
+        for (int c = 0; c < C; ++c) o[size_t(i) * C + c] = float(double(xi[c]) * s) * wt[c];
+      else
+        for (int c = 0; c < C; ++c) o[size_t(i) * C + c] = float((xi[c] - m) * s) * wt[c] + bs[c];
+      if (op.mean) op.mean[i] = float(m);
+      op.rstd[i] = s;
     }
+    if (op.q.data) fp8_->cast(op.q, nullptr, o, nullptr, nullptr, N, C);
   }
-  void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
-                              const void* w, const void* bias, int N, int C) override {
-    WallScope t(tally_, "residual_layernorm_fwd");
-    float* r = F(residual);
-    const float *x = cF(a), *y = cF(b);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < size_t(N) * C; ++i) r[i] = x[i] + y[i];
-    layernorm_fwd(out, mean, rstd, residual, w, bias, N, C);
-  }
-  void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
-                     const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
-    WallScope t(tally_, "layernorm_bwd");
-    const float *g = cF(dout), *x = cF(inp), *wt = cF(w);
-    float* dx = F(dinp);
+  void norm_bwd(const NormBwd& op) override {
+    const bool rms = op.kind == NormKind::rmsnorm;
+    WallScope t(tally_, rms ? "rmsnorm_bwd" : "layernorm_bwd");
+    const int N = op.N, C = op.C;
+    const float *g = cF(op.dout), *x = cF(op.inp), *wt = cF(op.w);
+    const float *mean = op.mean, *rstd = op.rstd;
+    // the normalised input: (x - mean) * rstd, or x * rstd
+    auto norm_at = [&](int i, int c) { return rms ? x[size_t(i) * C + c] * rstd[i] : (x[size_t(i) * C + c] - mean[i]) * rstd[i]; };
+    float* dx = F(op.dinp);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
       const float* gi = g + size_t(i) * C;
-      const float* xi = x + size_t(i) * C;
       double dmean = 0, dnorm_mean = 0;
       for (int c = 0; c < C; ++c) {
-        const float norm = (xi[c] - mean[i]) * rstd[i];
+        const float norm = norm_at(i, c);
         const float dn = gi[c] * wt[c];
         dmean += dn;
         dnorm_mean += dn * norm;
       }
-      dmean /= C;
+      dmean = rms ? 0.0 : dmean / C;
       dnorm_mean /= C;
       for (int c = 0; c < C; ++c) {
-        const float norm = (xi[c] - mean[i]) * rstd[i];
+        const float norm = norm_at(i, c);
         const float dn = gi[c] * wt[c];
         dx[size_t(i) * C + c] += float((dn - dmean - norm * dnorm_mean) * rstd[i]);
       }
     }
-    float *gw = F(dw), *gb = F(db);
+    float *gw = F(op.dw), *gb = F(op.db);
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < C; ++c) {
       double sw = 0, sb = 0;
       for (int i = 0; i < N; ++i) {
-        const float norm = (x[size_t(i) * C + c] - mean[i]) * rstd[i];
-        sw += g[size_t(i) * C + c] * norm;
+        sw += g[size_t(i) * C + c] * norm_at(i, c);
         sb += g[size_t(i) * C + c];
       }
       gw[c] += float(sw);
-      gb[c] += float(sb);
+      if (!rms) gb[c] += float(sb);
     }
-    if (dinp_colsum) column_sums(dinp_colsum, dx, N, C);
+    if (op.dinp_colsum) column_sums(op.dinp_colsum, dx, N, C);
   }
   void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
                   void* pre_gelu) override {
@@ -397,6 +411,7 @@ class CpuBackend final : public Backend {
   size_t in_use_ = 0, peak_in_use_ = 0;
   const size_t baseline_;  // resident set before the first allocation: libraries, MPI, earlier sweep points' heap
   std::unique_ptr<Fp8Ops> fp8_;
+  std::vector<float> norm_out_;  // a norm's output before its FP8 cast
 };
 
 }  // namespace

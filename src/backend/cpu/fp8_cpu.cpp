@@ -34,16 +34,6 @@ class CpuFp8Ops final : public Fp8Ops {
  public:
   CpuFp8Ops(Backend& be, OpTally& tally) : be_(be), tally_(tally) {}
 
-  void layernorm_fwd(const Fp8Tensor& out, float* mean, float* rstd, void* residual, const void* a, const void* b,
-                     const void* w, const void* bias, int N, int C) override {
-    WallScope t(tally_, "layernorm_fwd_fp8");
-    ln_.resize(size_t(N) * C);
-    if (residual)
-      be_.residual_layernorm_fwd(residual, ln_.data(), mean, rstd, a, b, w, bias, N, C);
-    else
-      be_.layernorm_fwd(ln_.data(), mean, rstd, a, w, bias, N, C);
-    quantize(out, nullptr, ln_.data(), nullptr, nullptr, N, C);
-  }
   void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
             int C) override {
     WallScope t(tally_, gelu_in ? "fp8_cast +dgelu" : "fp8_cast");
@@ -191,7 +181,7 @@ class CpuFp8Ops final : public Fp8Ops {
 
   Backend& be_;
   OpTally& tally_;
-  std::vector<float> ln_, a_, b_, gelu_;
+  std::vector<float> a_, b_, gelu_;
 };
 
 }  // namespace

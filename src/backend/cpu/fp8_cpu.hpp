@@ -9,7 +9,7 @@
 
 namespace gpt {
 
-// be: the CPU backend itself (its fp32 LayerNorm and matmul are reused); tally: its op profile
+// be: the CPU backend itself (its fp32 products are reused); tally: its op profile
 std::unique_ptr<Fp8Ops> make_cpu_fp8_ops(Backend& be, OpTally& tally);
 
 }  // namespace gpt

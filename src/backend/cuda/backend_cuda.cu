@@ -275,39 +275,43 @@ class CudaBackend final : public Backend {
       kern::encoder_bwd<X>(a, stream_);
     });
   }
-  void layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
-                     int C) override {
-    OpProfiler::Scope t(prof_, stream_, "layernorm_fwd");
+  void norm_fwd(const NormFwd& op) override {
+    const bool rms = op.kind == NormKind::rmsnorm, q = op.q.data != nullptr;
+    static const char* const names[2][2][2] = {  // [rms][residual][fp8]
+        {{"layernorm_fwd", "layernorm_fwd_fp8"}, {"residual_layernorm_fwd", "residual_layernorm_fwd_fp8"}},
+        {{"rmsnorm_fwd", "rmsnorm_fwd_fp8"}, {"residual_rmsnorm_fwd", "residual_rmsnorm_fwd_fp8"}}};
+    OpProfiler::Scope t(prof_, stream_, names[rms][op.b != nullptr][q]);
+    if (q && dtype_ != DType::BF16) throw Error(kExitFailure, "internal error: an FP8 norm output in fp32 precision");
     dispatch([&](auto x) {
       using X = decltype(x);
       kern::LayerNormFwdArgs<X> a;
-      a.out = static_cast<X*>(out), a.mean = mean, a.rstd = rstd, a.inp = static_cast<const X*>(inp);
-      a.w = static_cast<const X*>(w), a.bias = static_cast<const X*>(b), a.N = N, a.C = C;
+      a.out = static_cast<X*>(op.out), a.mean = op.mean, a.rstd = op.rstd;
+      if (op.b) {
+        a.residual = static_cast<X*>(op.residual);
+        a.a = static_cast<const X*>(op.a), a.b = static_cast<const X*>(op.b);
+      } else {
+        a.inp = static_cast<const X*>(op.a);
+      }
+      a.w = static_cast<const X*>(op.w), a.bias = static_cast<const X*>(op.bias), a.N = op.N, a.C = op.C;
+      a.rms = rms;
+      if (q) {
+        a.out = nullptr;
+        a.out_fp8 = static_cast<uint8_t*>(op.q.data), a.fp8_scale = op.q.scale, a.fp8_amax = op.q.amax;
+        a.fp8_fmt = op.q.fmt;
+      }
       kern::layernorm_fwd<X>(a, stream_);
     });
   }
-  void residual_layernorm_fwd(void* residual, void* out, float* mean, float* rstd, const void* a_, const void* b_,
-                              const void* w, const void* bias, int N, int C) override {
-    OpProfiler::Scope t(prof_, stream_, "residual_layernorm_fwd");
-    dispatch([&](auto x) {
-      using X = decltype(x);
-      kern::LayerNormFwdArgs<X> a;
-      a.out = static_cast<X*>(out), a.mean = mean, a.rstd = rstd, a.residual = static_cast<X*>(residual);
-      a.a = static_cast<const X*>(a_), a.b = static_cast<const X*>(b_);
-      a.w = static_cast<const X*>(w), a.bias = static_cast<const X*>(bias), a.N = N, a.C = C;
-      kern::layernorm_fwd<X>(a, stream_);
-    });
-  }
-  void layernorm_bwd(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
-                     const float* mean, const float* rstd, int N, int C, float* dinp_colsum) override {
-    OpProfiler::Scope t(prof_, stream_, "layernorm_bwd");
-    float* scratch = static_cast<float*>(scratch_for(kern::layernorm_bwd_scratch_bytes(N, C, num_sms())));
+  void norm_bwd(const NormBwd& op) override {
+    OpProfiler::Scope t(prof_, stream_, op.kind == NormKind::rmsnorm ? "rmsnorm_bwd" : "layernorm_bwd");
+    float* scratch = static_cast<float*>(scratch_for(kern::layernorm_bwd_scratch_bytes(op.N, op.C, num_sms())));
     dispatch([&](auto x) {
       using X = decltype(x);
       kern::LayerNormBwdArgs<X> a;
-      a.dinp = static_cast<X*>(dinp), a.dw = static_cast<X*>(dw), a.db = static_cast<X*>(db);
-      a.dout = static_cast<const X*>(dout), a.inp = static_cast<const X*>(inp), a.w = static_cast<const X*>(w);
-      a.mean = mean, a.rstd = rstd, a.N = N, a.C = C, a.dinp_colsum = dinp_colsum;
+      a.dinp = static_cast<X*>(op.dinp), a.dw = static_cast<X*>(op.dw), a.db = static_cast<X*>(op.db);
+      a.dout = static_cast<const X*>(op.dout), a.inp = static_cast<const X*>(op.inp), a.w = static_cast<const X*>(op.w);
+      a.mean = op.mean, a.rstd = op.rstd, a.N = op.N, a.C = op.C, a.dinp_colsum = op.dinp_colsum;
+      a.rms = op.kind == NormKind::rmsnorm;
       a.scratch = scratch, a.num_sms = num_sms();
       kern::layernorm_bwd<X>(a, stream_);
     });

@@ -3,7 +3,6 @@
 #include "backend/cuda/kernel_boundary.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/fp8_cast.cuh"
-#include "kernels/layernorm.cuh"
 #include "kernels/matmul_fp8.cuh"
 
 namespace gpt {
@@ -18,21 +17,6 @@ class CudaFp8Ops final : public Fp8Ops {
  public:
   explicit CudaFp8Ops(const CudaFp8Context& c) : c_(c) {}
 
-  void layernorm_fwd(const Fp8Tensor& out, float* mean, float* rstd, void* residual, const void* a, const void* b,
-                     const void* w, const void* bias, int N, int C) override {
-    OpProfiler::Scope t(*c_.prof, c_.stream, residual ? "residual_layernorm_fwd_fp8" : "layernorm_fwd_fp8");
-    kern::LayerNormFwdArgs<bf16> x;
-    x.mean = mean, x.rstd = rstd, x.w = static_cast<const bf16*>(w), x.bias = static_cast<const bf16*>(bias);
-    x.N = N, x.C = C;
-    if (residual) {
-      x.residual = static_cast<bf16*>(residual);
-      x.a = static_cast<const bf16*>(a), x.b = static_cast<const bf16*>(b);
-    } else {
-      x.inp = static_cast<const bf16*>(a);
-    }
-    x.out_fp8 = static_cast<uint8_t*>(out.data), x.fp8_scale = out.scale, x.fp8_amax = out.amax, x.fp8_fmt = out.fmt;
-    kernel_boundary([&] { kern::layernorm_fwd<bf16>(x, c_.stream); });
-  }
   void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
             int C) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, gelu_in ? "fp8_cast +dgelu" : (colsum ? "fp8_cast +dbias" : "fp8_cast"));
