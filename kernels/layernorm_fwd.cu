@@ -35,23 +35,30 @@ __device__ __forceinline__ void fwd_var(const Vec<X, V>& x, float mean, float& v
     var += d * d;
   }
 }
-template <class X, int V>
+// y: LayerNorm's (x - mean) * rstd * w + b, or RMSNorm's x * rstd * w (no bias: adding a zero would turn
+// the -0 of a zero input under a negative weight into +0, which the CPU reference keeps)
+template <bool RMS>
+__device__ __forceinline__ float fwd_y(float x, float mean, float rstd, float w, float b) {
+  if constexpr (RMS) return x * rstd * w;
+  else return (x - mean) * rstd * w + b;
+}
+template <class X, int V, bool RMS>
 __device__ __forceinline__ Vec<X, V> fwd_normalise(const Vec<X, V>& x, float mean, float rstd, const Vec<X, V>& wv,
                                                   const Vec<X, V>& bv) {
   Vec<X, V> o;
 #pragma unroll
-  for (int j = 0; j < V; ++j) o.v[j] = from_f<X>((to_f(x.v[j]) - mean) * rstd * to_f(wv.v[j]) + to_f(bv.v[j]));
+  for (int j = 0; j < V; ++j) o.v[j] = from_f<X>(fwd_y<RMS>(to_f(x.v[j]), mean, rstd, to_f(wv.v[j]), to_f(bv.v[j])));
   return o;
 }
 
 // The normalised vector quantized to FP8 (precision fp8): written as V bytes, its max |y| kept in m.
-template <class X, int V>
+template <class X, int V, bool RMS>
 __device__ __forceinline__ void fwd_store_fp8(const LayerNormFwdArgs<X>& a, size_t at, const Vec<X, V>& x, float mean,
                                               float rstd, const Vec<X, V>& wv, const Vec<X, V>& bv, float s, float& m) {
   Vec<uint8_t, V> q;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    const float y = (to_f(x.v[j]) - mean) * rstd * to_f(wv.v[j]) + to_f(bv.v[j]);
+    const float y = fwd_y<RMS>(to_f(x.v[j]), mean, rstd, to_f(wv.v[j]), to_f(bv.v[j]));
     m = isnan(y) ? INFINITY : fmaxf(m, fabsf(y));
     q.v[j] = uint8_t(__nv_cvt_float_to_fp8(y * s, __NV_SATFINITE,
                                            a.fp8_fmt == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2));
@@ -103,10 +110,10 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
     rstd = rsqrtf(warp_sum(var) / C + kEps);
     for (int c = lane * V; c < C; c += 32 * V) {
       if constexpr (Q)
-        fwd_store_fp8<X, V>(a, off + c, ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), bias(c), qs, qmax);
+        fwd_store_fp8<X, V, RMS>(a, off + c, ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), bias(c), qs, qmax);
       else
         stv<X, V>(a.out + off + c,
-                  fwd_normalise<X, V>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), bias(c)));
+                  fwd_normalise<X, V, RMS>(ldv<X, V>(x + c), mean, rstd, ldv<X, V>(a.w + c), bias(c)));
     }
   } else {
     auto col = [&](int k) { return (lane + 32 * k) * V; };  // the first column of this lane's vector k
@@ -141,10 +148,10 @@ __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNorm
     for (int k = 0; k < K; ++k)
       if (col(k) < C) {
         if constexpr (Q)
-          fwd_store_fp8<X, V>(a, off + col(k), xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), bias(col(k)), qs, qmax);
+          fwd_store_fp8<X, V, RMS>(a, off + col(k), xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), bias(col(k)), qs, qmax);
         else
           stv<X, V>(a.out + off + col(k),
-                    fwd_normalise<X, V>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), bias(col(k))));
+                    fwd_normalise<X, V, RMS>(xv[k], mean, rstd, ldv<X, V>(a.w + col(k)), bias(col(k))));
       }
   }
   if constexpr (Q) {

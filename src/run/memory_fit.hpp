@@ -12,8 +12,9 @@
 //
 // The choice: the fastest combination that fits; among those predicted within kPrecisionBand of the
 // fastest, the most precise optimizer state wins, then the most precise master option, then the fastest
-// (a less precise state for a gain the model cannot vouch for is a loss). The runner-up is the next in
-// that order.
+// (a less precise state for a gain the model cannot vouch for is a loss), then, at equal predicted time,
+// the smaller (more of the budget left for the CUDA runtime, whose share varies). The runner-up is the next
+// in that order.
 //
 // training.offload (optimizer: master weights and state in host memory, updated by the host's threads) is
 // an axis on a GPU at ZeRO 0-2, unless the config gives it; the update then costs the host's pass over the

@@ -641,12 +641,15 @@ void test_optimizer_compensated(Ctx& c, const char* name, optim::StateType t, si
   std::vector<uint16_t> ghi(n), glo(n);
   c.gpu.copy_d2h(ghi.data(), gp, 2 * n);
   c.gpu.copy_d2h(glo.data(), gres, 2 * n);
-  size_t differ = 0, far = 0, lo_nonzero = 0;
+  size_t differ = 0, far = 0, lo_nonzero = 0, worst = 0;
+  double worst_ratio = 0;
   for (size_t i = 0; i < n; ++i) {
     const optim::Compensated s = optim::compensated_split(ref[i]);
     differ += s.hi != ghi[i] || s.lo != glo[i];
-    far += std::fabs(optim::compensated_value(ghi[i], glo[i]) - ref[i]) >
-           std::ldexp(std::max(std::fabs(ref[i]), h.lr), -15);
+    const double err = std::fabs(optim::compensated_value(ghi[i], glo[i]) - ref[i]),
+                 bound = std::ldexp(std::max(std::fabs(ref[i]), h.lr), -15);
+    far += err > bound;
+    if (err / bound > worst_ratio) worst_ratio = err / bound, worst = i;
     lo_nonzero += glo[i] != 0;
   }
   // int8 and bf16 state run the rule's Fused arithmetic on both sides: the same bits. fp32 state keeps
@@ -660,7 +663,9 @@ void test_optimizer_compensated(Ctx& c, const char* name, optim::StateType t, si
   const size_t allowed = t == optim::StateType::F32 ? n / 20 : 0;
   expect(differ <= allowed && far == 0,
          fmt("[%s] param and residual %s: %zu of %zu differ from the CPU's split master (%zu allowed), %zu beyond "
-             "2^-15 of it", c.prec, sz.c_str(), differ, n, allowed, far));
+             "2^-15 of it (the furthest: element %zu, %.9g against %.9g, %.3g times the bound)", c.prec, sz.c_str(),
+             differ, n, allowed, far, worst, double(optim::compensated_value(ghi[worst], glo[worst])),
+             double(ref[worst]), worst_ratio));
   expect(lo_nonzero > n / 2, fmt("[%s] residual %s: only %zu of %zu nonzero", c.prec, sz.c_str(), lo_nonzero, n));
   for (void* q : {gp, gres}) c.gpu.free(q);
   for (void* q : gs) c.gpu.free(q);
