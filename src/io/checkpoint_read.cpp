@@ -93,6 +93,19 @@ void open_checkpoint(OldCheckpoint& c, const ParamLayout& L, TrainState& st, int
     const std::string key = k == "padded_vocab" ? "the padded vocabulary (model.vocab_size rounded up)" : "model." + k;
     c.other_model += "\n  " + key + " was " + a.text(got) + " and is " + a.text(a.value) + " now";
   }
+  // each bucket's tensors by name (absent from checkpoints written before they were recorded): a parameter
+  // table that changed under the same dimensions is another model too
+  if (c.other_model.empty() && h5::get_attr_i64(f0, "n_buckets") == L.n_buckets())
+    for (int b = 0; b < L.n_buckets(); ++b) {
+      char g[16];
+      std::snprintf(g, sizeof g, "b%04d", b);
+      if (!h5::exists(f0, g)) break;  // damage: named where the bucket is read
+      h5::Id grp = h5::open_group(f0, g);
+      if (H5Aexists(grp, "tensors") <= 0) break;
+      const std::string was = h5::get_attr_str(grp, "tensors"), now = tensor_names(L.bucket(b));
+      if (was != now)
+        c.other_model += std::string("\n  bucket ") + g + " held \"" + was + "\" and holds \"" + now + "\" now";
+    }
   st.step = h5::get_attr_i64(f0, "step");
   if (!c.other_model.empty()) return;
   for (int r = 1; r < c.files[0].world; ++r) c.files.push_back(open_one(c, rank_file(c.dir, r), threads));

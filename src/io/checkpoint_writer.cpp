@@ -56,6 +56,7 @@ std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState&
     h5::set_attr(grp, "begin", int64_t(s.begin(b)));
     h5::set_attr(grp, "end", int64_t(s.end(b)));
     h5::set_attr(grp, "bucket_size", int64_t(L.bucket(b).size));
+    h5::set_attr(grp, "tensors", tensor_names(L.bucket(b)));  // what the bucket holds, by name
     for (int k = 0; k < s.n_kinds(); ++k) {
       const size_t i = size_t(b) * s.n_kinds() + size_t(k);
       if (!s.has(i)) continue;

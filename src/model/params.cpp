@@ -41,6 +41,13 @@ int dim_value(Dim x, const ModelDims& d) {
 
 const std::vector<ParamSpec>& param_table() { return kParams; }
 
+std::string tensor_names(const Bucket& b) {
+  std::string s;
+  for (const TensorInfo& t : b.tensors)
+    s += (s.empty() ? "" : ";") + std::string(t.name) + " " + std::to_string(t.offset) + " " + std::to_string(t.numel);
+  return s;
+}
+
 const TensorInfo& Bucket::tensor(const std::string& name) const {
   for (auto& t : tensors)
     if (name == t.name) return t;

@@ -99,6 +99,10 @@ class ParamLayout {
 // plus attention's 6 * n_layer * n_embd * seq_len.
 double flops_per_token(const ParamLayout& layout, int seq_len);
 
+// A bucket's tensors as text, in layout order: "name offset numel" per tensor, ';'-separated (what a checkpoint
+// records per bucket and a resume compares)
+std::string tensor_names(const Bucket& b);
+
 // The Hugging Face name of a table row for layer l ("{l}" replaced)
 std::string hf_name(const ParamSpec& s, int layer);
 

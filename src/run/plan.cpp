@@ -230,14 +230,14 @@ void print_plan(const Config& cfg, const Plan& plan) {
   char buf[640];
   os << "+-- derived " << std::string(57, '-') << "\n";
   std::snprintf(buf, sizeof buf,
-                "| model              %d layers x %d heads x %d wide, vocab %d (padded %d)\n"
+                "| model              %d layers x %d heads x %d wide, vocab %d (padded %d), %s\n"
                 "| parameters         %zu\n"
                 "| device             %s (%s), world size %d, ZeRO stage %d\n"
                 "| batch              micro %d x seq %d x accum %d x ranks %d = %lld tokens/step\n"
                 "| FLOPs per token    %.3g\n"
                 "| optimizer          %s (state: %s)\n",
                 plan.dims.n_layer, plan.dims.n_head, plan.dims.n_embd, plan.dims.vocab_size, plan.dims.padded_vocab,
-                plan.n_params, plan.device.c_str(), plan.precision.any_fp8() ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
+                name_of(plan.dims.norm), plan.n_params, plan.device.c_str(), plan.precision.any_fp8() ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
                 plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
                 (long long)plan.tokens_per_step, plan.flops_per_token, plan.optimizer.c_str(),
                 optimizer_state_text(plan.optimizer, plan.zero.state).c_str());

@@ -66,3 +66,14 @@ def test_gpt2_files_refuse_rmsnorm(tmp_path):
 def test_unknown_norm_is_refused(tmp_path):
     p = run_train(["--yaml", str(tiny_yaml(tmp_path)), "--set", "model.norm=batchnorm"])
     assert p.returncode == 1 and "model.norm" in p.stderr and "layernorm" in p.stderr, p.stderr
+
+
+def test_the_plan_names_the_norm_and_counts_its_parameters(tmp_path):
+    y = str(tiny_yaml(tmp_path))
+    ln, rms = (run_train(["--yaml", y, "--dry-run"] + extra) for extra in ([], ["--set", RMS[0]]))
+    for p, name in ((ln, "layernorm"), (rms, "rmsnorm")):
+        assert p.returncode == 0, p.stderr
+        assert f"wide, vocab" in p.stdout and f"), {name}\n" in p.stdout, p.stdout[:800]
+    count = lambda p: int(p.stdout.split("| parameters")[1].split()[0])
+    # the tiny model: 2 layers of width 32, so 2 x 2 + 1 norm biases of 32
+    assert count(ln) - count(rms) == 5 * 32

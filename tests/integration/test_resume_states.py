@@ -134,6 +134,24 @@ def test_a_failed_run_without_checkpoint_starts_over_keeping_its_log(tmp_path):
     assert snapshot(run_dir) == before
 
 
+def resign_manifest(ckpt):
+    """The MANIFEST's sizes and extent hashes recomputed from the files as they are now."""
+    from test_checkpoint_io import xxh3_lib
+    xxh3 = xxh3_lib()
+    out, raw = [], None
+    for line in (Path(ckpt) / "MANIFEST").read_text().splitlines():
+        w = line.split()
+        if w[0] == "file":
+            raw = (Path(ckpt) / w[1]).read_bytes()
+            out.append(f"file {w[1]} {len(raw)}")
+        elif len(w) == 4:
+            off, n = int(w[1]), int(w[2])
+            out.append(f"{w[0]} {off} {n} {xxh3(raw[off:off + n]):016x}")
+        else:
+            out.append(line)
+    (Path(ckpt) / "MANIFEST").write_text("\n".join(out) + "\n")
+
+
 # ---- what a resume finds changed or damaged
 def test_a_changed_model_dimension_is_named(tmp_path):
     y = tiny_yaml(tmp_path, steps=6, ckpt_every=3)
@@ -142,6 +160,23 @@ def test_a_changed_model_dimension_is_named(tmp_path):
     p = refused(run(["--yaml", y, "--resume", "--set", "model.n_layer=3", "--set", "model.n_embd=64"]),
                 "holds another model", "model.n_layer was 2 and is 3 now", "model.n_embd was 32 and is 64 now")
     assert "unusable" not in p.stderr and "falling back" not in p.stderr and "no usable checkpoint" not in p.stderr
+    assert snapshot(tmp_path / "runs/t") == before
+
+
+def test_a_changed_parameter_table_is_named(tmp_path):
+    """Each bucket's tensors are recorded by name: a table that differs under the same dimensions is named."""
+    import h5py
+    y = tiny_yaml(tmp_path, steps=6, ckpt_every=3)
+    ok(run(["--yaml", y, "--set", "training.steps=3"]))
+    rank0 = next((tmp_path / "runs/t/checkpoints").glob("step_*/rank_00000.h5"))
+    with h5py.File(rank0, "r+") as f:
+        held = f["b0001"].attrs["tensors"]
+        held = held.decode() if isinstance(held, bytes) else str(held)
+        assert held.startswith("qkvw 0 ") and "ln1b" in held, held
+        f["b0001"].attrs["tensors"] = held.replace("ln1b", "ln1x")
+    resign_manifest(rank0.parent)  # as a program with that table would have written it: not damage
+    before = snapshot(tmp_path / "runs/t")
+    refused(run(["--yaml", y, "--resume"]), "holds another model", "bucket b0001 held", "ln1x")
     assert snapshot(tmp_path / "runs/t") == before
 
 
