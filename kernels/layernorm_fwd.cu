@@ -75,15 +75,9 @@ __device__ __forceinline__ void fwd_store_fp8(const LayerNormFwdArgs<X>& a, size
 // RMS: RMSNorm: no first pass (the mean is 0: the "centred" variance is the mean square) and a zero bias.
 template <class X, int V, int K, bool RESID, bool Q, bool RMS>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
-  auto bias = [&](int c) {
-    Vec<X, V> b;
-    if constexpr (RMS) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) b.v[j] = from_f<X>(0.0f);
-    } else {
-      b = ldv<X, V>(a.bias + c);
-    }
-    return b;
+  auto bias = [&](int c) {  // RMSNorm has none (fwd_y does not read it)
+    if constexpr (RMS) return Vec<X, V>{};
+    else return ldv<X, V>(a.bias + c);
   };
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;

@@ -208,16 +208,17 @@ class CpuBackend final : public Backend {
     WallScope t(tally_, rms ? "rmsnorm_bwd" : "layernorm_bwd");
     const int N = op.N, C = op.C;
     const float *g = cF(op.dout), *x = cF(op.inp), *wt = cF(op.w);
-    const float *mean = op.mean, *rstd = op.rstd;
-    // the normalised input: (x - mean) * rstd, or x * rstd
-    auto norm_at = [&](int i, int c) { return rms ? x[size_t(i) * C + c] * rstd[i] : (x[size_t(i) * C + c] - mean[i]) * rstd[i]; };
+    // RMSNorm is LayerNorm's backward with the mean taken as 0 (x - 0 is x, exactly) and no bias
+    if (rms) norm_zeros_.assign(size_t(N), 0.0f);
+    const float *mean = rms ? norm_zeros_.data() : op.mean, *rstd = op.rstd;
     float* dx = F(op.dinp);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) {
       const float* gi = g + size_t(i) * C;
+      const float* xi = x + size_t(i) * C;
       double dmean = 0, dnorm_mean = 0;
       for (int c = 0; c < C; ++c) {
-        const float norm = norm_at(i, c);
+        const float norm = (xi[c] - mean[i]) * rstd[i];
         const float dn = gi[c] * wt[c];
         dmean += dn;
         dnorm_mean += dn * norm;
@@ -225,7 +226,7 @@ class CpuBackend final : public Backend {
       dmean = rms ? 0.0 : dmean / C;
       dnorm_mean /= C;
       for (int c = 0; c < C; ++c) {
-        const float norm = norm_at(i, c);
+        const float norm = (xi[c] - mean[i]) * rstd[i];
         const float dn = gi[c] * wt[c];
         dx[size_t(i) * C + c] += float((dn - dmean - norm * dnorm_mean) * rstd[i]);
       }
@@ -235,7 +236,8 @@ class CpuBackend final : public Backend {
     for (int c = 0; c < C; ++c) {
       double sw = 0, sb = 0;
       for (int i = 0; i < N; ++i) {
-        sw += g[size_t(i) * C + c] * norm_at(i, c);
+        const float norm = (x[size_t(i) * C + c] - mean[i]) * rstd[i];
+        sw += g[size_t(i) * C + c] * norm;
         sb += g[size_t(i) * C + c];
       }
       gw[c] += float(sw);
@@ -411,7 +413,8 @@ class CpuBackend final : public Backend {
   size_t in_use_ = 0, peak_in_use_ = 0;
   const size_t baseline_;  // resident set before the first allocation: libraries, MPI, earlier sweep points' heap
   std::unique_ptr<Fp8Ops> fp8_;
-  std::vector<float> norm_out_;  // a norm's output before its FP8 cast
+  std::vector<float> norm_out_;    // a norm's output before its FP8 cast
+  std::vector<float> norm_zeros_;  // RMSNorm's mean in its backward
 };
 
 }  // namespace
