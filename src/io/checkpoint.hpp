@@ -52,9 +52,12 @@ class ResumeMismatch : public AgreedError {
 };
 
 inline constexpr const char* kCheckpointFormat = "gpt2-train checkpoint";
-// 3: the datasets' hashes in the MANIFEST (version 2), by ranges of at most 64 MiB. 2 (still read, with
-// a MANIFEST of version 1): each dataset's XXH3-64 in its `checksum` attribute. 1 (FNV-1a): not read.
-inline constexpr int64_t kCheckpointVersion = 3;
+// 4: an int8 optimizer slot as it is held, its codes (uint8, attributes `code` and `block_size`) and its
+// blocks' scales (fp32, dataset `<slot>.scales`). 3 (still read; int8 slots as the fp32 values the codes
+// stand for): the datasets' hashes in the MANIFEST (version 2), by ranges of at most 64 MiB. 2 (still
+// read, with a MANIFEST of version 1): each dataset's XXH3-64 in its `checksum` attribute. 1: not read.
+inline constexpr int64_t kCheckpointVersion = 4;
+inline constexpr const char* kScalesSuffix = ".scales";  // an int8 slot's block scales: dataset "<slot>.scales"
 
 // Creates the rank file at path with HDF5, its datasets placed but unwritten; returns where their bytes
 // go (write them with write_regions, from any thread: HDF5 is done with the file).

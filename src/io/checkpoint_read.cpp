@@ -28,7 +28,7 @@ struct OldFile {
   std::string path;
   h5::Id f;
   int64_t world = 0;
-  int64_t version = 0;                  // format_version: 3, or 2 (MANIFEST 1, checksum attributes)
+  int64_t version = 0;                  // format_version: 4 or 3, or 2 (MANIFEST 1, checksum attributes)
   const FileDigest* digest = nullptr;   // its MANIFEST entry
 };
 
@@ -63,11 +63,13 @@ OldFile open_one(const OldCheckpoint& c, const std::string& p, int threads) {
   try {
     if (h5::get_attr_str(o.f, "format") != kCheckpointFormat) throw input_error("not a checkpoint of this program");
     o.version = h5::get_attr_i64(o.f, "format_version");
-    const int64_t want = c.manifest.version == 1 ? 2 : kCheckpointVersion;
-    if (o.version != want)
+    const bool known = c.manifest.version == 1 ? o.version == 2 : o.version == 3 || o.version == kCheckpointVersion;
+    if (!known)
       throw input_error("format version " + std::to_string(o.version) + " with a MANIFEST of version " +
-                        std::to_string(c.manifest.version) + ", expected " + std::to_string(want) +
-                        " (this program reads versions 2 and 3; version 1 checkpoints are not read)");
+                        std::to_string(c.manifest.version) + ", expected " +
+                        (c.manifest.version == 1 ? std::string("2") : "3 or " + std::to_string(kCheckpointVersion)) +
+                        " (this program reads versions 2 to " + std::to_string(kCheckpointVersion) +
+                        "; version 1 checkpoints are not read)");
     o.world = h5::get_attr_i64(o.f, "world_size");
   } catch (const Error& e) {
     throw input_error("checkpoint file '" + p + "': " + e.what());
@@ -131,17 +133,24 @@ std::string other_model_text(const OldCheckpoint& c, int64_t step) {
          "'): it holds another model; settings that may not change on resume differ (docs/FORMATS.md)" + c.other_model;
 }
 
-// Where a contiguous fp32 dataset of n elements lies in its file; input_error naming it otherwise.
-uint64_t dataset_offset(hid_t ds, size_t n, const std::string& what) {
+// What a bucket dataset holds: values (fp32), an int8 slot's codes (uint8, one per element), or its
+// blocks' scales (fp32, one per optim::kQuantBlock elements; dataset "<slot>.scales").
+enum class Held { values, codes, scales };
+size_t held_size(Held h) { return h == Held::codes ? 1 : sizeof(float); }
+size_t held_per(Held h) { return h == Held::scales ? size_t(optim::kQuantBlock) : 1; }  // elements a unit covers
+
+// Where a contiguous dataset of n units of `h` lies in its file; input_error naming it otherwise.
+uint64_t dataset_offset(hid_t ds, size_t n, Held h, const std::string& what) {
   h5::Id dcpl(H5Dget_create_plist(ds)), type(H5Dget_type(ds)), space(H5Dget_space(ds));
   hsize_t dim = 0;
   const bool ok = dcpl.valid() && type.valid() && space.valid() && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
-                  H5Tequal(type, H5T_IEEE_F32LE) > 0 && H5Sget_simple_extent_ndims(space) == 1 &&
-                  H5Sget_simple_extent_dims(space, &dim, nullptr) == 1 && dim == n &&
-                  H5Dget_storage_size(ds) == hsize_t(n) * sizeof(float);
+                  H5Tequal(type, h == Held::codes ? H5T_STD_U8LE : H5T_IEEE_F32LE) > 0 &&
+                  H5Sget_simple_extent_ndims(space) == 1 && H5Sget_simple_extent_dims(space, &dim, nullptr) == 1 &&
+                  dim == n && H5Dget_storage_size(ds) == hsize_t(n) * held_size(h);
   const haddr_t off = ok ? H5Dget_offset(ds) : HADDR_UNDEF;
   if (off == HADDR_UNDEF)
-    throw input_error(what + ": not a contiguous fp32 dataset of " + std::to_string(n) + " elements (damaged?)");
+    throw input_error(what + ": not a contiguous " + (h == Held::codes ? "uint8" : "fp32") + " dataset of " +
+                      std::to_string(n) + " elements (damaged?)");
   return uint64_t(off);
 }
 
@@ -170,10 +179,12 @@ struct Cover {
   }
 };
 
-// The reads that fill out[0, hi-lo) with logical elements [lo, hi) of bucket b's state `kind`, from every
-// old piece that covers some of them (each element from the first that does).
+// The reads that fill `out` with units [lo, hi) of bucket b's dataset `kind` holding `h` (units: elements,
+// or for scales blocks), from every old piece that covers some of them (each unit from the first that does).
+// An int8 slot's codes must be in the code `code` names ("signed" or "unsigned").
 std::vector<ReadJob> plan_range(const OldCheckpoint& c, int b, size_t bucket_size, const std::string& kind, size_t lo,
-                                size_t hi, float* out) {
+                                size_t hi, void* out, Held h = Held::values, const char* code = nullptr) {
+  const size_t es = held_size(h), per = held_per(h);
   char g[16];
   std::snprintf(g, sizeof g, "b%04d", b);
   std::vector<ReadJob> jobs;
@@ -187,7 +198,11 @@ std::vector<ReadJob> plan_range(const OldCheckpoint& c, int b, size_t bucket_siz
       throw input_error("checkpoint file '" + o.path + "' " + g + ": piece [" + std::to_string(plo_i) + ", " +
                         std::to_string(phi_i) + ") of a bucket of " + std::to_string(size_i) + " elements (expected " +
                         std::to_string(bucket_size) + ")");
-    const size_t plo = size_t(plo_i), phi = size_t(phi_i);
+    if (phi_i == plo_i) continue;  // an empty piece (it may start anywhere)
+    if (plo_i % int64_t(per))
+      throw input_error("checkpoint file '" + o.path + "' " + g + ": a piece of int8 state from element " +
+                        std::to_string(plo_i) + ", within a quantization block (damaged?)");
+    const size_t plo = size_t(plo_i) / per, phi = (size_t(phi_i) + per - 1) / per;  // in units
     const size_t a = std::max(lo, plo), z = std::min(hi, phi);
     if (z <= a) continue;
     std::string name = kind;
@@ -198,7 +213,14 @@ std::vector<ReadJob> plan_range(const OldCheckpoint& c, int b, size_t bucket_siz
     const std::string what = "checkpoint file '" + o.path + "' " + g + "/" + name;
     h5::Id ds(H5Dopen2(grp, name.c_str(), H5P_DEFAULT));
     if (!ds.valid()) throw input_error(what + ": unreadable");
-    const uint64_t at = dataset_offset(ds, phi - plo, what), bytes = uint64_t(phi - plo) * sizeof(float);
+    if (code) {
+      const bool same = H5Aexists(ds, "code") > 0 && h5::get_attr_str(ds, "code") == code &&
+                        H5Aexists(ds, "block_size") > 0 && h5::get_attr_i64(ds, "block_size") == optim::kQuantBlock;
+      if (!same)
+        throw input_error(what + ": int8 codes other than this program's (" + code + ", blocks of " +
+                          std::to_string(optim::kQuantBlock) + ")");
+    }
+    const uint64_t at = dataset_offset(ds, phi - plo, h, what), bytes = uint64_t(phi - plo) * es;
     // the extents that hold the piece: [e0, e1) of its elements, each hashed whole; MANIFEST 1 files hash
     // the whole dataset (its checksum attribute)
     std::vector<std::array<uint64_t, 3>> parts;  // first element, end element, hash
@@ -208,9 +230,9 @@ std::vector<ReadJob> plan_range(const OldCheckpoint& c, int b, size_t bucket_siz
       const std::vector<Extent>& ex = o.digest->extents;
       auto it = std::lower_bound(ex.begin(), ex.end(), at, [](const Extent& e, uint64_t v) { return e.offset < v; });
       for (uint64_t done = 0; done < bytes; ++it) {
-        if (it == ex.end() || !it->data || it->offset != at + done || it->bytes % 4 || done + it->bytes > bytes)
+        if (it == ex.end() || !it->data || it->offset != at + done || it->bytes % es || done + it->bytes > bytes)
           throw input_error(what + ": its bytes do not match the extents its MANIFEST lists (damaged)");
-        parts.push_back({plo + done / 4, plo + (done + it->bytes) / 4, it->xxh3});
+        parts.push_back({plo + done / es, plo + (done + it->bytes) / es, it->xxh3});
         done += it->bytes;
       }
     }
@@ -218,7 +240,8 @@ std::vector<ReadJob> plan_range(const OldCheckpoint& c, int b, size_t bucket_siz
       const size_t x = std::max<size_t>(a, e0), y = std::min<size_t>(z, e1);
       if (x >= y) continue;
       for (const auto& [s, t] : cover.take(x, y))  // the elements of this extent still wanted
-        jobs.push_back({&o.path, at + (e0 - plo) * 4, (e1 - e0) * 4, hash, out + (s - lo), (s - e0) * 4, (t - s) * 4, what});
+        jobs.push_back({&o.path, at + (e0 - plo) * es, (e1 - e0) * es, hash, static_cast<char*>(out) + (s - lo) * es,
+                        (s - e0) * es, (t - s) * es, what});
     }
   }
   if (!(cover.have.size() == 1 && cover.have[0] == std::make_pair(lo, hi)) && hi > lo)
@@ -253,23 +276,27 @@ TrainState load_checkpoint(const std::string& dir, ShardedState& e, const ParamL
   if (!c.other_model.empty()) throw ResumeMismatch(kExitBadInput, other_model_text(c, st.step));
   if (accept) accept(st);  // the same config and files on every rank: the same verdict
   // What goes into the engine, in its order: (bucket, state) slots, grouped into batches read one ahead.
+  // An int8 slot of a version 4 checkpoint goes back as its codes and scales (an older one's values are
+  // quantized again, as a step does).
   struct Slot {
     int b, k;
     size_t lo, hi, at;  // this rank's elements [lo, hi) of the bucket; at: where in its batch's buffer
+    bool codes;         // int8 codes then scales (byte hi - lo on), as set_piece_codes takes them
+    size_t floats() const { return codes ? (hi - lo + 4 * optim::quant_blocks(hi - lo) + 3) / 4 : hi - lo; }
   };
   std::vector<Slot> slots;
   size_t total = 0;
   for (int b = 0; b < L.n_buckets(); ++b)
     for (int k = 0; k < int(e.state_names().size()); ++k) {
       if (!e.holds(k)) continue;
-      slots.push_back({b, k, e.piece_begin(b), e.piece_end(b), 0});
-      total += e.piece_end(b) - e.piece_begin(b);
+      slots.push_back({b, k, e.piece_begin(b), e.piece_end(b), 0, e.state_code(k) && c.files[0].version >= 4});
+      total += slots.back().floats();
     }
   const size_t budget = std::clamp<size_t>(total / 4, 1, kMaxBatchBytes / sizeof(float));
   std::vector<size_t> batch_start{0};
-  size_t fill = 0, cap = 1;  // elements: this batch's so far, the largest batch's
+  size_t fill = 0, cap = 1;  // floats: this batch's so far, the largest batch's
   for (size_t i = 0; i < slots.size(); ++i) {
-    const size_t n = slots[i].hi - slots[i].lo;
+    const size_t n = slots[i].floats();
     if (fill > 0 && fill + n > budget) {
       batch_start.push_back(i);
       fill = 0;
@@ -301,7 +328,19 @@ TrainState load_checkpoint(const std::string& dir, ShardedState& e, const ParamL
         const std::string& kind = s.k == ShardedState::kParam && !e.has_master() ? e.state_names()[ShardedState::kMaster]
                                                                                : e.state_names()[size_t(s.k)];
         if (s.hi == s.lo) continue;
-        std::vector<ReadJob> j2 = plan_range(c, s.b, L.bucket(s.b).size, kind, s.lo, s.hi, x.buf.get() + s.at);
+        const size_t size = L.bucket(s.b).size;
+        float* at = x.buf.get() + s.at;
+        std::vector<ReadJob> j2;
+        if (s.codes) {
+          const char* code = e.state_code(s.k) == &optim::code_of(true) ? "signed" : "unsigned";
+          j2 = plan_range(c, s.b, size, kind, s.lo, s.hi, at, Held::codes, code);
+          std::vector<ReadJob> j3 = plan_range(c, s.b, size, kind + kScalesSuffix, s.lo / optim::kQuantBlock,
+                                               s.lo / optim::kQuantBlock + optim::quant_blocks(s.hi - s.lo),
+                                               reinterpret_cast<char*>(at) + (s.hi - s.lo), Held::scales);
+          j2.insert(j2.end(), std::make_move_iterator(j3.begin()), std::make_move_iterator(j3.end()));
+        } else {
+          j2 = plan_range(c, s.b, size, kind, s.lo, s.hi, at);
+        }
         x.jobs.insert(x.jobs.end(), std::make_move_iterator(j2.begin()), std::make_move_iterator(j2.end()));
       }
       x.read = std::async(std::launch::async, [&x, threads] { read_checked(x.jobs, threads); });
@@ -324,7 +363,9 @@ TrainState load_checkpoint(const std::string& dir, ShardedState& e, const ParamL
       // every rank learns what the one that failed found (each reads its own files)
       const std::string err = shared_message(host, i == batch_start[j] ? x.err : std::string());
       if (!err.empty()) throw AgreedError(kExitBadInput, err);
-      e.set_piece(slots[i].b, slots[i].k, x.buf.get() + slots[i].at);
+      const Slot& s = slots[i];
+      if (s.codes) e.set_piece_codes(s.b, s.k, x.buf.get() + s.at);
+      else e.set_piece(s.b, s.k, x.buf.get() + s.at);
     }
   }
   return st;

@@ -60,14 +60,28 @@ std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState&
     for (int k = 0; k < s.n_kinds(); ++k) {
       const size_t i = size_t(b) * s.n_kinds() + size_t(k);
       if (!s.has(i)) continue;
-      hsize_t n = s.elems(b);
-      h5::Id space(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
-      h5::Id ds(H5_CHECK(H5Dcreate2(grp, s.kind_name(k).c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
-      h5::set_attr(ds, "units", std::string("1"));  // parameter values and optimizer state are pure numbers
-      if (n == 0) continue;
-      const haddr_t off = H5Dget_offset(ds);
-      if (off == HADDR_UNDEF) throw Error(kExitFailure, "'" + path + "': HDF5 placed no storage for " + g);
-      regions.push_back({uint64_t(off), c.destination(i), size_t(n) * sizeof(float)});
+      // a dataset of n values of `type`, placed now; its bytes come from `src` (size bytes each)
+      auto place = [&](const std::string& name, hid_t type, hsize_t n, const void* src, size_t size) {
+        h5::Id space(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+        h5::Id ds(H5_CHECK(H5Dcreate2(grp, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+        h5::set_attr(ds, "units", std::string("1"));  // parameter values and optimizer state are pure numbers
+        if (n > 0) {
+          const haddr_t off = H5Dget_offset(ds);
+          if (off == HADDR_UNDEF) throw Error(kExitFailure, "'" + path + "': HDF5 placed no storage for " + g);
+          regions.push_back({uint64_t(off), src, size_t(n) * size});
+        }
+        return ds;
+      };
+      const size_t n = s.elems(b);
+      if (const optim::Code* code = s.code(i)) {  // int8 state as held: its codes, and its blocks' scales
+        h5::Id ds = place(s.kind_name(k), H5T_STD_U8LE, n, c.destination(i), 1);
+        h5::set_attr(ds, "code", std::string(code == &optim::code_of(true) ? "signed" : "unsigned"));
+        h5::set_attr(ds, "block_size", int64_t(optim::kQuantBlock));
+        place(s.kind_name(k) + kScalesSuffix, H5T_IEEE_F32LE, optim::quant_blocks(n),
+              reinterpret_cast<const char*>(c.destination(i)) + n, sizeof(float));
+      } else {
+        place(s.kind_name(k), H5T_IEEE_F32LE, n, c.destination(i), sizeof(float));
+      }
     }
   }
   H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));

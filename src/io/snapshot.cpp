@@ -17,6 +17,11 @@ constexpr size_t kSlotAlign = 16;  // elements: every slot starts 64-byte aligne
 // 4 KiB ones (bench/host_pinning: 5.3 against 7.0 s for 16 GiB on an H200's host)
 constexpr size_t kPage = size_t(2) << 20;
 size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+// floats a slot of len values takes: len fp32 values (bf16 ones: in its upper half), or len int8 codes and
+// their blocks' fp32 scales, in bytes
+size_t slot_elems(size_t len, bool codes) {
+  return round_up(codes ? (len + 4 * optim::quant_blocks(len) + 3) / 4 : len, kSlotAlign);
+}
 
 // The logical elements [lo, hi) of bucket b that this rank writes: its piece, or without sharding (every
 // rank holds the whole state) an equal slice of it, so that the files tile every bucket exactly once.
@@ -67,7 +72,7 @@ bool Snapshot::reserve(ShardedState& e, const ParamLayout& L, int rank, int worl
       code_[i] = e.state_code(int(k));
       off_[i] = at;
       const size_t len = end_[b] - begin_[b];
-      slot_[i] = round_up(len + (code_[i] ? optim::quant_blocks(len) : 0), kSlotAlign);
+      slot_[i] = slot_elems(len, code_[i] != nullptr);
       at += slot_[i];
     }
   }
@@ -90,7 +95,7 @@ Snapshot::Copies Snapshot::take(ShardedState& e, const ParamLayout& L, int rank,
       const size_t i = size_t(b) * K + size_t(k);
       if (!has_[i]) continue;
       char* dst = reinterpret_cast<char*>(block_ + off_[i]) +
-                  (narrow_[i] ? 2 * slot_[i] : code_[i] ? 3 * (end_[b] - begin_[b]) : 0);
+                  (narrow_[i] ? 2 * slot_[i] : 0);
       e.copy_piece_async(b, k, begin_[b], end_[b], dst);
     }
   return Copies(this);
@@ -103,7 +108,6 @@ const Snapshot& Snapshot::Copies::land(int threads) && {
   parallel_for(s.off_.size(), threads, [&](size_t i) {
     const size_t n = s.elems(int(i / s.names_.size()));
     if (s.has_[i] && s.narrow_[i]) widen_bf16_in_place(s.block_ + s.off_[i], n, s.slot_[i]);
-    if (s.has_[i] && s.code_[i]) decode_int8_in_place(s.block_ + s.off_[i], n, *s.code_[i]);
   });
   if (s.residual_) {  // master = param + residual (both widened above), bucket by bucket
     const size_t K = s.names_.size();
@@ -134,24 +138,6 @@ void widen_bf16_in_place(float* slot_start, size_t n, size_t slot) {
   }
 }
 
-// Front to back a block at a time: block [i, i+B) of floats ends at byte 4(i+B) <= 3n + (i+B), where the
-// codes not read yet begin, as long as i+B <= n; the scales, at bytes from 4n on, are never written over.
-void decode_int8_in_place(float* slot_start, size_t n, const optim::Code& code) {
-  constexpr size_t B = optim::kQuantBlock;
-  char* base = reinterpret_cast<char*>(slot_start);
-  const uint8_t* codes = reinterpret_cast<const uint8_t*>(base + 3 * n);
-  const float* scales = slot_start + n;
-  uint8_t c[B];
-  float f[B];
-  for (size_t i = 0; i < n; i += B) {
-    const size_t k = std::min(B, n - i);
-    std::memcpy(c, codes + i, k);
-    const float scale = scales[i / B];
-    for (size_t j = 0; j < k; ++j) f[j] = optim::decode(c[j], code.value, scale);
-    std::memcpy(base + 4 * i, f, 4 * k);
-  }
-}
-
 size_t snapshot_bytes(const ParamLayout& L, int world, const ZeroPolicy& policy, bool has_master, int n_slots) {
   size_t elems = 0;
   const bool q8 = policy.state == optim::StateType::Int8;
@@ -159,8 +145,7 @@ size_t snapshot_bytes(const ParamLayout& L, int world, const ZeroPolicy& policy,
     const size_t align = q8 ? size_t(optim::kQuantBlock) : 1;
     const size_t len = policy.shard_optimizer ? std::min(sh.shard, sh.size)
                                               : std::min(sh.size, round_up((sh.size + world - 1) / world, align));
-    elems += round_up(len, kSlotAlign) * size_t(has_master ? 2 : 1) +
-             round_up(len + (q8 ? optim::quant_blocks(len) : 0), kSlotAlign) * size_t(n_slots);
+    elems += slot_elems(len, false) * size_t(has_master ? 2 : 1) + slot_elems(len, q8) * size_t(n_slots);
   }
   return elems * sizeof(float);
 }

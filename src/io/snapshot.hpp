@@ -6,8 +6,7 @@
 // reachable only through it once they have landed (land), so no code can write a file from a copy still
 // in flight. Parameters (and optimizer slots) held in bf16 are copied as they are (half the bytes over the
 // bus) into the upper half of their fp32 slot and widened in place there by land(); int8 optimizer slots
-// are copied as codes (into the last quarter of the slot's n floats) and block scales (after them, in
-// floats n.. of the slot) and decoded in place there by land() into the values they stand for.
+// are copied as they are held, their n code bytes and then their blocks' fp32 scales, and written so.
 // Compensated master weights are copied as their bf16 residuals, widened, and the parameters added by
 // land(): the master values, exact in fp32.
 #pragma once
@@ -61,6 +60,9 @@ class Snapshot {
   int n_kinds() const { return int(names_.size()); }
   const std::string& kind_name(int k) const { return names_[size_t(k)]; }
   bool has(size_t i) const { return has_[i] != 0; }         // master only with master weights
+  // An int8 slot's code (null for the other kinds): dataset i is then elems(b) code bytes and, from byte
+  // elems(b) on, the fp32 scales of their optim::quant_blocks(elems(b)) blocks.
+  const optim::Code* code(size_t i) const { return code_[i]; }
   const float* data(size_t i) const { return block_ + off_[i]; }  // after land()
   size_t elems(int b) const { return end_[b] - begin_[b]; }
   size_t begin(int b) const { return begin_[b]; }           // the logical elements [begin, end) of
@@ -77,15 +79,13 @@ class Snapshot {
   std::vector<size_t> off_, slot_;  // per dataset: its start in block_ and its slot length (elements)
   std::vector<char> has_, narrow_;  // narrow: copied in bf16, widened by land()
   bool residual_ = false;           // the master kind holds residuals: land() adds the parameters
-  std::vector<const optim::Code*> code_;  // int8 slots: copied as codes and scales, decoded by land()
+  std::vector<const optim::Code*> code_;  // int8 slots: copied and written as codes and scales
   std::vector<size_t> begin_, end_;
   std::vector<std::string> names_;
 };
 
 // n bf16 values stored at byte 2*slot of a slot of `slot` >= n floats, widened to fp32 at its start.
 void widen_bf16_in_place(float* slot_start, size_t n, size_t slot);
-// n int8 codes at byte 3n of a slot, their quant_blocks(n) scales at float n, decoded to fp32 at its start.
-void decode_int8_in_place(float* slot_start, size_t n, const optim::Code& code);
 
 // Bytes of a snapshot per rank (the memory prediction: the largest rank's share), as reserve() takes,
 // for an optimizer with n_slots state slots (held as policy.state says).

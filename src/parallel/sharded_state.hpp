@@ -40,6 +40,9 @@ class ShardedState {
   virtual Backend& backend() const = 0;
   // This rank's piece of bucket b's state kind s, from fp32 host values (piece_end - piece_begin of them).
   virtual void set_piece(int b, int s, const float* in) = 0;
+  // An int8 slot's piece as held, from the bytes copy_piece_async copies (the piece's code bytes, then its
+  // blocks' fp32 scales): a checkpoint's codes and scales go back unchanged.
+  virtual void set_piece_codes(int b, int s, const void* in) = 0;
   // Queues a copy of logical elements [lo, hi) of bucket b's state s (within this rank's piece) into host
   // memory `out`, as held (state_dtype; an int8 slot: hi - lo code bytes, then the fp32 scales of their
   // quant_blocks(hi - lo) blocks; lo a multiple of piece_align()). It lands at backend().wait_copies(); the state's next update waits

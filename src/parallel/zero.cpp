@@ -667,6 +667,16 @@ void ZeroEngine::set_piece(int b, int s, const float* in) {
   }
 }
 
+void ZeroEngine::set_piece_codes(int b, int s, const void* in) {
+  if (!state_code(s)) throw Error(kExitFailure, "internal error: set_piece_codes on a slot not held as int8 codes");
+  ++params_version_;
+  be_.after_copies();
+  const size_t n = piece_end(b) - piece_begin(b);
+  if (n == 0) return;
+  state_from_host(slot_ptr(s, b, 0), in, n);
+  state_from_host(scale_ptr(s, b, 0), static_cast<const char*>(in) + n, 4 * optim::quant_blocks(n));
+}
+
 void ZeroEngine::get_bucket_params(int b, float* full) {
   const size_t n = shape_[b].size;
   float* tmp = static_cast<float*>(be_.alloc(4 * n));

@@ -109,6 +109,7 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   size_t piece_end(int b) const override;
   Backend& backend() const override { return be_; }
   void set_piece(int b, int s, const float* in) override;
+  void set_piece_codes(int b, int s, const void* in) override;
   void copy_piece_async(int b, int s, size_t lo, size_t hi, void* out) override;
   DType state_dtype(int s) const override;
   const optim::Code* state_code(int s) const override;

@@ -222,7 +222,7 @@ def test_every_dataset_has_units_and_train_has_time_and_tokens(tmp_path, train_b
         assert list(tr["tokens"][()]) == [s * f.attrs["tokens_per_step"] for s in tr["step"][()]]
         assert isinstance(f.attrs["config_yaml"], str) and isinstance(f.attrs["status"], str)
     with h5py.File(sw / "p000/checkpoints/step_00000004/rank_00000.h5", "r") as f:
-        assert f.attrs["format_version"] == 3  # XXH3-64 hashes of the datasets in the MANIFEST
+        assert f.attrs["format_version"] == 4  # XXH3-64 hashes in the MANIFEST; int8 state as codes and scales
     log = h5log.read_log(sw / "p000")
     assert len(log["train"]["elapsed_s"]) == 4 and len(log["train"]["tokens"]) == 4
     rows = h5log.read_summary(sw)["rows"]

@@ -1,6 +1,6 @@
 """training.optimizer_state (fp32 | bf16 | int8) on CPU ranks: the low-precision states train close to fp32 with
-AdamW and Lion, resume bit for bit on 1 and 2 ranks at every ZeRO stage (the checkpoint keeps each slot's
-values, from which the codes and scales come back exactly), refuse to resume under another state type, and
+AdamW and Lion, resume bit for bit on 1 and 2 ranks at every ZeRO stage (the checkpoint keeps an int8 slot's
+codes and block scales as held, a bf16 slot's values), refuse to resume under another state type, and
 the memory prediction counts their bytes as the engine allocates them."""
 import hashlib
 from pathlib import Path
@@ -65,6 +65,28 @@ def slots(ckpt, names):
     return {n: checkpoint_state(ckpt, n)[0] for n in ["param"] + names}
 
 
+def int8_slot(ckpt, kind):
+    """An int8 slot as a checkpoint keeps it: {bucket: (codes uint8, scales fp32)} assembled from the rank
+    files' pieces (each starting on a block of 256), and the code each piece names."""
+    out, codes = {}, set()
+    for fn in sorted(Path(ckpt).glob("rank_*.h5")):
+        with h5py.File(fn, "r") as f:
+            for g in f:
+                grp = f[g]
+                if not isinstance(grp, h5py.Group) or "bucket_size" not in grp.attrs:
+                    continue
+                size, lo, hi = (int(grp.attrs[k]) for k in ("bucket_size", "begin", "end"))
+                c, sc = grp[kind], grp[kind + ".scales"]
+                assert c.dtype == np.uint8 and sc.dtype == np.float32, (fn, g, c.dtype, sc.dtype)
+                assert (lo % 256 == 0 or hi == lo) and c.shape == (hi - lo,) and sc.shape == ((hi - lo + 255) // 256,), (lo, hi, sc.shape)
+                assert int(c.attrs["block_size"]) == 256
+                codes.add(c.attrs["code"].decode() if isinstance(c.attrs["code"], bytes) else str(c.attrs["code"]))
+                bc, bs = out.setdefault(g, (np.zeros(size, np.uint8), np.full((size + 255) // 256, np.nan, np.float32)))
+                bc[lo:hi] = c[:]
+                bs[lo // 256:lo // 256 + sc.shape[0]] = sc[:]
+    return out, codes
+
+
 @pytest.mark.parametrize("state", ["fp32", "bf16", "int8"])
 @pytest.mark.parametrize("ranks,stage", [(1, 0), (2, 0), (2, 1), (2, 2), (2, 3)])
 def test_resume_is_bit_exact(tmp_path, state, ranks, stage):
@@ -79,22 +101,28 @@ def test_resume_is_bit_exact(tmp_path, state, ranks, stage):
     for k in ("loss", "grad_norm"):
         assert np.array_equal(a[k], b[k]), f"{k}: {a[k]} vs {b[k]}"
     ca, cb = (latest_checkpoint(tmp_path / "runs" / n) for n in "ab")
-    sa, sb = slots(ca, ["m", "v"]), slots(cb, ["m", "v"])
+    values = ["m", "v"] if state != "int8" else []
+    sa, sb = slots(ca, values), slots(cb, values)
     for kind in sa:
         for g in sa[kind]:
             assert np.array_equal(sa[kind][g].view(np.uint32), sb[kind][g].view(np.uint32)), (kind, g)
-    # what the checkpoint keeps of a low-precision slot are the values its bytes stand for
-    m = np.concatenate([sa["v"][g] for g in sorted(sa["v"])])
-    if state == "bf16":
-        assert np.all(m.view(np.uint32) & 0xFFFF == 0)
-    if state == "int8":  # each value a code value times its block's scale: r^k of the block's maximum
-        r = np.float32(float.fromhex("0x1.d3a098p-1"))  # the unsigned code's ratio (src/optim/state.hpp)
-        x = sa["v"]["b0001"].astype(np.float64)
-        for blk in range(0, x.size, 256):
-            y = x[blk:blk + 256]
-            y = y[y > 0] / y.max()
-            k = np.log(y) / np.log(float(r))
-            assert np.all(np.abs(k - np.round(k)) < 1e-3), k
+    if state == "bf16":  # what the checkpoint keeps of a bf16 slot are the values its bytes stand for
+        v = np.concatenate([sa["v"][g] for g in sorted(sa["v"])])
+        assert np.all(v.view(np.uint32) & 0xFFFF == 0)
+    if state == "int8":  # the codes and scales as held, the same after the resume, in the code of each moment
+        for kind, want in (("m", "signed"), ("v", "unsigned")):
+            qa, code_a = int8_slot(ca, kind)
+            qb, code_b = int8_slot(cb, kind)
+            assert code_a == code_b == {want}, (kind, code_a, code_b)
+            for g in qa:
+                assert np.array_equal(qa[g][0], qb[g][0]), (kind, g, "codes")
+                assert np.array_equal(qa[g][1].view(np.uint32), qb[g][1].view(np.uint32)), (kind, g, "scales")
+            # every block with a non-zero scale holds the code of its maximum: 1 (the last codes) or -1 (code 0)
+            c, sc = qa["b0001"]
+            for blk in range(sc.size):
+                top = c[blk * 256:(blk + 1) * 256]
+                assert sc[blk] >= 0 and (sc[blk] == 0 or top.max() >= 254 or (want == "signed" and top.min() == 0)), (kind, blk)
+            assert np.count_nonzero(sc) > sc.size // 2, (kind, sc)
 
 
 def test_resume_under_another_state_type_is_refused(tmp_path):
@@ -106,6 +134,23 @@ def test_resume_under_another_state_type_is_refused(tmp_path):
     assert "training.optimizer_state was int8 and is fp32 now" in p.stderr, p.stderr[-2000:]
     assert files_of(run_dir) == before
     ok(train(tmp_path, "r", "int8", steps=8, resume=True))  # the same type goes on
+
+
+def test_int8_codes_of_another_code_are_refused(tmp_path):
+    """A checkpoint whose int8 slot says another code than the one this program quantizes with is unusable,
+    by name, and nothing in the run is touched."""
+    from test_resume_states import resign_manifest
+    ok(train(tmp_path, "c", "int8", steps=4))
+    ck = latest_checkpoint(tmp_path / "runs" / "c")
+    with h5py.File(ck / "rank_00000.h5", "r+") as f:
+        assert f["b0001/m"].attrs["code"] == "signed"
+        f["b0001/m"].attrs["code"] = "linear"
+    resign_manifest(ck)
+    before = files_of(tmp_path / "runs" / "c")
+    p = train(tmp_path, "c", "int8", steps=8, resume=True)
+    assert p.returncode == EXIT_BAD_INPUT, f"exit {p.returncode}\n{p.stderr[-2000:]}"
+    assert "b0001/m: int8 codes other than this program's (signed, blocks of 256)" in p.stderr, p.stderr[-2000:]
+    assert files_of(tmp_path / "runs" / "c") == before
 
 
 def test_unknown_state_type_is_refused(tmp_path):
