@@ -119,6 +119,23 @@ def as_killed(run_dir):
         f.attrs["status"] = "running"
 
 
+def int8_code(signed):
+    """The 256 values of an int8 optimizer-state code, ascending (docs/DESIGN.md, The optimizer), written from
+    their definition: logarithmic steps from a float ratio applied by float products."""
+    r = np.float32(float.fromhex("0x1.d34a8p-1") if signed else float.fromhex("0x1.d3a098p-1"))
+    n = 127 if signed else 255
+    mag = [np.float32(1)]
+    for _ in range(n - 1):
+        mag.append(np.float32(mag[-1] * r))
+    mag = np.array(mag, np.float32)  # 1 down to the smallest step
+    if signed:
+        values = np.concatenate([-mag, [np.float32(0)], mag[::-1], [np.float32(1)]])
+    else:
+        values = np.concatenate([[np.float32(0)], mag[::-1]])
+    assert values.dtype == np.float32 and values.size == 256
+    return values
+
+
 def read_log(path):
     import h5py
     with h5py.File(path, "r") as f:

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import TRAIN, mpirun_cmd, read_log, run_train, tiny_yaml
+from conftest import TRAIN, int8_code, mpirun_cmd, read_log, run_train, tiny_yaml
 
 # Tolerances (fp32 on CPU). Stages differ from stage 0 only in the order of the gradient sums
 # (MPI_Allreduce vs MPI_Reduce_scatter_block, per micro-step or per step), so gradients differ by a few
@@ -43,9 +43,21 @@ def latest_checkpoint(run_dir):
     return root / (root / "latest").read_text().strip()
 
 
+def held_values(grp, kind):
+    """A bucket dataset's values in fp32: an int8 slot (uint8 codes and `<kind>.scales`, format 4) decoded as
+    the optimizer decodes it, each code's value times its block's scale (one fp32 product)."""
+    ds = grp[kind] if kind in grp else grp["param"]
+    if ds.dtype != np.uint8:
+        return ds[:]
+    codes, scales = ds[:], grp[kind + ".scales"][:]
+    block = int(ds.attrs["block_size"])
+    values = int8_code(str(ds.attrs["code"]) == "signed")
+    return (values[codes] * np.repeat(scales, block)[:codes.size]).astype(np.float32)
+
+
 def checkpoint_state(ckpt, kind="param"):
-    """Every bucket's full state `kind` (fp32), assembled from the rank files' [begin, end) pieces.
-    Returns ({bucket name: array}, world size, stage). Asserts the pieces tile each bucket exactly."""
+    """Every bucket's full state `kind` (fp32; int8 slots decoded), assembled from the rank files' [begin, end)
+    pieces. Returns ({bucket name: array}, world size, stage). Asserts the pieces tile each bucket exactly."""
     files = sorted(Path(ckpt).glob("rank_*.h5"))
     assert files, f"no rank files in {ckpt}"
     buckets = {}
@@ -62,7 +74,7 @@ def checkpoint_state(ckpt, kind="param"):
                 lo, hi = int(grp.attrs["begin"]), int(grp.attrs["end"])
                 buf = buckets.setdefault(g, np.full(size, np.nan, dtype=np.float32))
                 cov = covered.setdefault(g, np.zeros(size, dtype=np.int32))
-                data = grp[kind][:] if kind in grp else grp["param"][:]
+                data = held_values(grp, kind)
                 assert data.shape == (hi - lo,), f"{fn}:{g}/{kind} has {data.shape}, range [{lo},{hi})"
                 buf[lo:hi] = data
                 cov[lo:hi] += 1

@@ -8,29 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import dump_of
+from conftest import dump_of, int8_code as code
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROGRAM = ROOT / "build" / "tests" / "cpu" / "test_optim_state"
 N, BLOCK = 1000, 256
 SEED = 0x0123456789abcdef
 F = np.float32
-
-
-def code(signed):
-    """The 256 code values, ascending: logarithmic steps from a float ratio applied by float products."""
-    r = F(float.fromhex("0x1.d34a8p-1") if signed else float.fromhex("0x1.d3a098p-1"))
-    n = 127 if signed else 255
-    mag = [F(1)]
-    for _ in range(n - 1):
-        mag.append(F(mag[-1] * r))
-    mag = np.array(mag, F)  # 1 down to the smallest step
-    if signed:
-        values = np.concatenate([-mag, [F(0)], mag[::-1], [F(1)]])
-    else:
-        values = np.concatenate([[F(0)], mag[::-1]])
-    assert values.dtype == F and values.size == 256
-    return values
 
 
 def quantize(x, signed):
