@@ -161,7 +161,9 @@ struct Lion {
       const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
       return A::mul_add(-h.lr, A::mul_add(h.weight_decay, w, u), w);
     } else {
-      const float c = beta1 * s[0] + (1.0f - beta1) * g;
+      // The direction with each product rounded on its own on every side (nvcc would contract one into the
+      // add): its sign moves a whole step, so the GPU must see the CPU's c, an exact zero included.
+      const float c = Fused::mul(beta1, s[0]) + Fused::mul(1.0f - beta1, g);
       s[0] = beta2 * s[0] + (1.0f - beta2) * g;
       const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
       return w - h.lr * (u + h.weight_decay * w);
