@@ -13,7 +13,8 @@ PY ?= python3
 
 CXX := mpicxx
 NVCC := $(CUDA_HOME)/bin/nvcc
-GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# the revision the run log records (`git_rev`): HEAD, "-dirty" when tracked files differ from it
+GIT_REV := $(shell git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 
 define need
 $(if $(shell $(1) >/dev/null 2>&1 && echo ok),,$(error $(2) not found: $(3) (or run scripts/setup.sh)))
@@ -29,7 +30,7 @@ $(call need,test -f /usr/include/gmock/gmock.h,GoogleTest and GoogleMock,apt-get
 $(call need,test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/openblas/cblas.h,OpenBLAS (cblas.h),apt-get install libopenblas-dev)
 endif
 
-CPPFLAGS := -Isrc -I. -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC) nlohmann_json) -DGIT_REV='"$(GIT_REV)"'
+CPPFLAGS := -Isrc -I. -DOMPI_SKIP_MPICXX=1 $(shell pkg-config --cflags yaml-cpp $(HDF5_PC) nlohmann_json)
 CXXFLAGS ?= -O3 -march=x86-64-v2 -g
 CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-unused-parameter
 LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost_program_options -lxxhash -lopenblas -lgomp -lpthread
@@ -38,7 +39,7 @@ LDLIBS := -Wl,--as-needed $(shell pkg-config --libs yaml-cpp $(HDF5_PC)) -lboost
 # without CUDA); objects mirror the folders under $(BUILD)/
 STUB_SRC := $(shell find src -name '*_stub.cpp')
 CORE_SRC := $(filter-out src/cli/main.cpp $(STUB_SRC),$(shell find src -name '*.cpp'))
-CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o)
+CORE_OBJ := $(CORE_SRC:src/%.cpp=$(BUILD)/%.o) $(BUILD)/revision.o
 # Header dependencies are found by the compilers: every object writes a .d file beside it (-MMD: the headers
 # it includes from the project; -MP: an empty rule for each, so a deleted header is no error), and the .d files
 # are included at the end, so an edit rebuilds only the objects that include what changed. A test program
@@ -71,13 +72,22 @@ $(BUILD)/%.o: src/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
 
+# The revision (base/revision.hpp) as a source file rewritten only when it changes: a new commit rebuilds
+# that one object (a -D flag would leave objects built before the commit with the old revision).
+REV_DEF := namespace gpt { const char* build_revision() { return "$(GIT_REV)"; } }
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && (echo '$(REV_DEF)' | cmp -s - $(BUILD)/revision.cpp || echo '$(REV_DEF)' > $(BUILD)/revision.cpp))
+endif
+$(BUILD)/revision.o: $(BUILD)/revision.cpp
+	$(CXX) $(CXXFLAGS) -c -o $@ $<
+
 # the optimizer's host loops for x86-64-v3, chosen at run time where the CPU has AVX2 and FMA
 # (src/optim/step.hpp); no contraction, so that they compute what the x86-64-v2 build computes
 $(BUILD)/optim/step_cpu_fma.o: CXXFLAGS += -march=x86-64-v3 -ffp-contract=off
 
 $(BUILD)/cu/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(DEPFLAGS) -MF $(@:.o=.d) -DGIT_REV='"$(GIT_REV)"' -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(DEPFLAGS) -MF $(@:.o=.d) -c -o $@ $<
 
 # GoogleTest: a test program with a main of its own keeps it (gtest_main's is not pulled in then)
 TEST_LIBS := -lgmock -lgtest_main -lgtest

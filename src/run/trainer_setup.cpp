@@ -12,15 +12,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "base/revision.hpp"
 #include "config/config_io.hpp"
 #include "io/modelfile.hpp"
 #include "model/init.hpp"
 #include "run/max_batch.hpp"
 #include "run/memory_fit.hpp"
 
-#ifndef GIT_REV
-#define GIT_REV "unknown"
-#endif
 
 namespace gpt {
 
@@ -219,7 +217,7 @@ void Trainer::open_log() {
   info.config_yaml = st_.config_yaml;
   info.device = plan_.device;
   info.hardware = be_->hardware() + " x" + std::to_string(world_);
-  info.git_rev = GIT_REV;
+  info.git_rev = build_revision();
   info.point_values = point_.values;
   info.point_index = point_.index;
   info.n_params = int64_t(plan_.n_params);
