@@ -20,7 +20,8 @@ class ShardedState {
   virtual const std::vector<std::string>& state_names() const = 0;
   virtual bool holds(int s) const = 0;
   // As held: parameters in the compute dtype, master weights fp32, the optimizer's slots fp32 or bf16
-  // (training.optimizer_state); int8 slots say F32 (the values checkpoints see) and have a state_code.
+  // (training.optimizer_state); int8 slots say F32 (the values they stand for) and have a state_code:
+  // checkpoints keep their codes and scales (copy_piece_async, set_piece_codes).
   virtual DType state_dtype(int s) const = 0;
   // An int8 slot's code (optim/state.hpp), null for every other kind: its copies are codes and scales.
   virtual const optim::Code* state_code(int s) const = 0;
