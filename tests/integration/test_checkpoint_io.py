@@ -86,11 +86,13 @@ def test_manifest_extents_tile_every_file_and_are_the_datasets(tmp_path, ranks, 
         assert {k for k, *_ in extents} == {"m", "d"}
 
 
-@pytest.mark.parametrize("dataset", ["b0000/param", "b0001/v", "b0002/m"])
-def test_a_flipped_byte_in_a_dataset_is_found_and_the_previous_checkpoint_used(tmp_path, dataset):
+@pytest.mark.parametrize("dataset,state", [("b0000/param", "fp32"), ("b0001/v", "fp32"), ("b0002/m", "fp32"),
+                                           ("b0001/v", "int8"), ("b0002/m.scales", "int8")])
+def test_a_flipped_byte_in_a_dataset_is_found_and_the_previous_checkpoint_used(tmp_path, dataset, state):
     """Two ranks at stage 1, each reading its own file: the damage is in rank 1's file, found by rank 1
-    alone as the bytes arrive, and agreed by both."""
+    alone as the bytes arrive, and agreed by both. int8 state: in its codes, or in its blocks' scales."""
     y = yaml(tmp_path, "f", stage=1, steps=8, ckpt_every=4)
+    y.write_text(y.read_text().replace("training: {", f"training: {{optimizer_state: {state}, ", 1))
     run(["--yaml", y], ranks=2)
     run_dir = tmp_path / "runs/f"
     ref = read_log(run_dir / "log.h5")
