@@ -282,7 +282,7 @@ TrainState load_checkpoint(const std::string& dir, ShardedState& e, const ParamL
     int b, k;
     size_t lo, hi, at;  // this rank's elements [lo, hi) of the bucket; at: where in its batch's buffer
     bool codes;         // int8 codes then scales (byte hi - lo on), as set_piece_codes takes them
-    size_t floats() const { return codes ? (hi - lo + 4 * optim::quant_blocks(hi - lo) + 3) / 4 : hi - lo; }
+    size_t floats() const { return codes ? (optim::state_bytes(optim::StateType::Int8, hi - lo) + 3) / 4 : hi - lo; }
   };
   std::vector<Slot> slots;
   size_t total = 0;
@@ -332,8 +332,7 @@ TrainState load_checkpoint(const std::string& dir, ShardedState& e, const ParamL
         float* at = x.buf.get() + s.at;
         std::vector<ReadJob> j2;
         if (s.codes) {
-          const char* code = e.state_code(s.k) == &optim::code_of(true) ? "signed" : "unsigned";
-          j2 = plan_range(c, s.b, size, kind, s.lo, s.hi, at, Held::codes, code);
+          j2 = plan_range(c, s.b, size, kind, s.lo, s.hi, at, Held::codes, optim::code_name(*e.state_code(s.k)));
           std::vector<ReadJob> j3 = plan_range(c, s.b, size, kind + kScalesSuffix, s.lo / optim::kQuantBlock,
                                                s.lo / optim::kQuantBlock + optim::quant_blocks(s.hi - s.lo),
                                                reinterpret_cast<char*>(at) + (s.hi - s.lo), Held::scales);

@@ -75,7 +75,7 @@ std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState&
       const size_t n = s.elems(b);
       if (const optim::Code* code = s.code(i)) {  // int8 state as held: its codes, and its blocks' scales
         h5::Id ds = place(s.kind_name(k), H5T_STD_U8LE, n, c.destination(i), 1);
-        h5::set_attr(ds, "code", std::string(code == &optim::code_of(true) ? "signed" : "unsigned"));
+        h5::set_attr(ds, "code", std::string(optim::code_name(*code)));
         h5::set_attr(ds, "block_size", int64_t(optim::kQuantBlock));
         place(s.kind_name(k) + kScalesSuffix, H5T_IEEE_F32LE, optim::quant_blocks(n),
               reinterpret_cast<const char*>(c.destination(i)) + n, sizeof(float));

@@ -20,7 +20,7 @@ size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 // floats a slot of len values takes: len fp32 values (bf16 ones: in its upper half), or len int8 codes and
 // their blocks' fp32 scales, in bytes
 size_t slot_elems(size_t len, bool codes) {
-  return round_up(codes ? (len + 4 * optim::quant_blocks(len) + 3) / 4 : len, kSlotAlign);
+  return round_up(codes ? (optim::state_bytes(optim::StateType::Int8, len) + 3) / 4 : len, kSlotAlign);
 }
 
 // The logical elements [lo, hi) of bucket b that this rank writes: its piece, or without sharding (every

@@ -86,6 +86,8 @@ inline const Code& code_of(bool is_signed) {
   static const Code s = make_code(true), u = make_code(false);
   return is_signed ? s : u;
 }
+// The name a checkpoint gives the code (its datasets' `code` attribute): "signed" or "unsigned".
+inline const char* code_name(const Code& c) { return &c == &code_of(true) ? "signed" : "unsigned"; }
 
 // The code of x (already divided by the block's scale) among the values whose midpoints are mid: a
 // branchless binary search, the same comparisons everywhere. Unsigned codes keep a positive x off 0.
