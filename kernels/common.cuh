@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/random.hpp"  // splitmix64
 #include "check.cuh"
 
 namespace gpt {
@@ -149,14 +150,8 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// splitmix64 finaliser: a counter-based random number per (seed, index).
-__device__ __forceinline__ uint32_t hash_u32(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return uint32_t(x);
-}
+// a counter-based random number per (seed, index): splitmix64's low 32 bits
+__device__ __forceinline__ uint32_t hash_u32(uint64_t x) { return uint32_t(splitmix64(x)); }
 // Stochastic rounding to bf16: add 16 random bits below the kept mantissa, then truncate. The bits are
 // sign-magnitude, so the magnitude rounds up with probability equal to the dropped fraction.
 __device__ __forceinline__ bf16 sr_bf16(float x, uint32_t rnd) {

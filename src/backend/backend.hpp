@@ -69,6 +69,15 @@ struct NormBwd {
   float* dinp_colsum = nullptr;
 };
 
+// GPT-2's normal initialisation: dst (n) fp32, dst[i] = float(normal_init_value(seed, index + i, std))
+// (base/random.hpp): the same bits on every backend, whatever the split of a tensor into calls.
+struct NormalInit {
+  float* dst = nullptr;
+  size_t n = 0;
+  uint64_t seed = 0, index = 0;
+  float std = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -160,6 +169,7 @@ class Backend {
   // (p - onehot(target)) * dloss (padded columns 0).
   virtual void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp,
                           float dloss) = 0;
+  virtual void normal_init(const NormalInit& op) = 0;
   // sum of squares of x (n), act dtype, returned to the host in double (synchronises)
   virtual double sum_squares(const void* x, size_t n) = 0;
   // Device code that lives outside the backend (an optimizer's update, optim/step.hpp): fn runs with the

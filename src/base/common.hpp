@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/random.hpp"  // splitmix64
+
 namespace gpt {
 
 enum class DType : uint8_t { F32, BF16 };
@@ -54,15 +56,6 @@ class Error : public std::runtime_error {
 
 // Bad user input: a config key, a data file, a checkpoint.
 inline Error input_error(const std::string& what) { return Error(kExitBadInput, what); }
-
-// SplitMix64: a counter-based mixer. Initialisation, the synthetic corpus and stochastic rounding seeds
-// are pure functions of (seed, index) through it, so they do not depend on threads or ranks.
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // text -> path, through path.tmp and a rename: the file is whole or absent (input_error if it cannot be)
 void write_file_whole(const std::string& path, const std::string& text);

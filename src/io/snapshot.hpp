@@ -1,6 +1,7 @@
 // One rank's share of a checkpoint in host memory: a consistent copy of the training state at a step
 // boundary, which a thread writes while training goes on. One block of host memory, allocated once
-// (at the start of a run that checkpoints) and page-locked through the backend, so that the step that
+// (at the start of a run that checkpoints) and page-locked through the backend (in pieces of whole
+// slots, so that other CUDA calls are not held up for the whole of it), so that the step that
 // checkpoints only queues device-to-host copies on the backend's copy stream; the engine's next update
 // waits for them on the device. The copies are a value of their own (Snapshot::Copies): the bytes are
 // reachable only through it once they have landed (land), so no code can write a file from a copy still
@@ -71,11 +72,13 @@ class Snapshot {
 
  private:
   void free_block();
+  bool pin(const std::vector<size_t>& starts, size_t end);
 
   Backend* be_ = nullptr;
   float* block_ = nullptr;
   size_t bytes_ = 0;
   bool pinned_ = false;
+  std::vector<size_t> pieces_;      // the page-locked pieces' first elements (snapshot.cpp: kPinPiece)
   std::vector<size_t> off_, slot_;  // per dataset: its start in block_ and its slot length (elements)
   std::vector<char> has_, narrow_;  // narrow: copied in bf16, widened by land()
   bool residual_ = false;           // the master kind holds residuals: land() adds the parameters

@@ -1,12 +1,14 @@
-// GPT-2's initialisation, a pure function of (seed, logical index): the same on any world size.
+// GPT-2's initialisation, a pure function of (seed, logical index): the same on any world size and on
+// either backend (base/random.hpp).
 #pragma once
 #include <cstdint>
-#include <vector>
 
+#include "backend/backend.hpp"
 #include "model/params.hpp"
 
 namespace gpt {
-// out = bucket b's initial values: normal(0, std) weights (residual projections std / sqrt(2 n_layer)),
-// LayerNorm gains 1, biases and vocabulary padding rows 0.
-void init_bucket(const ParamLayout& layout, int b, uint64_t seed, float std, std::vector<float>& out);
+// dst (bucket b's size, fp32, memory of `be`) = bucket b's initial values: normal(0, std) weights (residual
+// projections std / sqrt(2 n_layer)), LayerNorm gains 1, biases and vocabulary padding rows 0. Drawn by the
+// backend: on a GPU, in milliseconds where the host took seconds.
+void init_bucket(const ParamLayout& layout, int b, uint64_t seed, float std, Backend& be, float* dst);
 }  // namespace gpt

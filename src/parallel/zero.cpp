@@ -515,25 +515,35 @@ bool ZeroEngine::state_finite() {
 }
 
 // ---- state exchange (initialisation, checkpoints)
-void ZeroEngine::set_bucket_params(int b, const float* full) {
+void ZeroEngine::set_bucket_params(int b, const float* full, bool on_device) {
   ++params_version_;
   be_.after_copies();
   const size_t lo = piece_begin(b), hi = piece_end(b), n = shape_[b].size;
-  float* staged = static_cast<float*>(be_.alloc(4 * n));
-  be_.copy_h2d(staged, full, 4 * n);
-  if (!policy_.shard_params) be_.f32_to_act(act_ptr(params_full_, full_off_[b]), staged, n);
-  else if (hi > lo) be_.f32_to_act(params_shard_ ? act_ptr(params_shard_, shard_off_[b]) : nullptr, staged + lo, hi - lo);
+  float* staged = on_device ? nullptr : static_cast<float*>(be_.alloc(4 * n));
+  if (staged) be_.copy_h2d(staged, full, 4 * n);
+  const float* dev = staged ? staged : full;
+  if (!policy_.shard_params) be_.f32_to_act(act_ptr(params_full_, full_off_[b]), dev, n);
+  else if (hi > lo) be_.f32_to_act(params_shard_ ? act_ptr(params_shard_, shard_off_[b]) : nullptr, dev + lo, hi - lo);
+  // what the host computes from: the local piece's values in host memory
+  std::vector<float> fetched;
+  const float* piece = full + lo;
+  if (on_device && (offload_ || residual_) && hi > lo) {
+    fetched.resize(hi - lo);
+    be_.copy_d2h(fetched.data(), dev + lo, 4 * (hi - lo));
+    piece = fetched.data();
+  }
   if (master_ && hi > lo) {
-    if (offload_) std::memcpy(master_ + shard_off_[b], full + lo, 4 * (hi - lo));
-    else be_.copy_d2d(master_ + shard_off_[b], staged + lo, 4 * (hi - lo));
+    if (offload_) std::memcpy(master_ + shard_off_[b], piece, 4 * (hi - lo));
+    else be_.copy_d2d(master_ + shard_off_[b], dev + lo, 4 * (hi - lo));
   }
   if (residual_ && hi > lo) {  // the parameters are the values rounded to nearest: the residual is the rest
     std::vector<uint16_t> res(hi - lo);
-    for (size_t i = lo; i < hi; ++i) res[i - lo] = optim::compensated_split(full[i]).lo;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < hi - lo; ++i) res[i] = optim::compensated_split(piece[i]).lo;
     state_from_host(residual_ + shard_off_[b], res.data(), 2 * res.size());
   }
   be_.synchronize();
-  be_.free(staged);
+  if (staged) be_.free(staged);
   if (policy_.shard_params) settle_gather(b);
   drop_fp8_gathers();
 }

@@ -95,8 +95,9 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   // State exchange with checkpoints and initialisation, bucket by bucket, in fp32 on the host.
   // The local piece of bucket b covers logical elements [piece_begin(b), piece_end(b)) of the bucket.
   const ZeroPolicy& policy() const { return policy_; }
-  // Sets the whole bucket's parameters (every rank passes the same full bucket values).
-  void set_bucket_params(int b, const float* full);
+  // Sets the whole bucket's parameters (every rank passes the same full bucket values): `full` in host
+  // memory, or with on_device in the backend's (read before this returns).
+  void set_bucket_params(int b, const float* full, bool on_device = false);
   // ShardedState (what checkpoints see; copy_piece_async: the next update() and set_piece wait for the
   // copies on the device)
   const std::vector<std::string>& state_names() const override { return state_names_; }

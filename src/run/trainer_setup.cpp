@@ -184,16 +184,18 @@ void Trainer::open_data() {
 
 // Parameters from an llm.c model file, or GPT-2's initialisation.
 void Trainer::init_params() {
-  std::vector<float> buf, file_params;
-  if (!cfg_.model.init_from.empty()) file_params = read_model_file(cfg_.model.init_from, *layout_);
+  if (!cfg_.model.init_from.empty()) {
+    const std::vector<float> file_params = read_model_file(cfg_.model.init_from, *layout_);
+    for (int b = 0; b < layout_->n_buckets(); ++b)
+      engine_->set_bucket_params(b, file_params.data() + layout_->logical_offset(b));
+    return;
+  }
+  // drawn where the parameters live, a bucket at a time
   for (int b = 0; b < layout_->n_buckets(); ++b) {
-    if (!file_params.empty()) {
-      const float* src = file_params.data() + layout_->logical_offset(b);
-      buf.assign(src, src + layout_->bucket(b).size);
-    } else {
-      init_bucket(*layout_, b, cfg_.run.seed, cfg_.model.init_std, buf);
-    }
-    engine_->set_bucket_params(b, buf.data());
+    float* values = static_cast<float*>(be_->alloc(4 * layout_->bucket(b).size));
+    init_bucket(*layout_, b, cfg_.run.seed, cfg_.model.init_std, *be_, values);
+    engine_->set_bucket_params(b, values, true);
+    be_->free(values);
   }
 }
 

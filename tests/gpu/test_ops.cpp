@@ -446,6 +446,30 @@ void test_sum_squares(Ctx& c, size_t n) {
   c.cpu.free(cc);
 }
 
+// GPT-2's initialisation: the GPU's values are the CPU's bit for bit (the device draws, the host redraws
+// those near a float rounding boundary: about one in 2^16, so 2^24 values put some hundreds through it),
+// from an index and to an address neither aligned.
+void test_normal_init(Ctx& c, size_t n, uint64_t seed, uint64_t index, float std) {
+  float* g = static_cast<float*>(c.gpu.alloc(4 * (n + 1)));
+  Vec cpu(n);
+  c.gpu.normal_init(NormalInit{g + 1, n, seed, index, std});
+  c.cpu.normal_init(NormalInit{cpu.data(), n, seed, index, std});
+  Vec gpu(n);
+  c.gpu.copy_d2h(gpu.data(), g + 1, 4 * n);
+  c.gpu.free(g);
+  size_t differ = 0, first = n;
+  for (size_t i = 0; i < n; ++i)
+    if (std::memcmp(&gpu[i], &cpu[i], 4) != 0 && differ++ == 0) first = i;
+  double sum = 0, sq = 0;
+  for (float v : cpu) sum += v, sq += double(v) * v;
+  const double mean = sum / double(n), sd = std::sqrt(sq / double(n) - mean * mean);
+  expect(differ == 0 && std::fabs(sd / std - 1) < 0.01 && std::fabs(mean) < 0.01 * std,
+         fmt("[%s] normal_init n=%zu index=%llu: %zu value(s) differ from the CPU's%s; std %.5g of %.5g", c.prec, n,
+             (unsigned long long)index, differ,
+             differ ? fmt(" (first [%zu] gpu %.9g cpu %.9g)", first, gpu[first], cpu[first]).c_str() : "", sd,
+             double(std)));
+}
+
 // An optimizer's update (optim/rules.hpp) on the GPU against the CPU loop: the same rule on the same
 // fp32 values, so the state matches exactly and the bf16 parameters to one rounding.
 void test_optimizer(Ctx& c, const char* name, size_t n, bool master) {
@@ -757,6 +781,8 @@ void run_checks(const char* prec) {
   guarded([&] { test_classifier(c, 33, 257, 259); });  // scalar path
   guarded([&] { test_classifier(c, 16, 50257, 50304); });
   guarded([&] { test_classifier(c, 41, 777, 792); });  // a vector of real and padded columns, one of padding only
+  guarded([&] { test_normal_init(c, (size_t(1) << 24) + 5, 1337, 7, 0.02f); });
+  guarded([&] { test_normal_init(c, 1000003, 42, (uint64_t(1) << 32) + 3, 0.02f / std::sqrt(96.0f)); });
   guarded([&] { test_sum_squares(c, 1000003); });
   guarded([&] { test_sum_squares(c, 7); });
   for (const OptimizerInfo& info : optimizers()) {  // every rule there is (optim/rules.hpp)

@@ -20,6 +20,7 @@
 #include "backend/cpu/fp8_cpu.hpp"
 #include "backend/cpu/gelu.hpp"
 #include "backend/cpu/xent.hpp"
+#include "base/random.hpp"
 #include "backend/op_tally.hpp"
 
 namespace gpt {
@@ -381,6 +382,11 @@ class CpuBackend final : public Backend {
       float* zi = z + size_t(i) * Vp;
       losses[i] = cpu::xent_row(zi, dloss != 0.0f ? zi : nullptr, V, Vp, targets[i], dloss);
     }
+  }
+  void normal_init(const NormalInit& op) override {
+    WallScope t(tally_, "normal_init");
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < op.n; ++i) op.dst[i] = float(normal_init_value(op.seed, op.index + i, op.std));
   }
   double sum_squares(const void* x, size_t n) override {
     WallScope t(tally_, "sum_squares");

@@ -22,11 +22,13 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/cuda/fp8_cuda.cuh"
 #include "backend/cuda/kernel_boundary.cuh"
 #include "backend/cuda/op_profiler.cuh"
+#include "base/random.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/check.cuh"
 #include "kernels/classifier.cuh"
@@ -35,6 +37,7 @@
 #include "kernels/gelu.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
+#include "kernels/normal_init.cuh"
 #include "kernels/sum_squares.cuh"
 
 namespace gpt {
@@ -387,6 +390,41 @@ class CudaBackend final : public Backend {
       a.N = N, a.V = V, a.Vp = Vp, a.dloss = dloss;
       kern::classifier<X>(a, stream_);
     });
+  }
+  // The device draws every value; the few within kNormalInitGuard of a float rounding boundary (about one
+  // in 2^16), where CUDA's log and cos might round otherwise than the host's, are drawn again on the host
+  // and put in place: the host's bits, at the device's speed.
+  void normal_init(const NormalInit& op) override {
+    if (op.n == 0) return;
+    OpProfiler::Scope t(prof_, stream_, "normal_init");
+    size_t cap = std::max<size_t>(4096, op.n >> 12);  // 256 times the expected count
+    for (;;) {
+      // the count, then cap positions and cap values
+      char* buf = static_cast<char*>(alloc(8 + 12 * cap));
+      auto* count = reinterpret_cast<unsigned long long*>(buf);
+      auto* at = reinterpret_cast<uint64_t*>(buf + 8);
+      auto* val = reinterpret_cast<float*>(buf + 8 + 8 * cap);
+      unsigned long long k = 0;
+      try {
+        kernel_boundary([&] { kern::normal_init(op.dst, op.n, op.seed, op.index, op.std, at, cap, count, stream_); });
+        copy_d2h(&k, count, sizeof k);
+        if (k <= cap && k > 0) {
+          std::vector<uint64_t> where(k);
+          std::vector<float> host(k);
+          copy_d2h(where.data(), at, 8 * k);
+          for (size_t j = 0; j < k; ++j) host[j] = float(normal_init_value(op.seed, op.index + where[j], op.std));
+          copy_h2d(val, host.data(), 4 * k);
+          kernel_boundary([&] { kern::scatter(op.dst, at, val, k, stream_); });
+          synchronize();
+        }
+      } catch (...) {
+        free(buf);
+        throw;
+      }
+      free(buf);
+      if (k <= cap) return;
+      cap = size_t(k);  // more than 256 times the expected count: again, with room for them all
+    }
   }
   double sum_squares(const void* x, size_t n) override {
     void* scratch = scratch_for(kern::sum_squares_scratch_bytes());
