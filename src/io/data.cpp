@@ -143,16 +143,18 @@ class SyntheticSource final : public TokenSource {
         world_(world), seed_(seed) {
     // the chain itself depends on the seed only: train and val streams share it
     succ_.resize(size_t(V_) * K_);
-    std::vector<int> perm(V_);
+    std::vector<int> perm(V_), swapped(K_);
+    for (int i = 0; i < V_; ++i) perm[i] = i;
     for (int u = 0; u < V_; ++u) {
-      for (int i = 0; i < V_; ++i) perm[i] = i;
       uint64_t h = splitmix64(seed ^ (0xC0FFEEull + uint64_t(u)));
-      for (int k = 0; k < K_; ++k) {  // partial Fisher-Yates: K distinct successors
+      for (int k = 0; k < K_; ++k) {  // partial Fisher-Yates from the identity: K distinct successors
         h = splitmix64(h);
         const int j = k + int(h % uint64_t(V_ - k));
         std::swap(perm[k], perm[j]);
+        swapped[k] = j;
         succ_[size_t(u) * K_ + k] = perm[k];
       }
+      for (int k = K_ - 1; k >= 0; --k) std::swap(perm[k], perm[swapped[k]]);  // the identity again
     }
   }
   void next(int* tokens, int* targets) override {
