@@ -396,7 +396,6 @@ class CudaBackend final : public Backend {
   // and put in place: the host's bits, at the device's speed.
   void normal_init(const NormalInit& op) override {
     if (op.n == 0) return;
-    OpProfiler::Scope t(prof_, stream_, "normal_init");
     size_t cap = std::max<size_t>(4096, op.n >> 12);  // 256 times the expected count
     for (;;) {
       // the count, then cap positions and cap values
@@ -406,7 +405,10 @@ class CudaBackend final : public Backend {
       auto* val = reinterpret_cast<float*>(buf + 8 + 8 * cap);
       unsigned long long k = 0;
       try {
-        kernel_boundary([&] { kern::normal_init(op.dst, op.n, op.seed, op.index, op.std, at, cap, count, stream_); });
+        {
+          OpProfiler::Scope t(prof_, stream_, "normal_init");
+          kernel_boundary([&] { kern::normal_init(op.dst, op.n, op.seed, op.index, op.std, at, cap, count, stream_); });
+        }
         copy_d2h(&k, count, sizeof k);
         if (k <= cap && k > 0) {
           std::vector<uint64_t> where(k);
@@ -414,8 +416,10 @@ class CudaBackend final : public Backend {
           copy_d2h(where.data(), at, 8 * k);
           for (size_t j = 0; j < k; ++j) host[j] = float(normal_init_value(op.seed, op.index + where[j], op.std));
           copy_h2d(val, host.data(), 4 * k);
-          kernel_boundary([&] { kern::scatter(op.dst, at, val, k, stream_); });
-          synchronize();
+          kernel_boundary([&] {
+            kern::scatter(op.dst, at, val, k, stream_);
+            CUDA_CHECK(cudaStreamSynchronize(stream_));  // before val is freed
+          });
         }
       } catch (...) {
         free(buf);
