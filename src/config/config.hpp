@@ -117,6 +117,7 @@ struct TrainingConfig {
   std::string optimizer = "adamw";
   std::string optimizer_state = "fp32";  // fp32 | bf16 | int8 (optim/state.hpp)
   Offload offload = Offload::none;
+  bool gradient_release = false;
   float min_lr_frac = 0.0f;
   HyperValues hypers = default_hypers();  // the optimizers' own: training.beta1, ... (optim/hypers.hpp)
   float weight_decay = 0.1f;

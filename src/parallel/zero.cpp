@@ -27,12 +27,12 @@ EngineSizes engine_sizes(const ParamLayout& layout, int world, const ZeroPolicy&
   }
   z.offload = policy.offload;
   z.params = policy.shard_params ? z.shard_total : z.full_total;
-  z.grads = policy.shard_grads ? z.shard_total : z.full_total;
+  z.grads = policy.release_grads ? 0 : policy.shard_grads ? z.shard_total : z.full_total;
   z.role_cap[0] = z.shape.front().cap;
   z.role_cap[1] = z.shape.back().cap;
   for (size_t b = 1; b + 1 < z.shape.size(); ++b) z.role_cap[2] = std::max(z.role_cap[2], z.shape[b].cap);
   z.role_cap[3] = z.role_cap[2];
-  z.grad_temps = policy.shard_grads;
+  z.grad_temps = policy.grads_in_temps();
   z.gather_bufs = policy.shard_params;
   if (policy.gather_fp8)
     for (int l = 0; l < layout.dims().n_layer; ++l) {
@@ -105,7 +105,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
     return offload_ ? host_take(bytes, host_tally) : take(bytes, tally);
   };
   (policy_.shard_params ? params_shard_ : params_full_) = take(esz_ * z.params, alloc_.params);
-  (policy_.shard_grads ? grads_shard_ : grads_full_) = take(esz_ * z.grads, alloc_.grads);
+  if (!policy_.release_grads) (policy_.shard_grads ? grads_shard_ : grads_full_) = take(esz_ * z.grads, alloc_.grads);
   switch (EngineSizes::master_kind(be.act_dtype(), master)) {
     case optim::MasterKind::F32: master_ = static_cast<float*>(take_state(4 * shard_total_, alloc_.master)); break;
     case optim::MasterKind::Compensated: residual_ = static_cast<uint16_t*>(take_state(2 * shard_total_, alloc_.master)); break;
@@ -333,7 +333,7 @@ void ZeroEngine::finish_pending_grad(int b) {
 }
 
 void* ZeroEngine::grads(int b) {
-  if (!policy_.shard_grads) return act_ptr(grads_full_, full_off_[b]);
+  if (!policy_.grads_in_temps()) return act_ptr(grads_full_, full_off_[b]);
   if (!touched_[b]) {
     const int role = role_of(layout_, b);
     if (temp_owner_[role] >= 0) finish_pending_grad(temp_owner_[role]);
@@ -345,6 +345,13 @@ void* ZeroEngine::grads(int b) {
 }
 
 void ZeroEngine::grads_done(int b) {
+  if (policy_.release_grads) {  // one rank: the bucket's whole gradient is in its role's buffer
+    if (releasing_) {
+      released_sq_ += be_.sum_squares(grad_temp(b), shape_[b].size);
+      for (const ParamRange& r : ranges(b, param_piece(b), grad_temp(b))) opt_.update(be_, r, release_h_);
+    }
+    return;  // else (FP8 calibration, micro_batch: max's trial) the gradient is thrown away
+  }
   const DType t = be_.act_dtype();
   if (!policy_.shard_grads) {
     if (!last_micro_ || world_ == 1) return;
@@ -360,8 +367,17 @@ void ZeroEngine::grads_done(int b) {
 }
 
 void ZeroEngine::begin_step() {
+  if (policy_.release_grads) return;  // nothing accumulates: each bucket's buffer is zeroed as it is taken
   if (policy_.shard_grads) be_.zero(grads_shard_, esz_ * shard_total_);
   else be_.zero(grads_full_, esz_ * full_total_);
+}
+
+void ZeroEngine::release_step(const OptimizerHyper& h) {
+  ++params_version_;
+  be_.after_copies();  // a snapshot's copies read what the first update is about to write
+  release_h_ = h;
+  releasing_ = true;
+  released_sq_ = 0;
 }
 
 void ZeroEngine::begin_micro_step(bool last) {
@@ -370,6 +386,7 @@ void ZeroEngine::begin_micro_step(bool last) {
 }
 
 void ZeroEngine::end_backward() {
+  releasing_ = false;
   if (policy_.shard_grads)
     for (int b = 0; b < layout_.n_buckets(); ++b) finish_pending_grad(b);
   comm_.join();
@@ -378,7 +395,9 @@ void ZeroEngine::end_backward() {
 
 double ZeroEngine::grad_norm() {
   double s = 0;
-  if (!policy_.shard_optimizer) {
+  if (policy_.release_grads) {
+    s = released_sq_;
+  } else if (!policy_.shard_optimizer) {
     s = be_.sum_squares(grads_full_, full_total_);
   } else if (policy_.shard_grads) {
     s = host_.sum(be_.sum_squares(grads_shard_, shard_total_));
@@ -441,7 +460,7 @@ void ZeroEngine::update(const OptimizerHyper& h) {
   be_.after_copies();  // a snapshot's copies read what the optimizer is about to write
   if (offload_) {
     update_offloaded(h);
-  } else {
+  } else if (!policy_.release_grads) {  // released: every bucket was updated in the backward
     for (int b = 0; b < layout_.n_buckets(); ++b)
       for (const ParamRange& r : ranges(b, param_piece(b), grad_piece(b))) opt_.update(be_, r, h);
   }

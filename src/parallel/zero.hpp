@@ -78,8 +78,12 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   uint64_t params_version() const override { return params_version_; }
 
   // The step, in order: begin_step, {begin_micro_step, forward, backward}..., end_backward,
-  // grad_norm, update.
+  // grad_norm, update. With training.gradient_release, release_step(h) after begin_step: the backward
+  // then updates each bucket with h as its gradient completes (update() only makes the parameters whole),
+  // and grad_norm is that of the gradients released. Without it (FP8's calibration passes, a trial
+  // micro-batch) the backward's gradients are thrown away.
   void begin_step();
+  void release_step(const OptimizerHyper& h);
   void begin_micro_step(bool last);
   void end_backward();
   double grad_norm();                     // global L2 norm over all ranks' gradients
@@ -187,6 +191,11 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   size_t ring_elems_ = 0, host_bytes_ = 0;
   unsigned host_nonfinite_ = 0;
   double offload_ms_ = NAN, offload_wait_ms_ = NAN;
+  // training.gradient_release: the step's hyperparameters, whether this backward updates, and the sum of
+  // squares of the gradients it released
+  OptimizerHyper release_h_{};
+  bool releasing_ = false;
+  double released_sq_ = 0;
   std::vector<void*> gather_bufs_;  // stage 3: [embedding, final, layer even, layer odd]
   std::vector<void*> grad_temps_;   // stages 2-3: same four roles
   // gather_fp8: per bucket, its FP8 weights (empty: gathered whole) and the elements past them

@@ -23,8 +23,13 @@ struct ZeroPolicy {
   optim::StateType state = optim::StateType::F32;
   // training.offload: optimizer: the master weights and the slots in host memory, updated by the host
   bool offload = false;
+  // training.gradient_release (one rank): each bucket updated as soon as its gradient is complete, the
+  // gradient in a buffer its role shares (as stage 2's), no whole-model gradients
+  bool release_grads = false;
 
   static ZeroPolicy of_stage(int stage) { return {stage, stage >= 1, stage >= 2, stage >= 3, false, optim::StateType::F32}; }
+  // gradients in the four role buffers, bucket by bucket (stage 2 and 3, or released)
+  bool grads_in_temps() const { return shard_grads || release_grads; }
   // elements a piece is a multiple of (the last piece of a bucket aside)
   size_t piece_align() const;
   // Parameters are whole on every rank but updated piece by piece (stages 1 and 2): after the optimizer

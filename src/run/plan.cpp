@@ -80,6 +80,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather;
   optim::parse_state_type(t.optimizer_state, p.zero.state);  // validated
   p.zero.offload = t.offload == Offload::optimizer;
+  p.zero.release_grads = t.gradient_release;
   p.master_weights = t.master_weights == MasterWeights::fp32          ? optim::MasterKind::F32
                      : t.master_weights == MasterWeights::compensated ? optim::MasterKind::Compensated
                                                                       : optim::MasterKind::None;

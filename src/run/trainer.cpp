@@ -164,6 +164,9 @@ Trainer::StepResult Trainer::train_step(int step) {
   be_->op_profile_pause(false);  // the op profile covers training steps only, not evaluation or checkpoints
   if (fp8_ && !fp8_->calibrated()) calibrate_fp8(dloss);
   engine_->begin_step();
+  // training.gradient_release: no clipping, so the update's hyperparameters are known before the backward
+  const OptimizerHyper h{float(r.lr), t_.weight_decay, 1.0f, step + 1, splitmix64(cfg_.run.seed + uint64_t(step))};
+  if (plan_.zero.release_grads) engine_->release_step(h);
   for (int micro = 0; micro < plan_.grad_accum; ++micro) {
     engine_->begin_micro_step(micro + 1 == plan_.grad_accum);
     r.loss += model_->forward(*engine_, tok_.data() + micro * BT, tgt_.data() + micro * BT, true, dloss);
@@ -177,8 +180,7 @@ Trainer::StepResult Trainer::train_step(int step) {
     throw Diverged(kExitFailure, "training diverged at step " + std::to_string(step + 1) + ": loss " +
                                      std::to_string(r.loss) + ", gradient norm " + std::to_string(r.norm) +
                                      "; nothing was checkpointed from it");
-  engine_->update({float(r.lr), t_.weight_decay, clip_scale(r.norm, t_.grad_clip),
-                   step + 1, splitmix64(cfg_.run.seed + uint64_t(step))});
+  engine_->update({h.lr, h.weight_decay, clip_scale(r.norm, t_.grad_clip), h.step, h.seed});
   if (fp8_) fp8_->end_step(amax_reduction());  // this step's amaxes -> the next step's scales
   be_->synchronize();
   be_->op_profile_pause(true);

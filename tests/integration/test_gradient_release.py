@@ -1,0 +1,93 @@
+"""training.gradient_release: each bucket's update runs as its gradient completes in the backward, with no
+whole-model gradients. The same training as without it, bit for bit (losses and every checkpointed value)
+under every state type, master kind, recompute level and FP8; the gradients' memory predicted and measured
+as the role buffers alone; resumable; and refused, by name, where a bucket's update would have to wait."""
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import as_killed, read_log, run_train, tiny_yaml
+
+
+def train(tmp_path, name, release, extra="", steps=6, ckpt_every=6, args=()):
+    y = tiny_yaml(tmp_path, name=name, steps=steps, ckpt_every=ckpt_every,
+                  extra=f"training: {{grad_clip: 0.0, gradient_release: {str(release).lower()}}}\n" + extra)
+    p = run_train(["--yaml", y, *args])
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return tmp_path / "runs" / name, p
+
+
+def datasets(path):
+    """Every dataset of a checkpoint file by name (the state; the attributes name the config, which differs)."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda k, v: out.__setitem__(k, v[()]) if isinstance(v, h5py.Dataset) else None)
+    return out
+
+
+@pytest.mark.parametrize("extra", [
+    "",
+    "training: {optimizer_state: int8, master_weights: compensated, recompute: 3}\n",
+    "training: {optimizer_state: bf16, master_weights: none, recompute: 1}\n",
+    "training: {precision: fp8, recompute: 2}\n",
+    "training: {optimizer: lion, lr: 1.0e-3}\n",
+], ids=["fp32", "int8-compensated-r3", "bf16-state-no-master-r1", "fp8-r2", "lion"])
+def test_the_same_training_bit_for_bit(tmp_path, extra):
+    whole, _ = train(tmp_path, "whole", False, extra)
+    rel, _ = train(tmp_path, "rel", True, extra)
+    a, b = read_log(whole / "log.h5"), read_log(rel / "log.h5")
+    assert np.array_equal(a["loss"], b["loss"]), (a["loss"], b["loss"])
+    # the norm is summed bucket by bucket: the same up to the order of the sum
+    np.testing.assert_allclose(b["grad_norm"], a["grad_norm"], rtol=1e-5)
+    ca, cb = (datasets(d / "checkpoints/step_00000006/rank_00000.h5") for d in (whole, rel))
+    assert ca.keys() == cb.keys() and len(ca) > 0
+    for k in ca:
+        assert np.array_equal(ca[k], cb[k]), k
+
+
+def test_no_whole_model_gradients_predicted_or_held(tmp_path):
+    four = "model: {n_layer: 4}\n"  # more layers than the role buffers' two
+    whole, _ = train(tmp_path, "whole", False, four)
+    rel, _ = train(tmp_path, "rel", True, four)
+    a, b = read_log(whole / "log.h5"), read_log(rel / "log.h5")
+    assert int(b["mem_pred"]["grads"]) == int(b["mem_meas"]["grads"]) == 0
+    assert int(a["mem_pred"]["grads"]) == int(a["mem_meas"]["grads"]) >= 4 * int(a["attrs"]["n_params"])
+    # the buckets' gradients in the four role buffers instead (the communication component's, as stage 2's),
+    # predicted as held: the largest bucket of each role, fewer bytes than the whole model's
+    added = int(b["mem_pred"]["comm"]) - int(a["mem_pred"]["comm"])
+    assert int(b["mem_pred"]["comm"]) == int(b["mem_meas"]["comm"])
+    assert 0 < added < int(a["mem_pred"]["grads"]), (added, a["mem_pred"]["grads"])
+    for log in (a, b):
+        for k in ("params", "grads", "master", "optim", "comm"):
+            assert int(log["mem_pred"][k]) == int(log["mem_meas"][k]), (k, log["mem_pred"], log["mem_meas"])
+
+
+def test_resumes_bit_for_bit_and_from_a_run_without_it(tmp_path):
+    ref, _ = train(tmp_path, "ref", True, steps=8, ckpt_every=4)
+    # runs with and without release, stopped after their step-4 checkpoint, resumed with release
+    for name, release in (("a", True), ("b", False)):
+        d, _ = train(tmp_path, name, release, steps=8, ckpt_every=4)
+        shutil.rmtree(d / "checkpoints/step_00000008")
+        as_killed(d)
+        y = tiny_yaml(tmp_path, name=name, steps=8, ckpt_every=4,
+                      extra="training: {grad_clip: 0.0, gradient_release: true}\n")
+        p = run_train(["--yaml", y, "--resume"])
+        assert p.returncode == 0 and "resumed from step 4" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+        assert np.array_equal(read_log(d / "log.h5")["loss"], read_log(ref / "log.h5")["loss"]), name
+
+
+@pytest.mark.parametrize("extra,ranks,why", [
+    ("training: {gradient_release: true}\n", 1, "training.grad_clip 0"),
+    ("training: {gradient_release: true, grad_clip: 0.0, grad_accum: 2}\n", 1, "grad_accum 1"),
+    ("training: {gradient_release: true, grad_clip: 0.0}\n", 2, "one rank"),
+    ("training: {gradient_release: true, grad_clip: 0.0, memory_fit: auto, memory_limit_gb: 1}\n", 1,
+     "training.memory_fit off"),
+])
+def test_refused_by_name_before_any_work(tmp_path, extra, ranks, why):
+    y = tiny_yaml(tmp_path, name="r", extra=extra)
+    p = run_train(["--yaml", y], ranks=ranks)
+    assert p.returncode != 0
+    assert "training.gradient_release" in p.stderr and why in p.stderr, p.stderr
+    assert not (tmp_path / "runs/r").exists()
