@@ -172,6 +172,8 @@ class Backend {
   virtual void normal_init(const NormalInit& op) = 0;
   // sum of squares of x (n), act dtype, returned to the host in double (synchronises)
   virtual double sum_squares(const void* x, size_t n) = 0;
+  // the same sum into *out (one double of this backend's memory), queued: no synchronisation
+  virtual void sum_squares_to(double* out, const void* x, size_t n) = 0;
   // Device code that lives outside the backend (an optimizer's update, optim/step.hpp): fn runs with the
   // compute stream (cudaStream_t; nullptr on the CPU), queued after every op so far, timed as op `name`
   // by the op profile, and its kernels' failures turned into the program's errors like the ops' own.

@@ -124,6 +124,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& be, Communicator& com
   } else {
     nonfinite_ = static_cast<unsigned*>(take(sizeof(unsigned), flag_bytes));
   }
+  if (policy_.release_grads) released_sq_ = static_cast<double*>(take(sizeof(double) * nb, flag_bytes));
   if (z.grad_temps)
     for (size_t c : z.role_cap) grad_temps_.push_back(take(esz_ * c, alloc_.comm));
   if (z.gather_bufs)
@@ -161,6 +162,7 @@ ZeroEngine::~ZeroEngine() {
   }
   for (void* p : grad_temps_) be_.free(p);
   for (void* p : gather_bufs_) be_.free(p);
+  if (released_sq_) be_.free(released_sq_);
   for (void* p : {fp8_bufs_[0], fp8_bufs_[1], rest_bufs_[0], rest_bufs_[1]})
     if (p) be_.free(p);
 }
@@ -346,8 +348,8 @@ void* ZeroEngine::grads(int b) {
 
 void ZeroEngine::grads_done(int b) {
   if (policy_.release_grads) {  // one rank: the bucket's whole gradient is in its role's buffer
-    if (releasing_) {
-      released_sq_ += be_.sum_squares(grad_temp(b), shape_[b].size);
+    if (releasing_) {  // its sum of squares kept on the device, read once by grad_norm: no wait in the backward
+      be_.sum_squares_to(released_sq_ + b, grad_temp(b), shape_[b].size);
       for (const ParamRange& r : ranges(b, param_piece(b), grad_temp(b))) opt_.update(be_, r, release_h_);
     }
     return;  // else (FP8 calibration, micro_batch: max's trial) the gradient is thrown away
@@ -377,7 +379,6 @@ void ZeroEngine::release_step(const OptimizerHyper& h) {
   be_.after_copies();  // a snapshot's copies read what the first update is about to write
   release_h_ = h;
   releasing_ = true;
-  released_sq_ = 0;
 }
 
 void ZeroEngine::begin_micro_step(bool last) {
@@ -395,8 +396,10 @@ void ZeroEngine::end_backward() {
 
 double ZeroEngine::grad_norm() {
   double s = 0;
-  if (policy_.release_grads) {
-    s = released_sq_;
+  if (policy_.release_grads) {  // bucket by bucket, in the buckets' order
+    std::vector<double> sq(layout_.n_buckets());
+    be_.copy_d2h(sq.data(), released_sq_, sizeof(double) * sq.size());
+    for (double x : sq) s += x;
   } else if (!policy_.shard_optimizer) {
     s = be_.sum_squares(grads_full_, full_total_);
   } else if (policy_.shard_grads) {

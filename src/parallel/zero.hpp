@@ -191,11 +191,11 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   size_t ring_elems_ = 0, host_bytes_ = 0;
   unsigned host_nonfinite_ = 0;
   double offload_ms_ = NAN, offload_wait_ms_ = NAN;
-  // training.gradient_release: the step's hyperparameters, whether this backward updates, and the sum of
-  // squares of the gradients it released
+  // training.gradient_release: the step's hyperparameters, whether this backward updates, and each
+  // bucket's sum of squares of the gradient it released (device memory, one double a bucket)
   OptimizerHyper release_h_{};
   bool releasing_ = false;
-  double released_sq_ = 0;
+  double* released_sq_ = nullptr;
   std::vector<void*> gather_bufs_;  // stage 3: [embedding, final, layer even, layer odd]
   std::vector<void*> grad_temps_;   // stages 2-3: same four roles
   // gather_fp8: per bucket, its FP8 weights (empty: gathered whole) and the elements past them

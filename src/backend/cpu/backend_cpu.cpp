@@ -383,6 +383,7 @@ class CpuBackend final : public Backend {
       losses[i] = cpu::xent_row(zi, dloss != 0.0f ? zi : nullptr, V, Vp, targets[i], dloss);
     }
   }
+  void sum_squares_to(double* out, const void* x, size_t n) override { *out = sum_squares(x, n); }
   void normal_init(const NormalInit& op) override {
     WallScope t(tally_, "normal_init");
 #pragma omp parallel for schedule(static)

@@ -431,17 +431,18 @@ class CudaBackend final : public Backend {
     }
   }
   double sum_squares(const void* x, size_t n) override {
-    void* scratch = scratch_for(kern::sum_squares_scratch_bytes());
-    {
-      OpProfiler::Scope t(prof_, stream_, "sum_squares");
-      dispatch([&](auto tag) {
-        using X = decltype(tag);
-        kern::sum_squares<X>(sumsq_, static_cast<const X*>(x), n, scratch, stream_);
-      });
-    }
+    sum_squares_to(sumsq_, x, n);
     double h = 0;
     copy_d2h(&h, sumsq_, sizeof(double));
     return h;
+  }
+  void sum_squares_to(double* out, const void* x, size_t n) override {
+    void* scratch = scratch_for(kern::sum_squares_scratch_bytes());
+    OpProfiler::Scope t(prof_, stream_, "sum_squares");
+    dispatch([&](auto tag) {
+      using X = decltype(tag);
+      kern::sum_squares<X>(out, static_cast<const X*>(x), n, scratch, stream_);
+    });
   }
   Fp8Ops* fp8() override { return fp8_.get(); }
   void run_op(const char* name, const std::function<void(void*)>& fn) override {
