@@ -136,6 +136,15 @@ def int8_code(signed):
     return values
 
 
+def rank_file_arrays(path):
+    """Every dataset of a checkpoint rank file (parameters, optimizer state, FP8 state), by name."""
+    import h5py
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
 def read_log(path):
     import h5py
     with h5py.File(path, "r") as f:

@@ -4,11 +4,10 @@ under every state type, master kind, recompute level and FP8; the gradients' mem
 as the role buffers alone; resumable; and refused, by name, where a bucket's update would have to wait."""
 import shutil
 
-import h5py
 import numpy as np
 import pytest
 
-from conftest import as_killed, read_log, run_train, tiny_yaml
+from conftest import as_killed, rank_file_arrays, read_log, run_train, tiny_yaml
 
 
 def train(tmp_path, name, release, extra="", steps=6, ckpt_every=6, args=()):
@@ -17,14 +16,6 @@ def train(tmp_path, name, release, extra="", steps=6, ckpt_every=6, args=()):
     p = run_train(["--yaml", y, *args])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return tmp_path / "runs" / name, p
-
-
-def datasets(path):
-    """Every dataset of a checkpoint file by name (the state; the attributes name the config, which differs)."""
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda k, v: out.__setitem__(k, v[()]) if isinstance(v, h5py.Dataset) else None)
-    return out
 
 
 @pytest.mark.parametrize("extra", [
@@ -41,7 +32,8 @@ def test_the_same_training_bit_for_bit(tmp_path, extra):
     assert np.array_equal(a["loss"], b["loss"]), (a["loss"], b["loss"])
     # the norm is summed bucket by bucket: the same up to the order of the sum
     np.testing.assert_allclose(b["grad_norm"], a["grad_norm"], rtol=1e-5)
-    ca, cb = (datasets(d / "checkpoints/step_00000006/rank_00000.h5") for d in (whole, rel))
+    # every dataset (the state; the attributes name the config, which differs)
+    ca, cb = (rank_file_arrays(d / "checkpoints/step_00000006/rank_00000.h5") for d in (whole, rel))
     assert ca.keys() == cb.keys() and len(ca) > 0
     for k in ca:
         assert np.array_equal(ca[k], cb[k]), k

@@ -8,11 +8,10 @@ import re
 import shutil
 import subprocess
 
-import h5py
 import numpy as np
 import pytest
 
-from conftest import read_log, run_train, tiny_yaml, write_yaml
+from conftest import rank_file_arrays, read_log, run_train, tiny_yaml, write_yaml
 
 # four layers (blocks whose input is the previous block's fused residual + LayerNorm; at ZeRO 3 the backward
 # gathers some layers' parameters again, FP8 weights as FP8 bytes, for the recomputation), two
@@ -27,14 +26,6 @@ def run(tmp_path, name, ranks, stage, sets):
     p = run_train(args, ranks=ranks, timeout=180, env={"OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, f"{name} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return read_log(tmp_path / "runs" / name / "log.h5"), tmp_path / "runs" / name / f"checkpoints/step_{STEPS:08d}"
-
-
-def rank_file_arrays(path):
-    """Every dataset of a checkpoint rank file (parameters, optimizer state, FP8 state), by name."""
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
-    return out
 
 
 def assert_identical_runs(a, b, ckpt_a, ckpt_b, what):
