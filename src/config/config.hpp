@@ -101,6 +101,7 @@ struct TrainingConfig {
   int fp8_amax_history = 16;
   int fp8_margin = 0;
   bool fp8_classifier = true;
+  std::string fp8_layers = "all";
   bool fp8_gelu_epilogue = false;
   bool fp8_weight_gather = true;
   Fp8FastAccum fp8_fast_accum = Fp8FastAccum::dinp;

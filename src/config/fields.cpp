@@ -87,6 +87,12 @@ std::vector<Field> fields_of(Config& c) {
        "sum over the vocabulary, keeps cuBLASLt's promotion to fp32 under every fp8_fast_accum setting. The "
        "default: the fastest FP8 policy that stays within 1% of bf16's loss on real text (bench/RESULTS.md). "
        "false: the classifier in bf16 (the only value accepted at another precision, where it is what happens)"},
+      {"training.fp8_layers", &t.fp8_layers,
+       "precision fp8: the layers whose four block products run on FP8 operands; the others run them in bf16 "
+       "(a common recipe keeps the first and last blocks in bf16). `all`, `none` (only the classifier, with "
+       "fp8_classifier), or layer numbers and ranges from 0, e.g. `1-46` or `0,2-5`. A LayerNorm writes FP8 "
+       "exactly where the product it feeds is FP8; FP8 state, weight copies and their memory exist only for "
+       "the FP8 layers"},
       {"training.fp8_gelu_epilogue", &t.fp8_gelu_epilogue,
        "precision fp8: GELU's output, fcproj's FP8 input, is written in FP8 by the fc product's cuBLASLt "
        "epilogue (its amax folded in per call). false: fc writes its output before GELU in bf16 and fcproj's "

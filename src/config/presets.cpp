@@ -1,5 +1,6 @@
 #include "config/presets.hpp"
 
+#include <algorithm>
 #include <array>
 #include <iterator>
 #include <map>
@@ -43,6 +44,33 @@ ModelDims resolve_dims(const ModelConfig& m) {
   d.max_seq_len = m.max_seq_len;
   d.norm = m.norm;
   return d;
+}
+
+std::vector<bool> parse_layer_set(const std::string& text, int n_layer, const std::string& key) {
+  if (text == "all") return std::vector<bool>(size_t(n_layer), true);
+  std::vector<bool> set(size_t(n_layer), false);
+  if (text == "none") return set;
+  const std::string form = " (give `all`, `none`, or layer numbers and ranges from 0 such as `1-46` or `0,2-5`)";
+  auto number = [&](const std::string& s) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      throw input_error(key + ": '" + text + "' is not a set of layers" + form);
+    const int l = std::stoi(s);
+    if (l >= n_layer)
+      throw input_error(key + ": layer " + s + " is outside the model's " + std::to_string(n_layer) +
+                        " layers (they are numbered 0-" + std::to_string(n_layer - 1) + ")");
+    return l;
+  };
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const size_t dash = item.find('-');
+    const int lo = number(item.substr(0, dash)), hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
+    if (hi < lo) throw input_error(key + ": the range '" + item + "' runs backwards" + form);
+    for (int l = lo; l <= hi; ++l) set[size_t(l)] = true;
+    at = end + 1;
+  }
+  return set;
 }
 
 std::vector<SpecAttr> spec_attrs(const ModelDims& d) {

@@ -19,6 +19,10 @@ struct ModelDims {
 // Resolves model.preset or the explicit dims; throws an input error naming the key.
 ModelDims resolve_dims(const ModelConfig& m);
 
+// A set of layers as text ("all", "none", or numbers and ranges from 0: "1-46", "0,2-5") as one flag per
+// layer of n_layer; throws an input error naming `key` on malformed text or a layer outside the model.
+std::vector<bool> parse_layer_set(const std::string& text, int n_layer, const std::string& key);
+
 // The model's structure as named integers: what a checkpoint records (one attribute each) and a resume
 // compares, so that a new structural choice is recorded and checked by being listed here. `absent`: the
 // value of a file written before the attribute existed; `names`: the value's names for messages (enums).

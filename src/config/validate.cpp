@@ -1,4 +1,5 @@
 // Every field and every combination checked once per run, before anything is written.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -126,6 +127,17 @@ void validate(const Config& cfg, int world) {
   if (t.precision == Precision::fp8 && (d.n_embd % 16 != 0 || t.seq_len % 16 != 0))
     bad("training.precision", "fp8 needs model.n_embd and training.seq_len to be multiples of 16 (FP8 tensor "
                               "cores); they are " + std::to_string(d.n_embd) + " and " + std::to_string(t.seq_len));
+  if (t.precision == Precision::fp8) {
+    std::vector<bool> fp8_layers;
+    try {
+      fp8_layers = parse_layer_set(t.fp8_layers, d.n_layer, "training.fp8_layers");
+    } catch (const Error& e) {
+      throw input_error(std::string("config error: ") + e.what());
+    }
+    if (std::find(fp8_layers.begin(), fp8_layers.end(), true) == fp8_layers.end() && !t.fp8_classifier)
+      bad("training.fp8_layers", "'" + t.fp8_layers + "' with training.fp8_classifier: false leaves no product in "
+                                 "FP8 (for that, set training.precision: bf16)");
+  }
   if (t.precision == Precision::fp8 && t.logits_chunk % 16 != 0)
     bad("training.logits_chunk", "precision fp8 needs a multiple of 16 (the FP8 classifier's products); it is " +
                                      std::to_string(t.logits_chunk));

@@ -17,10 +17,11 @@ namespace gpt {
 // gradient (chunk,Vp) and its lnf rows transposed (C,chunk) (the gradient's transpose reuses the logits).
 namespace {
 
-std::vector<Block> make_blocks(const ParamLayout& layout, LayerPrecision linear) {
+std::vector<Block> make_blocks(const ParamLayout& layout, const PrecisionPolicy& policy, Fp8Scaling* fp8) {
   std::vector<Block> blocks;
   blocks.reserve(layout.dims().n_layer);
-  for (int l = 0; l < layout.dims().n_layer; ++l) blocks.emplace_back(layout, l, linear);
+  for (int l = 0; l < layout.dims().n_layer; ++l)
+    blocks.emplace_back(layout, l, LayerPrecision{policy.layer_fp8(l) ? fp8 : nullptr, policy.fp8_gelu_epilogue});
   return blocks;
 }
 }  // namespace
@@ -48,25 +49,29 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
                                  const PrecisionPolicy& p, int chunk_rows) {
   const bool fp8 = p.fp8_linear;
   const size_t BT = size_t(B) * T, C = d.n_embd, L = d.n_layer, NH = d.n_head, Vp = d.padded_vocab;
-  const size_t e = dtype_size(act), f = 4, q = fp8 ? 1 : e;  // q: the block products' inputs' element size
+  const size_t e = dtype_size(act), f = 4;
+  size_t L8 = 0;  // layers with FP8 products
+  for (int l = 0; l < d.n_layer; ++l) L8 += p.layer_fp8(l);
+  // the block products' inputs: one byte an element in the FP8 layers; a buffer shared by the layers
+  // (recompute) holds the widest
+  const size_t q_sum = L8 + (L - L8) * e, q_shared = p.all_layers_fp8() ? 1 : e;
   const size_t q_lnf = p.fp8_classifier ? 1 : e;              // the classifier's input's
   const size_t chunk = std::min(BT, size_t(chunk_rows));  // lm-head rows per chunk: the logits buffer's
-  const size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
   const size_t act_layers = recompute >= 3 ? 1 : L;      // the rest of BlockActs
   ActivationBytes r;
   r.stored = e * BT * C                                   // encoded
              + L * e * BT * C                             // res3
              + act_layers * e * BT * (3 * C + C + C + 4 * C)  // qkv atty res2 fch
-             + ln_layers * q * BT * 2 * C                 // ln1 ln2
-             + gelu_layers * q * BT * 4 * C               // fch_gelu
+             + (recompute >= 2 ? q_shared : q_sum) * BT * 2 * C  // ln1 ln2
+             + (recompute >= 1 ? q_shared : q_sum) * BT * 4 * C  // fch_gelu
              + act_layers * f * (4 * BT + NH * BT)        // ln means/rstds, lse
              + q_lnf * BT * C + f * 2 * BT;               // lnf + stats
   r.scratch = e * chunk * Vp + f * BT + 4 * 2 * BT       // logits, losses, tokens, targets
               + e * BT * C * 5 + e * BT * 4 * C           // scratch_c, dres, dlnf, dtmp, datty, dbig
               + f * C;                                    // dres_colsum
   if (fp8) {
-    r.stored += act_layers * BT * C                       // atty_t
-                + (recompute >= 3 ? L * 12 * C * C + 4 * C * C : L * 24 * C * C);  // the FP8 weights (and transposes)
+    r.stored += (recompute >= 3 ? 1 : L8) * BT * C        // atty_t
+                + (recompute >= 3 ? L8 * 12 * C * C + 4 * C * C : L8 * 24 * C * C);  // the FP8 weights (and transposes)
     r.scratch += 3 * BT * 4 * C + f * 4 * C;              // q_in, q_dout_t, q_inp_t, colsum
   }
   if (p.fp8_classifier) {
@@ -82,7 +87,7 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
       chunk_rows_(int(std::min(size_t(B) * T, size_t(std::max(1, chunk_rows))))),
       ctx_{be},
       fp8_(fp8),
-      blocks_(make_blocks(layout, LayerPrecision{policy.fp8_linear ? fp8 : nullptr, policy.fp8_gelu_epilogue})),
+      blocks_(make_blocks(layout, policy, fp8)),
       lnf_(layout, -1, "lnfw", "lnfb", d.n_embd),
       head_(layout, chunk_rows_, LayerPrecision{policy.fp8_classifier ? fp8 : nullptr}),
       a_(std::make_unique<Acts>()) {
@@ -94,8 +99,9 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   wpe_ = emb.tensor("wpe").offset;
   if (fp8) fp8->allocate();  // every scaled tensor registered
 
-  const size_t e = dtype_size(be.act_dtype()), q_ln = blocks_[0].ln1_fp8() ? 1 : e;
-  const size_t q_gelu = policy.fp8_linear ? 1 : e, q_lnf = head_.fp8() ? 1 : e;
+  // the block products' inputs: FP8 bytes in the FP8 layers; a buffer the layers share holds the widest
+  const size_t e = dtype_size(be.act_dtype()), q_shared = policy.all_layers_fp8() ? 1 : e;
+  const size_t q_lnf = head_.fp8() ? 1 : e;
   Acts& a = *a_;
   auto A = [&](size_t bytes) {
     void* p = be_.alloc(bytes);
@@ -106,33 +112,37 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   const size_t before = be.bytes_in_use();
   try {
     a.encoded = A(e * BT * C);
-    void* shared_ln1 = recompute == 2 ? A(q_ln * BT * C) : nullptr;
-    void* shared_ln2 = recompute == 2 ? A(q_ln * BT * C) : nullptr;
-    void* shared_gelu = recompute == 1 || recompute == 2 ? A(q_gelu * BT * 4 * C) : nullptr;
-    auto block_acts = [&] {
+    void* shared_ln1 = recompute == 2 ? A(q_shared * BT * C) : nullptr;
+    void* shared_ln2 = recompute == 2 ? A(q_shared * BT * C) : nullptr;
+    void* shared_gelu = recompute == 1 || recompute == 2 ? A(q_shared * BT * 4 * C) : nullptr;
+    // layer l's (or, at recompute 3, every layer's: l -1)
+    auto block_acts = [&](int l) {
+      const bool fp8_layer = l < 0 ? policy.fp8_linear : policy.layer_fp8(l);
+      const size_t q = l < 0 ? q_shared : fp8_layer ? 1 : e;
       BlockActs b{};
-      b.ln1 = shared_ln1 ? shared_ln1 : A(q_ln * BT * C);
+      b.ln1 = shared_ln1 ? shared_ln1 : A(q * BT * C);
       b.ln1_mean = F(BT);
       b.ln1_rstd = F(BT);
       b.qkv = A(e * BT * 3 * C);
       b.atty = A(e * BT * C);
       b.lse = F(NH * BT);
       b.res2 = A(e * BT * C);
-      b.ln2 = shared_ln2 ? shared_ln2 : A(q_ln * BT * C);
+      b.ln2 = shared_ln2 ? shared_ln2 : A(q * BT * C);
       b.ln2_mean = F(BT);
       b.ln2_rstd = F(BT);
       b.fch = A(e * BT * 4 * C);
-      b.fch_gelu = shared_gelu ? shared_gelu : A(q_gelu * BT * 4 * C);
-      if (policy.fp8_linear) b.atty_t = A(BT * C);
+      b.fch_gelu = shared_gelu ? shared_gelu : A(q * BT * 4 * C);
+      if (fp8_layer) b.atty_t = A(BT * C);
       return b;
     };
-    const BlockActs shared = recompute >= 3 ? block_acts() : BlockActs{};  // every layer's at recompute 3
+    const BlockActs shared = recompute >= 3 ? block_acts(-1) : BlockActs{};  // every layer's at recompute 3
     // recompute 3 keeps no FP8 weight transposes either: one scratch, filled by each product's backward
     void* weight_t = recompute >= 3 && policy.fp8_linear ? A(blocks_[0].largest_weight()) : nullptr;
     for (size_t l = 0; l < L; ++l) {
-      a.block.push_back(recompute >= 3 ? shared : block_acts());
+      a.block.push_back(recompute >= 3 ? shared : block_acts(int(l)));
       a.res3.push_back(A(e * BT * C));
-      if (policy.fp8_linear) blocks_[l].set_weight_cache(A(blocks_[l].weight_cache_bytes(!weight_t)), weight_t);
+      if (policy.layer_fp8(int(l)))
+        blocks_[l].set_weight_cache(A(blocks_[l].weight_cache_bytes(!weight_t)), weight_t);
     }
     a.lnf = A(q_lnf * BT * C);
     a.lnf_mean = F(BT);

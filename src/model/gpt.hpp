@@ -3,6 +3,7 @@
 // embeddings, the blocks, the final LayerNorm and the tied classifier with its loss. One forward, backward and recomputation path
 // for every precision; the model owns the activations and hands each layer its buffers.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -18,10 +19,16 @@ namespace gpt {
 
 // Which layers compute in FP8 (training.precision fp8 and its per-layer keys); all false: bf16/fp32.
 struct PrecisionPolicy {
-  bool fp8_linear = false;      // the four block products of every layer
-  bool fp8_classifier = false;  // the tied classifier's three products (training.fp8_classifier)
+  bool fp8_linear = false;         // the four block products of the layers in fp8_layer (at least one)
+  std::vector<bool> fp8_layer;     // per layer (training.fp8_layers); empty: every layer
+  bool fp8_classifier = false;     // the tied classifier's three products (training.fp8_classifier)
   bool fp8_gelu_epilogue = false;  // FP8 GELU output from fc's epilogue (training.fp8_gelu_epilogue)
   bool any_fp8() const { return fp8_linear || fp8_classifier; }
+  bool layer_fp8(int l) const { return fp8_linear && (fp8_layer.empty() || fp8_layer[size_t(l)]); }
+  // Whether every layer's products are FP8 (none of them bf16)
+  bool all_layers_fp8() const {
+    return fp8_linear && std::find(fp8_layer.begin(), fp8_layer.end(), false) == fp8_layer.end();
+  }
 };
 
 // Activation memory for one micro-batch shape, in bytes (what GPT allocates).

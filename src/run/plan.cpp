@@ -1,5 +1,6 @@
 #include "run/plan.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -59,7 +60,13 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.caps = p.device == "cpu" ? cpu_device_caps() : cuda_device_caps(0);
   check_capabilities(cfg, p);
   p.act = (p.device == "cuda" && t.precision != Precision::fp32) ? DType::BF16 : DType::F32;
-  p.precision.fp8_linear = t.precision == Precision::fp8;
+  if (t.precision == Precision::fp8) {
+    // every layer: no mask (the same policy as before the key); none: no FP8 block product at all
+    std::vector<bool> layers = parse_layer_set(t.fp8_layers, p.dims.n_layer, "training.fp8_layers");
+    p.precision.fp8_linear = std::find(layers.begin(), layers.end(), true) != layers.end();
+    if (p.precision.fp8_linear && std::find(layers.begin(), layers.end(), false) != layers.end())
+      p.precision.fp8_layer = std::move(layers);
+  }
   p.precision.fp8_classifier = t.precision == Precision::fp8 && t.fp8_classifier;
   p.precision.fp8_gelu_epilogue = t.fp8_gelu_epilogue;
   p.fp8_recipe.grad = t.fp8_grad_format;
@@ -250,6 +257,14 @@ void print_plan(const Config& cfg, const Plan& plan) {
            : m == optim::MasterKind::Compensated ? "compensated: a bf16 residual beside each bf16 parameter"
                                                  : "none: the bf16 parameters are updated in place")
        << "\n";
+  }
+  if (!plan.precision.fp8_layer.empty()) {  // some layers' products in bf16 (training.fp8_layers)
+    std::string layers[2];  // bf16, fp8
+    for (int l = 0; l < plan.dims.n_layer; ++l) {
+      std::string& s = layers[plan.precision.layer_fp8(l)];
+      s += (s.empty() ? "" : " ") + std::to_string(l);
+    }
+    os << "| fp8 layers         " << layers[1] << " (bf16: " << layers[0] << ")\n";
   }
   if (!plan.device_note.empty()) os << "| (" << plan.device_note << ")\n";
   if (!plan.memory_fit.empty()) {

@@ -113,6 +113,13 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
                (now.training.fp8_classifier ? "true" : "false") + " now: the classifier's products run in " +
                (now.training.fp8_classifier ? "FP8" : "bf16") + " from here (set training.fp8_classifier: " +
                (old.training.fp8_classifier ? "true" : "false") + " to keep them as they were)";
+  // other layers in FP8: the scales of layers new to FP8 calibrate as a new tensor's do; those of layers
+  // now in bf16 are left behind
+  if (old.training.precision == Precision::fp8 && now.training.precision == Precision::fp8 &&
+      old.training.fp8_layers != now.training.fp8_layers)
+    warning += std::string(warning.empty() ? "" : "\n") + "note: training.fp8_layers was '" + old.training.fp8_layers +
+               "' in " + what + " and is '" + now.training.fp8_layers + "' now: the block products of the layers it " +
+               "adds run in FP8 from here, their scales calibrated first; those it drops run in bf16";
   // master weights held another way: the checkpoint's fp32 master values are taken as this kind holds them
   if (old.training.master_weights != now.training.master_weights && plan.act == DType::BF16) {
     const char* was = name_of(old.training.master_weights);

@@ -164,8 +164,9 @@ void Trainer::build_model(int B) {
   model_.reset();
   model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute, plan_.precision,
                                  fp8_.get(), plan_.logits_chunk);
-  if (plan_.zero.gather_fp8)  // ZeRO-3: the products' weights gathered as FP8
-    for (int l = 0; l < plan_.dims.n_layer; ++l) engine_->gather_fp8(layout_->layer_bucket(l), model_->fp8_weights(l));
+  if (plan_.zero.gather_fp8)  // ZeRO-3: the FP8 layers' product weights gathered as FP8
+    for (int l = 0; l < plan_.dims.n_layer; ++l)
+      if (plan_.precision.layer_fp8(l)) engine_->gather_fp8(layout_->layer_bucket(l), model_->fp8_weights(l));
   measured_.activations = model_->stored_bytes();
   measured_.workspace = model_->scratch_bytes();
 }
