@@ -88,19 +88,20 @@ void validate(const Config& cfg, int world) {
     bad("training.offload", "'optimizer' works with training.zero_stage 0, 1 or 2, not 3 (the parameters' "
                             "shards are gathered on the device)");
   if (t.gradient_release) {
+    // memory_fit: auto with the split left open chooses one micro-batch a step for it
+    const bool split_open = t.memory_fit == MemoryFit::automatic && !cfg.set_keys.count("training.micro_batch") &&
+                            !(cfg.set_keys.count("training.grad_accum") && t.total_batch_tokens == 0);
     const int64_t accum = t.total_batch_tokens > 0 && !t.micro_batch.max
                               ? t.total_batch_tokens / (int64_t(t.micro_batch.size) * t.seq_len * world)
                               : t.grad_accum;
-    const char* why = t.grad_clip > 0 ? "training.grad_clip 0 (clipping by the global norm needs every gradient "
-                                        "before the first update)"
-                      : accum > 1     ? "one micro-batch a step (grad_accum 1: accumulation needs the whole "
-                                        "model's gradients)"
-                      : world > 1     ? "one rank (the ranks' gradient pieces are not released yet)"
-                      : t.offload == Offload::optimizer ? "training.offload none (the offloaded update is "
-                                                          "pipelined after the backward)"
-                      : t.memory_fit == MemoryFit::automatic ? "training.memory_fit off (memory_fit does not "
-                                                               "choose it yet)"
-                                                             : nullptr;
+    const char* why =
+        t.grad_clip > 0 ? "training.grad_clip 0 (clipping by the global norm needs every gradient before the first "
+                          "update)"
+        : accum > 1 && !split_open ? "one micro-batch a step (grad_accum 1: accumulation needs the whole model's "
+                                     "gradients)"
+        : world > 1                       ? "one rank (the ranks' gradient pieces are not released yet)"
+        : t.offload == Offload::optimizer ? "training.offload none (the offloaded update is pipelined after the backward)"
+                                          : nullptr;
     if (why) bad("training.gradient_release", std::string("'true' needs ") + why);
   }
   if (t.recompute < 0 || t.recompute > 3) bad("training.recompute", "must be 0, 1, 2 or 3");

@@ -85,13 +85,15 @@ std::string keep_checkpoint_choice(Config& cfg) {
     if (!given(cfg, "training.recompute")) t.recompute = o.recompute;
     if (!given(cfg, "training.master_weights")) t.master_weights = o.master_weights;
     if (!given(cfg, "training.offload")) t.offload = o.offload;
+    if (!given(cfg, "training.gradient_release")) t.gradient_release = o.gradient_release;
     if (!given(cfg, "training.logits_chunk")) t.logits_chunk = o.logits_chunk;
     if (!split_given(cfg)) {
       t.micro_batch = o.micro_batch;
       if (t.total_batch_tokens == 0) t.grad_accum = o.grad_accum;
     }
     for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights",
-                          "training.offload", "training.logits_chunk", "training.micro_batch", "training.grad_accum"})
+                          "training.offload", "training.gradient_release", "training.logits_chunk",
+                          "training.micro_batch", "training.grad_accum"})
       cfg.set_keys.insert(k);
     return ck;
   }
@@ -127,6 +129,7 @@ double predicted_step_s(const Plan& p) {
 std::string FitCandidate::describe() const {
   return "optimizer_state " + optimizer_state + ", recompute " + std::to_string(recompute) + ", master_weights " +
          name_of(master) + (offload == Offload::optimizer ? ", offload optimizer" : "") +
+         (gradient_release ? ", gradient_release" : "") +
          (logits_chunk > 0 ? ", logits_chunk " + std::to_string(logits_chunk) : "") + ", micro_batch " +
          std::to_string(micro_batch) + " x grad_accum " + std::to_string(grad_accum);
 }
@@ -153,8 +156,12 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
     for (int B = per_rank; B >= 1; --B)
       if (per_rank % B == 0) micro.push_back(B);
   }
+  // gradient release where the config allows it and leaves it open: grad_clip 0 and one rank (and then
+  // one micro-batch a step, no offload: below)
+  std::vector<bool> releases = {t.gradient_release};
+  if (!given(cfg, "training.gradient_release") && t.grad_clip == 0 && world == 1) releases = {false, true};
   for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights", "training.offload",
-                        "training.logits_chunk"})
+                        "training.gradient_release", "training.logits_chunk"})
     if (given(cfg, k)) r.kept.push_back(k);
   if (split_given(cfg))
     r.kept.push_back(given(cfg, "training.micro_batch") ? "training.micro_batch" : "training.grad_accum");
@@ -162,25 +169,38 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
   std::vector<int> chunks = {t.logits_chunk};  // the config's, and the smaller one where it leaves the key
   if (!given(cfg, "training.logits_chunk") && t.logits_chunk != kFitLogitsChunk) chunks.push_back(kFitLogitsChunk);
 
+  for (bool release : releases)
   for (Offload off : offloads)
   for (MasterWeights mo : masters)
     for (const std::string& state : states)
       for (int level : levels) {
+        // gradient release: the whole step's sequences in one micro-batch (if the config leaves the split
+        // open), no offload
+        if (release && (off == Offload::optimizer ||
+                        std::find(micro.begin(), micro.end(), per_rank) == micro.end()))
+          continue;
         Config c = cfg;
         c.training.optimizer_state = state;
         c.training.recompute = level;
         c.training.master_weights = mo;
         c.training.offload = off;
+        c.training.gradient_release = release;
+        if (release) {
+          c.training.micro_batch = MicroBatch::fixed(per_rank);
+          if (t.total_batch_tokens == 0) c.training.grad_accum = 1;
+        }
         const Plan p0 = make_plan(c, world, dry_run);
         for (int B : micro)
           for (int chunk : chunks) {
             if (chunk != t.logits_chunk && int64_t(B) * base.seq_len <= chunk)
               continue;  // the added chunk only where the micro-batch holds more rows
+            if (release && B != per_rank) continue;
             Plan p = p0;
             p.grad_accum = per_rank / B;
             p.logits_chunk = logits_chunk_rows(chunk);
             p = with_micro_batch(p, B);
-            FitCandidate k{state, level, mo, off, B, p.grad_accum, chunk, predict_memory(p), predicted_step_s(p)};
+            FitCandidate k{state, level, mo, off, release, B, p.grad_accum, chunk, predict_memory(p),
+                           predicted_step_s(p)};
             if (r.considered++ == 0 || k.memory.total() < r.smallest.memory.total()) r.smallest = k;
             if (double(k.memory.total()) <= r.budget) r.fitting.push_back(k);
           }
@@ -189,12 +209,13 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
   double fastest = r.fitting.front().step_s;
   for (const FitCandidate& k : r.fitting) fastest = std::min(fastest, k.step_s);
   // within the band of the fastest: the most precise state, then master, then the fastest; the rest by time;
-  // at equal predicted time, the one that leaves more of the budget (the CUDA runtime's share varies: the
-  // whole process measured 1.1-1.9 GiB above the allocations)
+  // at equal predicted time, the one without gradient release (which costs no time in the model: chosen
+  // where it lets another combination fit), then the one that leaves more of the budget (the CUDA
+  // runtime's share varies: the whole process measured 1.1-1.9 GiB above the allocations)
   auto key = [&](const FitCandidate& k) {
     const bool band = k.step_s <= fastest * (1 + kPrecisionBand);
     return std::make_tuple(band ? 0 : 1, band ? state_rank(k.optimizer_state) : 0, band ? master_rank(k.master) : 0,
-                           k.step_s, k.memory.total());
+                           k.step_s, k.gradient_release, k.memory.total());
   };
   std::stable_sort(r.fitting.begin(), r.fitting.end(),
                    [&](const FitCandidate& a, const FitCandidate& b) { return key(a) < key(b); });
@@ -218,6 +239,7 @@ Plan plan_with_fit(Config& cfg, int world, bool dry_run) {
   t.recompute = k.recompute;
   t.master_weights = k.master;
   t.offload = k.offload;
+  t.gradient_release = k.gradient_release;
   t.logits_chunk = k.logits_chunk;
   t.micro_batch = MicroBatch::fixed(k.micro_batch);
   if (t.total_batch_tokens == 0) t.grad_accum = k.grad_accum;

@@ -16,6 +16,12 @@
 // the smaller (more of the budget left for the CUDA runtime, whose share varies). The runner-up is the next
 // in that order.
 //
+// training.gradient_release (each bucket updated and its gradient freed in the backward) is an axis where
+// the config allows it (grad_clip 0, one rank) and does not give it: the combinations of one micro-batch a
+// step without offload, then. It costs no time in the model (the same update, run earlier), so it is
+// chosen only where it lets a faster or more precise combination fit: at equal predicted time the
+// combination without it ranks first.
+//
 // training.offload (optimizer: master weights and state in host memory, updated by the host's threads) is
 // an axis on a GPU at ZeRO 0-2, unless the config gives it; the update then costs the host's pass over the
 // offloaded bytes and the gradients down and parameters up over PCIe (below), so it is chosen where
@@ -110,6 +116,7 @@ struct FitCandidate {
   int recompute = 0;
   MasterWeights master = MasterWeights::fp32;
   Offload offload = Offload::none;
+  bool gradient_release = false;
   int micro_batch = 0, grad_accum = 1;
   int logits_chunk = 0;    // training.logits_chunk (0: the default)
   MemoryBreakdown memory;  // predicted per rank

@@ -74,8 +74,7 @@ def test_resumes_bit_for_bit_and_from_a_run_without_it(tmp_path):
     ("training: {gradient_release: true}\n", 1, "training.grad_clip 0"),
     ("training: {gradient_release: true, grad_clip: 0.0, grad_accum: 2}\n", 1, "grad_accum 1"),
     ("training: {gradient_release: true, grad_clip: 0.0}\n", 2, "one rank"),
-    ("training: {gradient_release: true, grad_clip: 0.0, memory_fit: auto, memory_limit_gb: 1}\n", 1,
-     "training.memory_fit off"),
+    ("training: {gradient_release: true, grad_clip: 0.0, offload: optimizer}\n", 1, "training.offload none"),
 ])
 def test_refused_by_name_before_any_work(tmp_path, extra, ranks, why):
     y = tiny_yaml(tmp_path, name="r", extra=extra)
