@@ -159,11 +159,15 @@ def test_usr1_reaches_every_rank_then_requeue_and_resume(nodes2, tmp_path, ref_l
     np.testing.assert_array_equal(log["loss"], ref_losses)
 
 
-def test_dead_node_ends_the_job_and_its_checkpoint_resumes_on_one_node(nodes2, tmp_path, ref_losses):
+def test_dead_node_ends_the_job_and_its_checkpoint_resumes_on_one_node(nodes2, tmp_path):
     """kill -9 of node n2's ranks: srun ends the rest within KillWait and the job fails (no hang). Submitted
     again on one node (2 ranks, micro-batch doubled: the same tokens per step), the run resumes from the last
-    complete checkpoint of the 2-node job, resharded from 4 ZeRO-2 pieces to 2, and ends where 4 ranks would."""
-    y = run_yaml(tmp_path, "dead")
+    complete checkpoint of the 2-node job, resharded from 4 ZeRO-2 pieces to 2, and ends where 4 ranks would.
+    Micro-batches of 16: an idle machine ran the 200 steps of micro-batch 4 in 0.6 s, before the test could
+    see a checkpoint and kill; 16 leaves it about four times as long."""
+    (tmp_path / "ref").mkdir()
+    ref_losses = reference(run_yaml(tmp_path / "ref", "dead", B=16), tmp_path / "ref" / "out")["loss"]
+    y = run_yaml(tmp_path, "dead", B=16)
     jid, out = submit(nodes2, tmp_path, y, 2)
     latest = tmp_path / "runs" / "dead" / "checkpoints" / "latest"
 
@@ -183,7 +187,7 @@ def test_dead_node_ends_the_job_and_its_checkpoint_resumes_on_one_node(nodes2, t
     assert "train exited 137" in text(out), text(out)[-4000:]
 
     resume_step = int(latest.read_text().strip().split("_")[-1])
-    jid1, out1 = submit(nodes2, tmp_path, y, 1, "--set", "training.micro_batch=8")
+    jid1, out1 = submit(nodes2, tmp_path, y, 1, "--set", "training.micro_batch=32")
     st = nodes2.wait([jid1], 120, "the 1-node resume")
     t = text(out1)
     assert st == {jid1: "COMPLETED"}, nodes2.report([out1])
