@@ -108,8 +108,14 @@ double allocation_budget(double budget, const std::string& device) {
 }
 
 double predicted_step_s(const Plan& p) {
-  const double rate = p.precision.fp8_linear ? kRateFp8 : kRate;
-  const double token = p.flops_per_token / rate + kActBytes * p.dims.n_layer * p.dims.n_embd / kHbm;
+  // the products at FP8's rate in the share of layers that run them in FP8 (training.fp8_layers)
+  int fp8_layers = 0;
+  for (int l = 0; l < p.dims.n_layer; ++l) fp8_layers += p.precision.layer_fp8(l);
+  const double f8 = double(fp8_layers) / p.dims.n_layer;
+  const double products = f8 == 0   ? p.flops_per_token / kRate
+                          : f8 == 1 ? p.flops_per_token / kRateFp8
+                                    : p.flops_per_token * (f8 / kRateFp8 + (1 - f8) / kRate);
+  const double token = products + kActBytes * p.dims.n_layer * p.dims.n_embd / kHbm;
   const double micro = kMicroBytes * double(p.n_params) / kHbm;
   const MemoryBreakdown m = predict_memory(p);
   const double n = double(p.n_params) / (p.zero.shard_optimizer ? p.world : 1);  // the parameters this rank updates
