@@ -68,7 +68,8 @@
 //     of the formula's bytes) took 2.63 s a step of host update (/train/offload_ms; less the PCIe term,
 //     2.52 s) on the H100 machine's 16 cores with the x86-64-v2 host loop (bench/RESULTS.md). (The constant first taken from PyTorch's
 //     fused CPU AdamW, 1.42e11, put offload at 12 GiB at 656 ms a step where it took 2957.) The x86-64-v3
-//     loop (optim/step.hpp) is 1.5-2.1x faster on a 2-core development machine, not yet measured there.
+//     loop (optim/step.hpp), which the trainer picks there, is 1.32-1.34x faster for AdamW with fp32 or bf16
+//     state on that machine's 16 cores (bench/host_update.py, 2026-12-07), not yet measured in a run.
 //     kPcie 5.5e10 B/s: page-locked copies one way on that machine.
 // The budget: memory_limit_gb (or the GPU's memory) bounds the whole process, so on a GPU the
 // combinations' predicted allocations must fit it less kCudaRuntimeBytes.
