@@ -31,6 +31,15 @@ struct BackendOptions {
   bool op_profile = false;          // time every op (log.op_profile)
 };
 
+// The CUDA backend's own device memory beside what the model allocates (run/plan.cpp predicts it):
+// cuBLASLt's workspace, and one scratch buffer the kernels share, grown in steps of kCudaScratchStep (one
+// step holds every kernel's scratch at GPT-2's shapes). cuDNN's attention workspace: cudnn_attention_bytes.
+inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;  // what cuBLASLt asks for on Hopper
+inline constexpr size_t kCudaScratchStep = size_t(8) << 20;
+// cuDNN's attention backward for N rows of NH heads and C = NH x HS features: an fp32 dQ accumulator (N, C)
+// and one fp32 per row and head (as measured with the cuDNN 9 of torch 2.11's wheels, bench/RESULTS.md)
+inline size_t cudnn_attention_bytes(size_t N, int C, int NH) { return N * (size_t(C) + size_t(NH)) * 4; }
+
 // A normalisation forward over rows of C features, eps 1e-5: x = a, or with b non-null residual = a + b
 // (written) and x = residual; then
 //   layernorm: y = (x - mean(x)) * rstd * w + bias, rstd = 1 / sqrt(var(x) + eps)

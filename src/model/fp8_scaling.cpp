@@ -29,11 +29,15 @@ int Fp8Scaling::add(const std::string& name, Fp8Format fmt) {
   return int(names_.size()) - 1;
 }
 
+size_t Fp8Scaling::state_bytes(size_t n, int history) {
+  return n * (3 + fp8::kScaleInvStride + size_t(history)) * sizeof(float) + sizeof(unsigned);
+}
+
 void Fp8Scaling::allocate() {
   if (dev_) return;
   constexpr int S = fp8::kScaleInvStride;
   const size_t n = names_.size(), floats = n * (3 + S + size_t(r_.history));
-  dev_ = static_cast<float*>(be_.alloc(floats * sizeof(float) + sizeof(unsigned)));
+  dev_ = static_cast<float*>(be_.alloc(state_bytes(n, r_.history)));
   scale_inv_ = dev_;  // first: 16-byte aligned like the allocation
   amax_ = dev_ + S * n, scale_ = amax_ + n, maxval_ = scale_ + n, history_ = maxval_ + n;
   saturated_ = reinterpret_cast<unsigned*>(dev_ + floats);

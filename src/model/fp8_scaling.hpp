@@ -43,6 +43,8 @@ class Fp8Scaling {
   // ends with allocate() (or the first call that needs the state), which allocates the state.
   int add(const std::string& name, Fp8Format fmt);
   void allocate();
+  // The bytes allocate() takes for n scaled tensors with this history length
+  static size_t state_bytes(size_t n, int history);
   // The scaled tensor of a slot with its bytes at `data`; record false: its amax is not recorded
   // (evaluation and recomputation quantize with the scales but leave the state alone)
   Fp8Tensor tensor(int slot, void* data, bool record = true);

@@ -45,6 +45,12 @@ struct GPT::Acts {
   std::vector<void*> owned;
 };
 
+size_t fp8_scaled_tensors(const ModelDims& d, const PrecisionPolicy& p) {
+  size_t n = p.fp8_classifier ? 3 : 0;
+  for (int l = 0; l < d.n_layer; ++l) n += p.layer_fp8(l) ? 4 * 3 : 0;
+  return n;
+}
+
 ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute, DType act,
                                  const PrecisionPolicy& p, int chunk_rows) {
   const bool fp8 = p.fp8_linear;

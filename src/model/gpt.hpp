@@ -31,6 +31,10 @@ struct PrecisionPolicy {
   }
 };
 
+// The scaled tensors a policy's model registers (Fp8Scaling): an input, a weight and an output gradient
+// for each FP8 product (four per FP8 layer, three for the classifier)
+size_t fp8_scaled_tensors(const ModelDims& d, const PrecisionPolicy& p);
+
 // Activation memory for one micro-batch shape, in bytes (what GPT allocates).
 struct ActivationBytes {
   size_t stored = 0;     // kept from forward for backward (and the FP8 weight copies)

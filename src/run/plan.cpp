@@ -130,7 +130,16 @@ MemoryBreakdown predict_memory(const Plan& plan) {
     m.activations = a.stored;
     m.workspace = a.scratch;
   }
-  if (plan.device == "cuda") m.workspace += size_t(32) << 20;  // cuBLASLt workspace
+  // the CUDA backend's own memory (backend/backend.hpp) and the FP8 scaling state: with them the peak the
+  // backend allocated was 268 bytes above the prediction at every point of GPT-2 1558M's frontier
+  // (bench/RESULTS.md, 2026-12-07). On the CPU the prediction is the model's own buffers.
+  if (plan.device == "cuda") {
+    m.workspace += kCublasWorkspaceBytes + kCudaScratchStep;
+    if (plan.micro_batch > 0)
+      m.workspace += cudnn_attention_bytes(size_t(plan.micro_batch) * plan.seq_len, plan.dims.n_embd, plan.dims.n_head);
+    if (plan.precision.any_fp8())
+      m.workspace += Fp8Scaling::state_bytes(fp8_scaled_tensors(plan.dims, plan.precision), plan.fp8_recipe.history);
+  }
   // CPU: the snapshot is taken by the first checkpoint, which without checkpoint.every only a stop signal
   // makes (GPU: it is host memory, not the device's)
   if (plan.device == "cpu" && plan.checkpoints) m.snapshot = host_snapshot_bytes(plan);

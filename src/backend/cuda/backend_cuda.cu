@@ -46,8 +46,6 @@ namespace {
 
 using kern::bf16;
 
-constexpr size_t kCublasWorkspaceBytes = 32ull << 20;  // what cuBLASLt asks for on Hopper
-constexpr size_t kScratchGranule = 8ull << 20;          // scratch grows in these steps
 
 cudaDataType_t lib_dtype(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
 
@@ -464,11 +462,11 @@ class CudaBackend final : public Backend {
   }
   int num_sms() const { return prop_.multiProcessorCount; }
   // One scratch buffer shared by the ops (one stream: no two ops use it at once). It only grows, in
-  // kScratchGranule steps, so after the first step of a run nothing is allocated.
+  // kCudaScratchStep steps, so after the first step of a run nothing is allocated.
   void* scratch_for(size_t bytes) {
     if (bytes > scratch_bytes_) {
       if (scratch_) free(scratch_);
-      scratch_bytes_ = (bytes + kScratchGranule - 1) / kScratchGranule * kScratchGranule;
+      scratch_bytes_ = (bytes + kCudaScratchStep - 1) / kCudaScratchStep * kCudaScratchStep;
       scratch_ = alloc(scratch_bytes_);
     }
     return scratch_;
