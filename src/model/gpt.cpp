@@ -46,9 +46,7 @@ struct GPT::Acts {
 };
 
 size_t fp8_scaled_tensors(const ModelDims& d, const PrecisionPolicy& p) {
-  size_t n = p.fp8_classifier ? 3 : 0;
-  for (int l = 0; l < d.n_layer; ++l) n += p.layer_fp8(l) ? 4 * 3 : 0;
-  return n;
+  return size_t(4 * 3) * p.fp8_layer_count(d.n_layer) + (p.fp8_classifier ? 3 : 0);
 }
 
 ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute, DType act,
@@ -56,8 +54,7 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
   const bool fp8 = p.fp8_linear;
   const size_t BT = size_t(B) * T, C = d.n_embd, L = d.n_layer, NH = d.n_head, Vp = d.padded_vocab;
   const size_t e = dtype_size(act), f = 4;
-  size_t L8 = 0;  // layers with FP8 products
-  for (int l = 0; l < d.n_layer; ++l) L8 += p.layer_fp8(l);
+  const size_t L8 = p.fp8_layer_count(d.n_layer);  // layers with FP8 products
   // the block products' inputs: one byte an element in the FP8 layers; a buffer shared by the layers
   // (recompute) holds the widest
   const size_t q_sum = L8 + (L - L8) * e, q_shared = p.all_layers_fp8() ? 1 : e;
@@ -104,6 +101,10 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   wte_ = emb.tensor("wte").offset;
   wpe_ = emb.tensor("wpe").offset;
   if (fp8) fp8->allocate();  // every scaled tensor registered
+  if (fp8 && fp8->size() != fp8_scaled_tensors(d, policy))  // what the memory prediction counts
+    throw Error(kExitFailure, "internal error: the model registered " + std::to_string(fp8->size()) +
+                                  " FP8 scaled tensors where fp8_scaled_tensors counts " +
+                                  std::to_string(fp8_scaled_tensors(d, policy)));
 
   // the block products' inputs: FP8 bytes in the FP8 layers; a buffer the layers share holds the widest
   const size_t e = dtype_size(be.act_dtype()), q_shared = policy.all_layers_fp8() ? 1 : e;

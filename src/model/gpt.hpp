@@ -25,6 +25,12 @@ struct PrecisionPolicy {
   bool fp8_gelu_epilogue = false;  // FP8 GELU output from fc's epilogue (training.fp8_gelu_epilogue)
   bool any_fp8() const { return fp8_linear || fp8_classifier; }
   bool layer_fp8(int l) const { return fp8_linear && (fp8_layer.empty() || fp8_layer[size_t(l)]); }
+  // How many of n_layer layers have FP8 products
+  int fp8_layer_count(int n_layer) const {
+    int n = 0;
+    for (int l = 0; l < n_layer; ++l) n += layer_fp8(l);
+    return n;
+  }
   // Whether every layer's products are FP8 (none of them bf16)
   bool all_layers_fp8() const {
     return fp8_linear && std::find(fp8_layer.begin(), fp8_layer.end(), false) == fp8_layer.end();

@@ -109,9 +109,7 @@ double allocation_budget(double budget, const std::string& device) {
 
 double predicted_step_s(const Plan& p) {
   // the products at FP8's rate in the share of layers that run them in FP8 (training.fp8_layers)
-  int fp8_layers = 0;
-  for (int l = 0; l < p.dims.n_layer; ++l) fp8_layers += p.precision.layer_fp8(l);
-  const double f8 = double(fp8_layers) / p.dims.n_layer;
+  const double f8 = double(p.precision.fp8_layer_count(p.dims.n_layer)) / p.dims.n_layer;
   const double products = f8 == 0   ? p.flops_per_token / kRate
                           : f8 == 1 ? p.flops_per_token / kRateFp8
                                     : p.flops_per_token * (f8 / kRateFp8 + (1 - f8) / kRate);

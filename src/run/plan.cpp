@@ -131,8 +131,9 @@ MemoryBreakdown predict_memory(const Plan& plan) {
     m.workspace = a.scratch;
   }
   // the CUDA backend's own memory (backend/backend.hpp) and the FP8 scaling state: with them the peak the
-  // backend allocated was 268 bytes above the prediction at every point of GPT-2 1558M's frontier
-  // (bench/RESULTS.md, 2026-12-07). On the CPU the prediction is the model's own buffers.
+  // backend allocated was 268 bytes above the prediction at every point of GPT-2 1558M's frontier, 668
+  // with gradient release (the engine's flags and per-bucket sums, uncounted; bench/RESULTS.md,
+  // 2026-12-07). On the CPU the prediction is the model's own buffers.
   if (plan.device == "cuda") {
     m.workspace += kCublasWorkspaceBytes + kCudaScratchStep;
     if (plan.micro_batch > 0)
