@@ -69,6 +69,8 @@ CASES["2ranks-zero2-accum2-recompute2"] = (2, ["training.zero_stage=2", "trainin
 for state in ("bf16", "int8"):
     CASES[f"{state}-state"] = (1, [f"training.optimizer_state={state}"])
     CASES[f"2ranks-zero1-{state}-state"] = (2, ["training.zero_stage=1", f"training.optimizer_state={state}"])
+# compensated master weights (bf16 parameters and residuals; the CPU's fp32 parameters keep no copy)
+CASES["compensated"] = (1, ["training.master_weights=compensated"])
 CASES["fp8-recompute3"] = (1, ["training.precision=fp8", "training.fp8_classifier=false", "training.recompute=3"])
 
 

@@ -38,7 +38,7 @@ link() {  # output name, inputs... (GoogleTest linked in statically for the test
 }
 link train "$BUILD/cli/main.o"
 for t in tests/gpu/test_*.cpp; do link "$(basename "${t%.cpp}")" "$t"; done
-for b in gemm_algos attention_plans attention_fp8; do
+for b in gemm_algos attention_plans attention_fp8 host_pinning; do
   if [[ -f $BUILD/cu/bench/$b.o ]]; then link "$b" "$BUILD/cu/bench/$b.o"; fi
 done
 

@@ -72,4 +72,9 @@ inline bool step_aligned(std::initializer_list<std::pair<const void*, size_t>> p
 template <class Rule>
 void step_host(const StepArgs& a, bool aligned, HostIsa isa = host_isa());
 
+// Compensated master weights from fp32 values w on the device: residual[i] = compensated_split(w[i]).lo
+// (optim/state.hpp), queued on the cudaStream_t `stream` (the initialisation on the device; the
+// parameters are w rounded to nearest, f32_to_act).
+void compensated_residuals_cuda(uint16_t* residual, const float* w, size_t n, void* stream);
+
 }  // namespace gpt::optim

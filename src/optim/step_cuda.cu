@@ -196,4 +196,16 @@ void step_cuda(const StepArgs& a, void* stream) {
 GPT_OPTIMIZER_RULES(GPT_INSTANTIATE)
 #undef GPT_INSTANTIATE
 
+namespace {
+struct ResidualOp {
+  uint16_t* residual;
+  const float* w;
+  __device__ void operator()(size_t i) const { residual[i] = compensated_split(w[i]).lo; }
+};
+}  // namespace
+
+void compensated_residuals_cuda(uint16_t* residual, const float* w, size_t n, void* stream) {
+  kern::launch_elementwise(n, ResidualOp{residual, w}, static_cast<cudaStream_t>(stream));
+}
+
 }  // namespace gpt::optim

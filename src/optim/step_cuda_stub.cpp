@@ -14,4 +14,8 @@ void step_cuda(const StepArgs&, void*) {
 GPT_OPTIMIZER_RULES(GPT_INSTANTIATE)
 #undef GPT_INSTANTIATE
 
+void compensated_residuals_cuda(uint16_t*, const float*, size_t, void*) {
+  throw Error(kExitFailure, "internal error: a CUDA kernel in a binary built without CUDA");
+}
+
 }  // namespace gpt::optim

@@ -546,10 +546,16 @@ void ZeroEngine::set_bucket_params(int b, const float* full, bool on_device) {
   const float* dev = staged ? staged : full;
   if (!policy_.shard_params) be_.f32_to_act(act_ptr(params_full_, full_off_[b]), dev, n);
   else if (hi > lo) be_.f32_to_act(params_shard_ ? act_ptr(params_shard_, shard_off_[b]) : nullptr, dev + lo, hi - lo);
+  // the residuals of values on a GPU are split there (the device's initialisation: no copy to the host)
+  const bool split_here = residual_ && on_device && !offload_ && be_.name() == "cuda";
+  if (split_here && hi > lo) {
+    uint16_t* res = residual_ + shard_off_[b];
+    be_.run_op("compensated_split", [&](void* stream) { optim::compensated_residuals_cuda(res, dev + lo, hi - lo, stream); });
+  }
   // what the host computes from: the local piece's values in host memory
   std::vector<float> fetched;
   const float* piece = full + lo;
-  if (on_device && (offload_ || residual_) && hi > lo) {
+  if (on_device && (offload_ || (residual_ && !split_here)) && hi > lo) {
     fetched.resize(hi - lo);
     be_.copy_d2h(fetched.data(), dev + lo, 4 * (hi - lo));
     piece = fetched.data();
@@ -558,7 +564,7 @@ void ZeroEngine::set_bucket_params(int b, const float* full, bool on_device) {
     if (offload_) std::memcpy(master_ + shard_off_[b], piece, 4 * (hi - lo));
     else be_.copy_d2d(master_ + shard_off_[b], dev + lo, 4 * (hi - lo));
   }
-  if (residual_ && hi > lo) {  // the parameters are the values rounded to nearest: the residual is the rest
+  if (residual_ && !split_here && hi > lo) {  // the parameters are the values rounded to nearest: the residual is the rest
     std::vector<uint16_t> res(hi - lo);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < hi - lo; ++i) res[i] = optim::compensated_split(piece[i]).lo;

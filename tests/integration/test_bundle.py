@@ -14,7 +14,7 @@ def test_bundle_runs_from_its_folder(tmp_path, train_bin):
     out = tmp_path / "bundle"
     p = subprocess.run(["bash", ROOT / "scripts/bundle.sh", out], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
-    for name in ("train", "test_ops", "test_step", "gemm_algos", "attention_plans"):
+    for name in ("train", "test_ops", "test_step", "gemm_algos", "attention_plans", "host_pinning"):
         assert (out / name).is_file() and os.access(out / name, os.X_OK), name
     copied = sorted(f.name for f in (out / "lib").iterdir())
     assert any(n.startswith("libyaml-cpp") for n in copied), copied
