@@ -82,12 +82,31 @@ checkpoint: {{every: {ckpt_every}, keep_last: 3}}
 """
 
 
-def merge_sections(base, extra):
-    """base + extra; a section that extra gives again is merged into base's key by key (the trainer
-    refuses a section given twice), and then every section is written as one flow mapping."""
+def _load_merging(text):
+    """YAML text whose mappings may give a key twice (extra = "training: {...}\n" + "training: {...}\n"):
+    the values of a repeated key merged key by key where both are mappings, else the later one."""
     import yaml
-    add = yaml.safe_load(extra) if extra.strip() else None
-    if not isinstance(add, dict) or not set(add) & set(yaml.safe_load(base)):
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node):
+        out = {}
+        for k, v in node.value:
+            key, value = loader.construct_object(k, deep=True), loader.construct_object(v, deep=True)
+            out[key] = {**out[key], **value} if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+        return out
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=Loader)
+
+
+def merge_sections(base, extra):
+    """base + extra; a section that extra gives again (or gives twice) is merged into base's key by key
+    (the trainer refuses a section given twice), and then every section is written as one flow mapping."""
+    import yaml
+    add = _load_merging(extra) if extra.strip() else None
+    if not isinstance(add, dict) or (not set(add) & set(yaml.safe_load(base)) and add == yaml.safe_load(extra)):
         return base + extra
     merged = yaml.safe_load(base)
     for section, body in add.items():

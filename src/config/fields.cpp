@@ -156,10 +156,12 @@ std::vector<Field> fields_of(Config& c) {
        "the gradient's buffer is reused by the next bucket, so that the whole model's gradients never exist "
        "(GPT-2 1558M in bf16: 2.63 GiB less, its 2.90 GiB of gradients for 0.27 GiB of bucket buffers). The "
        "same updates as `false`, bit for bit; the logged gradient "
-       "norm is summed bucket by bucket. Needs what a bucket's update may not wait for: no gradient "
+       "norm is summed bucket by bucket. On several ranks (any ZeRO stage) each bucket is reduced on the "
+       "communication stream as the backward goes on and updated (this rank's piece of it) once reduced. Needs "
+       "what a bucket's update may not wait for: no gradient "
        "clipping (training.grad_clip 0: the global norm needs every gradient first), one micro-batch a "
-       "step (grad_accum 1), one rank, training.offload none. memory_fit: auto weighs it where clipping is off "
-       "on one rank (and keeps it, choosing one micro-batch a step, where it is given)"},
+       "step (grad_accum 1), training.offload none. memory_fit: auto weighs it where clipping is off "
+       "(and keeps it, choosing one micro-batch a step, where it is given)"},
       {"training.weight_decay", &t.weight_decay, "decoupled, on 2-D weights only"},
       {"training.grad_clip", &t.grad_clip, "global L2 norm; 0 = off"},
       {"training.zero_stage", &t.zero_stage,
@@ -197,7 +199,7 @@ std::vector<Field> fields_of(Config& c) {
        "`off`: the memory settings as given. `auto`: before the run (and in `--dry-run`) every combination of "
        "optimizer_state (fp32, bf16, int8), recompute (0-3), master_weights (fp32, compensated; `none` stays "
        "as it is), offload (none, optimizer: on a GPU at ZeRO 0-2, the host's update and the PCIe copies "
-       "priced in), gradient_release (with grad_clip 0 on one rank: at one micro-batch a step without "
+       "priced in), gradient_release (with grad_clip 0: at one micro-batch a step without "
        "offload; taken only where it lets a faster or more precise combination fit) and micro-batch (each "
        "divisor of the global batch per rank, micro_batch x grad_accum or total_batch_tokens / seq_len / "
        "ranks, grad_accum making up the rest) gets its predicted memory per rank "

@@ -99,7 +99,6 @@ void validate(const Config& cfg, int world) {
                           "update)"
         : accum > 1 && !split_open ? "one micro-batch a step (grad_accum 1: accumulation needs the whole model's "
                                      "gradients)"
-        : world > 1                       ? "one rank (the ranks' gradient pieces are not released yet)"
         : t.offload == Offload::optimizer ? "training.offload none (the offloaded update is pipelined after the backward)"
                                           : nullptr;
     if (why) bad("training.gradient_release", std::string("'true' needs ") + why);

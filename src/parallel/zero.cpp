@@ -330,8 +330,18 @@ void* ZeroEngine::grad_temp(int b) { return grad_temps_[role_of(layout_, b)]; }
 void ZeroEngine::finish_pending_grad(int b) {
   if (!pending_[b]) return;
   comm_.wait(layout_.n_buckets() + b);
-  be_.add_inplace(grad_piece(b), act_ptr(grad_temp(b), size_t(rank_) * shape_[b].shard), shape_[b].shard);
   pending_[b] = 0;
+  if (policy_.release_grads) return apply_released(b, policy_.shard_optimizer ? act_ptr(grad_temp(b), size_t(rank_) * shape_[b].shard)
+                                                                           : grad_temp(b));
+  be_.add_inplace(grad_piece(b), act_ptr(grad_temp(b), size_t(rank_) * shape_[b].shard), shape_[b].shard);
+}
+
+// training.gradient_release: bucket b's update from its reduced gradient `grad` (this rank's piece of it),
+// its sum of squares kept on the device for grad_norm (no wait in the backward)
+void ZeroEngine::apply_released(int b, const void* grad) {
+  const size_t n = policy_.shard_optimizer ? shape_[b].shard : shape_[b].size;  // a shard's padding holds zeros
+  be_.sum_squares_to(released_sq_ + b, grad, n);
+  for (const ParamRange& r : ranges(b, param_piece(b), grad)) opt_.update(be_, r, release_h_);
 }
 
 void* ZeroEngine::grads(int b) {
@@ -347,14 +357,19 @@ void* ZeroEngine::grads(int b) {
 }
 
 void ZeroEngine::grads_done(int b) {
-  if (policy_.release_grads) {  // one rank: the bucket's whole gradient is in its role's buffer
-    if (releasing_) {  // its sum of squares kept on the device, read once by grad_norm: no wait in the backward
-      be_.sum_squares_to(released_sq_ + b, grad_temp(b), shape_[b].size);
-      for (const ParamRange& r : ranges(b, param_piece(b), grad_temp(b))) opt_.update(be_, r, release_h_);
-    }
-    return;  // else (FP8 calibration, micro_batch: max's trial) the gradient is thrown away
-  }
   const DType t = be_.act_dtype();
+  if (policy_.release_grads) {  // the bucket's whole gradient is in its role's buffer
+    if (!releasing_) return;  // FP8 calibration, micro_batch: max's trial: the gradient is thrown away
+    if (world_ == 1) return apply_released(b, grad_temp(b));
+    // reduced on the communication stream; updated once that is done (finish_pending_grad: when the role's
+    // buffer is taken again, or at the backward's end), the backward going on meanwhile
+    void* g = grad_temp(b);
+    if (policy_.shard_optimizer) comm_.reduce_scatter_sum(g, act_ptr(g, size_t(rank_) * shape_[b].shard), shape_[b].shard, t);
+    else comm_.all_reduce_sum(g, shape_[b].cap, t);
+    comm_.record(layout_.n_buckets() + b);
+    pending_[b] = 1;
+    return;
+  }
   if (!policy_.shard_grads) {
     if (!last_micro_ || world_ == 1) return;
     void* g = act_ptr(grads_full_, full_off_[b]);
@@ -388,7 +403,7 @@ void ZeroEngine::begin_micro_step(bool last) {
 
 void ZeroEngine::end_backward() {
   releasing_ = false;
-  if (policy_.shard_grads)
+  if (policy_.grads_in_temps())
     for (int b = 0; b < layout_.n_buckets(); ++b) finish_pending_grad(b);
   comm_.join();
   std::fill(temp_owner_.begin(), temp_owner_.end(), -1);
@@ -400,6 +415,7 @@ double ZeroEngine::grad_norm() {
     std::vector<double> sq(layout_.n_buckets());
     be_.copy_d2h(sq.data(), released_sq_, sizeof(double) * sq.size());
     for (double x : sq) s += x;
+    if (policy_.shard_optimizer) s = host_.sum(s);  // each rank's pieces
   } else if (!policy_.shard_optimizer) {
     s = be_.sum_squares(grads_full_, full_total_);
   } else if (policy_.shard_grads) {

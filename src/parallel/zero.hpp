@@ -150,6 +150,7 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   void* rest_buffer(int b) { return rest_bufs_[(b - 1) % 2]; }
   void* grad_temp(int b);
   void finish_pending_grad(int b);
+  void apply_released(int b, const void* grad);
   void* param_piece(int b);
   void* grad_piece(int b);
 
@@ -207,7 +208,8 @@ class ZeroEngine final : public ParamStore, public ShardedState {
   void* rest_bufs_[2] = {nullptr, nullptr};  // world x rest elements, act dtype
   std::vector<int> gathered_;       // stage 3: bucket is in its gather buffer
   std::vector<int> temp_owner_;     // stages 2-3: which bucket occupies each grad temp (-1 none)
-  std::vector<int> pending_;        // stages 2-3: bucket's reduce-scatter issued, not yet added
+  std::vector<int> pending_;        // stages 2-3 (and released gradients on several ranks): the bucket's
+                                    // reduction issued, not yet added (or applied)
   std::vector<int> touched_;        // bucket's grad temp zeroed this micro-step
   bool last_micro_ = true;
   MemoryBreakdown alloc_;

@@ -160,10 +160,10 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
     for (int B = per_rank; B >= 1; --B)
       if (per_rank % B == 0) micro.push_back(B);
   }
-  // gradient release where the config allows it and leaves it open: grad_clip 0 and one rank (and then
-  // one micro-batch a step, no offload: below)
+  // gradient release where the config allows it and leaves it open: grad_clip 0 (and then one micro-batch
+  // a step, no offload: below)
   std::vector<bool> releases = {t.gradient_release};
-  if (!given(cfg, "training.gradient_release") && t.grad_clip == 0 && world == 1) releases = {false, true};
+  if (!given(cfg, "training.gradient_release") && t.grad_clip == 0) releases = {false, true};
   for (const char* k : {"training.optimizer_state", "training.recompute", "training.master_weights", "training.offload",
                         "training.gradient_release", "training.logits_chunk"})
     if (given(cfg, k)) r.kept.push_back(k);
