@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import read_log, run_train, write_yaml
+from conftest import rank_file_arrays, read_log, run_train, write_yaml
 from test_fp8_ranks import checkpoint
 from test_fp8 import fp8_state
 from test_zero import kill_one_rank_ends_the_job
@@ -125,6 +125,26 @@ def test_zero3_fp8_weight_gather_is_bit_identical_to_bf16_gather(tmp_path, polic
     assert a["gathered_bytes"][-1] < b["gathered_bytes"][-1]
     for r in range(2):
         assert fp8_state(checkpoint(da, 6, r)) == fp8_state(checkpoint(db, 6, r))
+
+
+@pytest.mark.parametrize("stage,precision", [(0, "bf16"), (1, "bf16"), (2, "fp8"), (3, "bf16")])
+def test_gradient_release_on_two_ranks_is_the_same_training(tmp_path, stage, precision):
+    """training.gradient_release on 2 ranks of one GPU: each bucket reduced as the backward goes on and this
+    rank's piece updated on the GPU once it is, the same losses and checkpointed state, bit for bit, as
+    without release (the gradient norm summed bucket by bucket: the same up to the sum's order)."""
+    out = {}
+    for on in (False, True):
+        sets = [f"training.precision={precision}", "training.grad_clip=0", f"training.gradient_release={str(on).lower()}"]
+        out[on] = run(tmp_path, f"release{on}", 2, stage=stage, steps=6, ckpt=6, layers=4, sets=sets)
+    (a, da), (b, db) = out[False], out[True]
+    assert int(b["mem_meas"]["grads"]) == 0 < int(a["mem_meas"]["grads"])
+    assert list(a["loss"]) == list(b["loss"]), (a["loss"], b["loss"])
+    np.testing.assert_allclose(b["grad_norm"], a["grad_norm"], rtol=1e-5)
+    for r in range(2):
+        ca, cb = rank_file_arrays(checkpoint(da, 6, r)), rank_file_arrays(checkpoint(db, 6, r))
+        assert ca.keys() == cb.keys() and len(ca) > 0
+        for k in ca:
+            assert np.array_equal(ca[k], cb[k]), (r, k)
 
 
 def test_background_checkpoints_of_two_ranks_resume_on_one_two_and_four(tmp_path):
