@@ -146,7 +146,7 @@ Result beside(const std::string& way, size_t n, void* dev) {
   }
   th.join();
   r.held_s = std::max(0.0, busy - pace * double(calls));
-  r.copy_gbps = copy_rate(p, dev, size_t(1) << 30);
+  r.copy_gbps = copy_rate(p, dev, kPiece);  // within one piece: a copy may not span two registrations
   unlock(way, p, n, kPiece);
   CUDA_CHECK(cudaStreamDestroy(s));
   return r;

@@ -2,7 +2,7 @@
 """GPT-2 1558M's memory frontier on one GPU, with PyTorch's memory-saving configurations in the same call.
 
     python3 bench/memory_frontier.py --out DIR [--indices 0-53] [--limits 12,16,24] [--fit-precisions fp8,bf16]
-                                     [--small] [--torch [--torch-runs 0,1,2]] [--steps N]
+                                     [--small] [--torch [--torch-runs 0,1,2]] [--steps N] [--set KEY=VALUE]...
 
 Runs, each point as its own process (a point that runs out of memory costs only itself):
   frontier   the points of experiments/memory_frontier.yaml given by --indices (all 54 by default), then
@@ -193,6 +193,8 @@ def main(argv=None):
                     "default all)")
     ap.add_argument("--steps", type=int, default=8, help="steps of every trainer run (the first is left out)")
     ap.add_argument("--point-timeout", type=int, default=240)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for every trainer run (repeatable), e.g. training.gradient_release=true")
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()
     if out.exists() and any(out.iterdir()):
@@ -205,6 +207,7 @@ def main(argv=None):
     n *= len(next(iter(base["sweep"]["zip"].values()))) if base["sweep"].get("zip") else 1
     rows = []
     common = ["--set", f"run.out_dir={out / 'runs'}", "--set", f"training.steps={a.steps}"]
+    common += [x for kv in a.set for x in ("--set", kv)]
 
     def save():
         """The results so far, with their ratios, written whole after every run (a call cut short keeps them)."""
@@ -241,10 +244,10 @@ def main(argv=None):
             name, no_master = f"fit_{prec}_{limit}", float(limit) < a.no_master_below
             y = fit_yaml(base, out, name, "d48", float(limit), prec, no_master=no_master)
             train(f"memory_limit_gb {limit}, {prec}" + (", master_weights none" if no_master else ""),
-                  ["--yaml", y, "--set", f"training.steps={a.steps}"], out / f"{name}.log", out / "runs" / name)
+                  ["--yaml", y, "--set", f"training.steps={a.steps}"] + common[4:], out / f"{name}.log", out / "runs" / name)
     if a.small:
         y = fit_yaml(base, out, "fit_124m_4", "d12", 4.0, "bf16")
-        train("GPT-2 124M, memory_limit_gb 4, bf16", ["--yaml", y, "--set", f"training.steps={a.steps}"],
+        train("GPT-2 124M, memory_limit_gb 4, bf16", ["--yaml", y, "--set", f"training.steps={a.steps}"] + common[4:],
               out / "fit_124m_4.log", out / "runs" / "fit_124m_4")
     if a.torch:
         for k, (mode, args) in enumerate(TORCH_RUNS):

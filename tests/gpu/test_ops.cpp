@@ -25,6 +25,7 @@
 #include "parallel/comm.hpp"
 #include "config/config.hpp"
 #include "optim/optimizer.hpp"
+#include "optim/step.hpp"
 
 namespace {
 
@@ -436,6 +437,29 @@ void test_classifier(Ctx& c, int N, int V, int Vp) {
   for (void* p : {ct, cz, cl}) c.cpu.free(p);
 }
 
+// Compensated master weights split on the device at initialisation (optim::compensated_residuals_cuda)
+// against the host's split, bit for bit: values over many binades, signed zeros, subnormals, values that
+// round up to the next binade, and the largest finite values.
+void test_compensated_split(Ctx& c, size_t n) {
+  Vec w(n);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> ex(-140, 127);
+  for (size_t i = 0; i < n; ++i) w[i] = std::ldexp(mant(g_rng), ex(g_rng)) * (i % 2 ? -1.0f : 1.0f);
+  const float special[] = {0.0f, -0.0f, 1e-45f, -1e-40f, 1.0f, 1.00390625f, 1.99999988f, 3.40282347e38f, -3.40282347e38f};
+  for (size_t i = 0; i < std::size(special) && i < n; ++i) w[i] = special[i];
+  float* gw = static_cast<float*>(c.gpu.alloc(4 * n));
+  uint16_t* gr = static_cast<uint16_t*>(c.gpu.alloc(2 * n));
+  c.gpu.copy_h2d(gw, w.data(), 4 * n);
+  c.gpu.run_op("compensated_split", [&](void* s) { optim::compensated_residuals_cuda(gr, gw, n, s); });
+  std::vector<uint16_t> got(n);
+  c.gpu.copy_d2h(got.data(), gr, 2 * n);
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += got[i] != optim::compensated_split(w[i]).lo;
+  expect(differ == 0, fmt("[%s] compensated_split n=%zu: %zu residuals differ from the host's", c.prec, n, differ));
+  c.gpu.free(gw);
+  c.gpu.free(gr);
+}
+
 void test_sum_squares(Ctx& c, size_t n) {
   const Vec x = c.rnd(n);
   void *g = up(c.gpu, x), *cc = up(c.cpu, x);
@@ -783,6 +807,7 @@ void run_checks(const char* prec) {
   guarded([&] { test_classifier(c, 41, 777, 792); });  // a vector of real and padded columns, one of padding only
   guarded([&] { test_normal_init(c, (size_t(1) << 24) + 5, 1337, 7, 0.02f); });
   guarded([&] { test_normal_init(c, 1000003, 42, (uint64_t(1) << 32) + 3, 0.02f / std::sqrt(96.0f)); });
+  guarded([&] { test_compensated_split(c, 1000003); });
   guarded([&] { test_sum_squares(c, 1000003); });
   guarded([&] { test_sum_squares(c, 7); });
   for (const OptimizerInfo& info : optimizers()) {  // every rule there is (optim/rules.hpp)

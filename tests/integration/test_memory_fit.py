@@ -155,6 +155,24 @@ def test_gradient_release_is_chosen_where_it_lets_the_faster_split_fit(tmp_path)
     assert "gradient_release" not in re.search(r"^\| chosen: +(.*)$", dry.stdout, re.M).group(1), dry.stdout
 
 
+def test_gradient_release_is_weighed_on_two_ranks(tmp_path):
+    """Two ranks, each with 4 sequences a step (the global batch doubled) and half the checkpoint snapshot:
+    in 1.5 MiB a rank gradient release with one micro-batch of 4 fits where without it nothing as fast does,
+    and the run takes it on both ranks."""
+    two = [*RELEASE[:2], "--set", "training.total_batch_tokens=128", *RELEASE[4:]]
+    y = fit_yaml(tmp_path, ", memory_limit_gb: 0.0015")
+    dry = run_train(["--yaml", y, "--dry-run", *two], ranks=2, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    chosen = re.search(r"^\| chosen: +(.*)$", dry.stdout, re.M).group(1)
+    assert "gradient_release, micro_batch 4 x grad_accum 1:" in chosen, dry.stdout
+    run = run_train(["--yaml", y, *two], ranks=2, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    log = h5log.read_log(tmp_path / "runs" / "fit")
+    t = yaml.safe_load(log["attrs"]["config_yaml"])["training"]
+    assert t["gradient_release"] is True and t["micro_batch"] == 4 and len(log["train"]["loss"]) == 2
+    assert log["memory"]["measured"]["grads"] == 0
+
+
 def test_gradient_release_given_keeps_one_micro_batch_a_step(tmp_path):
     """gradient_release: true with memory_fit: auto and the split left open: memory_fit chooses among the
     combinations of one micro-batch a step; with the split given as two micro-batches it is refused."""

@@ -66,6 +66,18 @@ def test_a_loss_two_percent_off_fails_the_one_percent_check_and_a_slow_default_f
     assert not ok and rows["fp8 + classifier"]["speedup"] == pytest.approx(100 / 90)
 
 
+def test_the_reference_run_again_is_reported_and_not_checked():
+    """--ref-repeats: the reference's second run is a row against the first (its run-to-run spread), outside
+    the check; a policy off by as much still fails it."""
+    c = load()
+    logs = {"bf16": curves(100.0), f"bf16 ({c.REPEAT} 2)": curves(100.0, scale=1.03), "fp8 + classifier": curves(70.0)}
+    rows, ok = c.compare(logs, "bf16", 0.01)
+    assert ok
+    assert all(not w["ok"] for w in rows[f"bf16 ({c.REPEAT} 2)"]["windows"])  # 3% off: reported as such
+    logs["fp8 + classifier"] = curves(70.0, scale=1.03)
+    assert not c.compare(logs, "bf16", 0.01)[1]
+
+
 def test_runs_two_policies_on_the_cpu_from_xz_shards(tmp_path, train_bin):
     rng = np.random.default_rng(0)
     data = tmp_path / "corpus"
