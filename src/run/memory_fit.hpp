@@ -64,12 +64,12 @@
 //     cost as much as its bytes (not measured).
 //   offload: update = (2 * (master + code * optim bytes, on the host) + passes * compute-dtype bytes * n) / kHostBw
 //            + 2 * compute-dtype bytes * n / kPcie (gradients down, parameters up; not counted as overlapped)
-//   kHostBw 1.31e10 B/s: measured, GPT-2 1558M with bf16 state and fp32 master weights offloaded (33.1 GB
-//     of the formula's bytes) took 2.63 s a step of host update (/train/offload_ms; less the PCIe term,
-//     2.52 s) on the H100 machine's 16 cores with the x86-64-v2 host loop (bench/RESULTS.md). (The constant first taken from PyTorch's
-//     fused CPU AdamW, 1.42e11, put offload at 12 GiB at 656 ms a step where it took 2957.) The x86-64-v3
-//     loop (optim/step.hpp), which the trainer picks there, is 1.32-1.34x faster for AdamW with fp32 or bf16
-//     state on that machine's 16 cores (bench/host_update.py, 2026-12-07), not yet measured in a run.
+//   kHostBw 1.70e10 B/s: measured, GPT-2 1558M with bf16 state and fp32 master weights offloaded (33.1 GB
+//     of the formula's bytes) took 2.04-2.11 s a step of host update (/train/offload_ms, fp8 and bf16 runs;
+//     less the PCIe term, 1.95 s) on an H100 machine's 16 cores with the x86-64-v3 host loop (bench/RESULTS.md,
+//     2026-12-07; the whole step 2342 ms, predicted 2360). Hosts differ: another H100 machine the same day
+//     took 1786 ms a step. (With the x86-64-v2 loop it was 2.63 s, 1.31e10; the constant first taken from
+//     PyTorch's fused CPU AdamW, 1.42e11, put offload at 12 GiB at 656 ms a step where it took 2957.)
 //     kPcie 5.5e10 B/s: page-locked copies one way on that machine.
 // The budget: memory_limit_gb (or the GPU's memory) bounds the whole process, so on a GPU the
 // combinations' predicted allocations must fit it less kCudaRuntimeBytes.
@@ -98,7 +98,7 @@ inline constexpr MasterWeights kMasterOptions[] = {MasterWeights::fp32, MasterWe
 inline constexpr double kHbm = 3e12, kRate = 7.16e14, kRateFp8 = 1.19e15, kActBytes = 157, kMicroBytes = 18.4;
 inline constexpr double kRecomputeExtra[] = {0.0, 0.018, 0.035, 1.0 / 3.0};
 inline constexpr double kInt8CodeCost = 2, kPrecisionBand = 0.10;
-inline constexpr double kHostBw = 1.31e10, kPcie = 5.5e10;
+inline constexpr double kHostBw = 1.70e10, kPcie = 5.5e10;
 inline constexpr double kCudaRuntimeBytes = 1.5 * double(1ull << 30);
 // The smaller logits chunk memory_fit also tries (training.logits_chunk), where the config leaves the key
 // and a micro-batch holds more rows; not in the step model (at GPT-2 1558M one more classifier product
