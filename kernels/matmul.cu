@@ -467,14 +467,16 @@ void matmul_bwd(CublasLt& lt, const MatmulBwdArgs& a, cudaStream_t s) {
         gelu_bwd_inplace<X>(static_cast<X*>(a.dinp), static_cast<const X*>(a.pre_gelu), size_t(a.N) * a.IC, s);
     }
   }
-  GemmArgs g;
-  g.transb = true;
-  g.m = a.IC, g.n = a.OC, g.k = a.N;
-  g.A = a.inp, g.lda = a.IC;
-  g.B = a.dout, g.ldb = a.OC;
-  g.D = a.dw, g.ldd = a.IC;
-  g.accumulate = true;
-  if (!lt.gemm(g, s)) throw no_algorithm("dweight");
+  if (a.dw) {
+    GemmArgs g;
+    g.transb = true;
+    g.m = a.IC, g.n = a.OC, g.k = a.N;
+    g.A = a.inp, g.lda = a.IC;
+    g.B = a.dout, g.ldb = a.OC;
+    g.D = a.dw, g.ldd = a.IC;
+    g.accumulate = true;
+    if (!lt.gemm(g, s)) throw no_algorithm("dweight");
+  }
   if (a.dbias && a.dout_colsum) {  // dbias += the sums given: one partial row
     add_partial_rows_kernel<X><<<partial_rows_grid(a.OC), dim3(32, 32), 0, s>>>(static_cast<X*>(a.dbias), nullptr,
                                                                                a.OC, a.dout_colsum, 1, a.OC, a.OC);

@@ -87,6 +87,55 @@ struct NormalInit {
   float std = 0;
 };
 
+// An operand of a product: values `x` in the activation dtype, or FP8 bytes (q.data non-null, dequantized
+// with q.scale_inv; backend/fp8_ops.hpp's conventions). A product takes all of its operands one way: FP8
+// ones run on the FP8 tensor cores (training.precision fp8), values on the activation dtype's.
+struct Operand {
+  const void* x = nullptr;
+  Fp8Tensor q;
+  bool fp8() const { return q.data != nullptr; }
+};
+inline Operand values(const void* x) {
+  Operand o;
+  o.x = x;
+  return o;
+}
+inline Operand fp8_bytes(const Fp8Tensor& q) {
+  Operand o;
+  o.q = q;
+  return o;
+}
+
+// A product's forward: out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, nullable), fp32 accumulation,
+// out in the activation dtype. With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu)
+// (a fused epilogue). FP8 operands may also take out_q (out_q.data non-null, with pre_gelu): GELU's output
+// goes to the next product as FP8, out_q.data = fp8(gelu * out_q.scale), max |gelu| folded into
+// *out_q.amax, `out` then scratch (N, OC) that a backend without the fused product writes on the way.
+struct MatmulFwd {
+  void* out = nullptr;
+  Fp8Tensor out_q;
+  Operand inp, w;
+  const void* bias = nullptr;
+  void* pre_gelu = nullptr;
+  int N = 0, IC = 0, OC = 0;
+};
+// A product's backward, for out = inp @ w^T + bias: dinp (N,IC) = dout @ w, overwritten (nullable:
+// skipped), with pre_gelu (N,IC; values only) non-null multiplied by gelu_tanh'(pre_gelu); dw (OC,IC) +=
+// dout^T @ inp (nullable: skipped); dbias (OC, nullable) += the column sums of dout, taken from
+// dout_colsum (OC, fp32) where the op that wrote dout summed them (FP8 operands: always).
+// Values: dout (N,OC), inp (N,IC), w (OC,IC). FP8 operands come as the tensor cores take them (K-major):
+// dout (N,OC) and w transposed (IC,OC) for dinp; dout_t (OC,N) and inp transposed (IC,N) for dw.
+struct MatmulBwd {
+  void* dinp = nullptr;
+  void* dw = nullptr;
+  void* dbias = nullptr;
+  Operand dout, inp, w;
+  Fp8Tensor dout_t;
+  const void* pre_gelu = nullptr;
+  const float* dout_colsum = nullptr;
+  int N = 0, IC = 0, OC = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -155,16 +204,23 @@ class Backend {
   virtual void norm_fwd(const NormFwd& op) = 0;
   virtual void norm_bwd(const NormBwd& op) = 0;
   virtual std::string supports(const NormFwd& op) const { return ""; }
-  // out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, nullable).
-  // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu) (a fused epilogue).
-  virtual void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
-                          void* pre_gelu) = 0;
-  // dinp (N,IC) = dout (N,OC) @ w (overwrites; with pre_gelu (N,IC) non-null it is multiplied by
-  // gelu_tanh'(pre_gelu)); accumulates dw (OC,IC) += dout^T @ inp and dbias (OC, nullable) += sum dout,
-  // taken from dout_colsum (OC, fp32) when the op that wrote dout already summed its columns.
-  // dinp may be nullptr (skip).
-  virtual void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w,
-                          int N, int IC, int OC, const void* pre_gelu, const float* dout_colsum) = 0;
+  // The products (MatmulFwd, MatmulBwd above), on values or FP8 operands
+  virtual void matmul_fwd(const MatmulFwd& op) = 0;
+  virtual void matmul_bwd(const MatmulBwd& op) = 0;
+  // The same on values, the arguments in a row (the descriptors' fields)
+  void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC, void* pre_gelu) {
+    MatmulFwd op;
+    op.out = out, op.inp = values(inp), op.w = values(w), op.bias = bias, op.pre_gelu = pre_gelu;
+    op.N = N, op.IC = IC, op.OC = OC;
+    matmul_fwd(op);
+  }
+  void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
+                  int OC, const void* pre_gelu, const float* dout_colsum) {
+    MatmulBwd op;
+    op.dinp = dinp, op.dw = dw, op.dbias = dbias, op.dout = values(dout), op.inp = values(inp), op.w = values(w);
+    op.pre_gelu = pre_gelu, op.dout_colsum = dout_colsum, op.N = N, op.IC = IC, op.OC = OC;
+    matmul_bwd(op);
+  }
   // Causal self-attention. qkv (B,T,3,NH,HS); out (B,T,NH,HS); lse (B,NH,T) fp32 log-sum-exp of the
   // scaled scores (softmax scale 1/sqrt(HS)), kept for the backward pass.
   virtual void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) = 0;

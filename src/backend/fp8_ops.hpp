@@ -1,6 +1,8 @@
 // FP8 ops (training.precision fp8): the four block products of every layer and, with
 // training.fp8_classifier, the classifier's three run on FP8 operands, one scale per tensor (delayed
-// scaling; the recipe and its state: model/fp8_scaling.hpp). A backend offers them through
+// scaling; the recipe and its state: model/fp8_scaling.hpp). The products are the backend's own
+// (Backend::matmul_fwd and matmul_bwd with FP8 operands); the ops here make their operands (casts,
+// transposes), the classifier's FP8 gradient and the scales. A backend offers them through
 // Backend::fp8(); conventions as in backend.hpp, and:
 // - `x` tensors are the backend's activation dtype; FP8 tensors are bytes (Fp8Tensor::data).
 // - Quantizing x gives q = fp8(x * scale) (nearest even, saturating at the format's largest value) and
@@ -55,24 +57,6 @@ class Fp8Ops {
   virtual void quantize(const Fp8Tensor& q, const void* x, size_t n) = 0;
   // dst (C, N) = src (N, C), bytes
   virtual void transpose(void* dst, const void* src, int N, int C) = 0;
-  // out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC, nullable), fp32 accumulation, act dtype out.
-  // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu).
-  virtual void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC,
-                          int OC, void* pre_gelu) = 0;
-  // The forward with GELU whose output goes to the next product in FP8: out.data (N, OC) =
-  // fp8(gelu_tanh(inp @ w^T + bias) * out.scale), GELU computed from the fp32 product, max |gelu| folded
-  // into *out.amax (nullable); pre_gelu (N, OC) = the product before GELU, act dtype. false: the backend
-  // has no such fused product and wrote nothing (the caller takes matmul_fwd, then cast).
-  virtual bool matmul_fwd_gelu_q(const Fp8Tensor& out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias,
-                                 int N, int IC, int OC, void* pre_gelu) = 0;
-  // dinp (N, IC) = dout (N, OC) @ w, from w_t = w transposed (IC, OC); overwrites. With pre_gelu (N, IC)
-  // non-null it is multiplied by gelu_tanh'(pre_gelu) (a fused epilogue where the library has one).
-  virtual void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
-                           const void* pre_gelu) = 0;
-  // dw (OC, IC) += dout^T @ inp, from dout_t (OC, N) and inp_t (IC, N)
-  virtual void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) = 0;
-  // dst (n, act dtype) += sums (n, fp32)
-  virtual void add_sums(void* dst, const float* sums, int n) = 0;
   // Backend::classifier with the gradient in FP8: losses (N) fp32 = -log p[target] over logits (N, Vp)
   // of which the first V columns are real; the gradient (p - onehot(target)) * dloss (padded columns 0)
   // is quantized into dlogits.data (N, Vp) in the same pass, its amax recorded, always (zeros for

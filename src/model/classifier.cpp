@@ -45,18 +45,24 @@ void Classifier::forward(const LayerCtx& c, const BucketView& w, const BucketVie
   for (int r0 = 0; r0 < N; r0 += chunk_) {
     const int n = std::min(chunk_, N - r0);
     const Fp8Tensor x = input_q(static_cast<char*>(a.x) + size_t(r0) * C_, g != nullptr);
-    f.matmul_fwd(a.logits, x, q_.weight(false), nullptr, n, C_, Vp_, nullptr);
+    MatmulFwd fwd;
+    fwd.out = a.logits, fwd.inp = fp8_bytes(x), fwd.w = fp8_bytes(q_.weight(false)), fwd.N = n, fwd.IC = C_, fwd.OC = Vp_;
+    c.be.matmul_fwd(fwd);
     if (!g) {
       c.be.classifier(a.logits, a.losses + r0, a.targets + r0, n, V_, Vp_, 0.0f);
       continue;
     }
-    Fp8Tensor d = q_.grad(a.dlogits_q);
+    const Fp8Tensor d = q_.grad(a.dlogits_q);
     f.classifier(a.logits, a.losses + r0, a.targets + r0, n, V_, Vp_, dloss, d);
-    f.matmul_dinp(static_cast<char*>(a.dx) + e * size_t(r0) * C_, d, q_.weight(true), n, C_, Vp_, nullptr);
+    MatmulBwd bwd;  // the input gradient from wte transposed, then the weight gradient from both transposed
+    bwd.N = n, bwd.IC = C_, bwd.OC = Vp_;
+    bwd.dinp = static_cast<char*>(a.dx) + e * size_t(r0) * C_, bwd.dout = fp8_bytes(d), bwd.w = fp8_bytes(q_.weight(true));
+    c.be.matmul_bwd(bwd);
     f.transpose(a.logits, a.dlogits_q, n, Vp_);  // (Vp, n) bytes over the dead logits
     f.transpose(a.x_t, x.data, n, C_);
-    d.data = a.logits;
-    f.matmul_dw(g->at(wte_), d, input_q(a.x_t, false), n, C_, Vp_);
+    bwd.dinp = nullptr, bwd.dw = g->at(wte_), bwd.dout_t = d, bwd.dout_t.data = a.logits;
+    bwd.inp = fp8_bytes(input_q(a.x_t, false));
+    c.be.matmul_bwd(bwd);
   }
 }
 
@@ -70,8 +76,10 @@ void Classifier::logits_row(const LayerCtx& c, const BucketView& w, uint64_t par
   } else {
     q_.cast_weight(c, w, wte_, params_version);
     const int r0 = row - row % kFp8RowGroup, n = std::min(kFp8RowGroup, c.N - r0);
-    const Fp8Tensor x = input_q(static_cast<char*>(a.x) + size_t(r0) * C_, false);
-    c.f().matmul_fwd(a.logits, x, q_.weight(false), nullptr, n, C_, Vp_, nullptr);
+    MatmulFwd fwd;
+    fwd.out = a.logits, fwd.inp = fp8_bytes(input_q(static_cast<char*>(a.x) + size_t(r0) * C_, false));
+    fwd.w = fp8_bytes(q_.weight(false)), fwd.N = n, fwd.IC = C_, fwd.OC = Vp_;
+    c.be.matmul_fwd(fwd);
     logits = static_cast<const char*>(a.logits) + e * size_t(row - r0) * Vp_;
   }
   float* tmp = static_cast<float*>(c.be.alloc(4 * size_t(Vp_)));

@@ -63,23 +63,25 @@ void Linear::cast_input(const LayerCtx& c, const Fp8Tensor& x, void* keep_t, Inp
 
 void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
                      void* pre_gelu, bool train, void* keep_t) const {
+  MatmulFwd op;
+  op.out = out, op.bias = w.at(b_), op.pre_gelu = pre_gelu, op.N = c.N, op.IC = in_, op.OC = out_;
   if (!q_.on()) {
     if (in.gelu) throw Error(kExitFailure, "internal error: only an FP8 product applies GELU to its input");
-    c.be.matmul_fwd(out, in.x, w.at(w_), w.at(b_), c.N, in_, out_, pre_gelu);
-    return;
+    op.inp = values(in.x), op.w = values(w.at(w_));
+  } else {
+    op.inp = fp8_bytes(input_fp8(c, w, params_version, in, train, keep_t)), op.w = fp8_bytes(q_.weight(false));
   }
-  const Fp8Tensor x = input_fp8(c, w, params_version, in, train, keep_t);
-  c.f().matmul_fwd(out, x, q_.weight(false), w.at(b_), c.N, in_, out_, pre_gelu);
+  c.be.matmul_fwd(op);
 }
 
 void Linear::forward_gelu_q(const LayerCtx& c, const BucketView& w, uint64_t params_version, const Fp8Tensor& out_q,
                             Input in, void* pre_gelu, bool train, void* scratch) const {
   if (!q_.on() || !pre_gelu)
     throw Error(kExitFailure, "internal error: an FP8 GELU output needs an FP8 product with GELU");
-  const Fp8Tensor x = input_fp8(c, w, params_version, in, train, nullptr);
-  if (c.f().matmul_fwd_gelu_q(out_q, x, q_.weight(false), w.at(b_), c.N, in_, out_, pre_gelu)) return;
-  c.f().matmul_fwd(scratch, x, q_.weight(false), w.at(b_), c.N, in_, out_, pre_gelu);
-  c.f().cast(out_q, nullptr, scratch, nullptr, nullptr, c.N, out_);
+  MatmulFwd op;
+  op.out = scratch, op.out_q = out_q, op.bias = w.at(b_), op.pre_gelu = pre_gelu, op.N = c.N, op.IC = in_, op.OC = out_;
+  op.inp = fp8_bytes(input_fp8(c, w, params_version, in, train, nullptr)), op.w = fp8_bytes(q_.weight(false));
+  c.be.matmul_fwd(op);
 }
 
 void Linear::recompute_saved(const LayerCtx& c, void* keep_t, Input in) const {
@@ -92,9 +94,13 @@ void Linear::recompute_saved(const LayerCtx& c, void* keep_t, Input in) const {
 // transposed here.
 void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
                       Saved in, const float* dout_colsum, const void* gelu_dinp, const void* gelu_dout) const {
+  MatmulBwd op;
+  op.dinp = dinp, op.dw = g.at(w_), op.dbias = g.at(b_), op.N = c.N, op.IC = in_, op.OC = out_;
   if (!q_.on()) {
     if (gelu_dout) throw Error(kExitFailure, "internal error: a bf16 product cannot apply GELU's derivative to dout");
-    c.be.matmul_bwd(dinp, g.at(w_), g.at(b_), dout, in.x, w.at(w_), c.N, in_, out_, gelu_dinp, dout_colsum);
+    op.dout = values(dout), op.inp = values(in.x), op.w = values(w.at(w_));
+    op.pre_gelu = gelu_dinp, op.dout_colsum = dout_colsum;
+    c.be.matmul_bwd(op);
     return;
   }
   if (gelu_dinp) throw Error(kExitFailure, "internal error: an FP8 product leaves GELU's derivative to the cast");
@@ -104,13 +110,13 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
     f.transpose(c.q_inp_t, in.x, c.N, in_);
     x_t = c.q_inp_t;
   }
-  float* sums = dout_colsum ? nullptr : c.colsum;
-  Fp8Tensor d = q_.grad(c.q_in);
-  f.cast(d, c.q_dout_t, dout, gelu_dout, sums, c.N, out_);
-  f.matmul_dinp(dinp, d, q_.weight_t(c), c.N, in_, out_, nullptr);
-  d.data = c.q_dout_t;
-  f.matmul_dw(g.at(w_), d, input_q(const_cast<void*>(x_t), true), c.N, in_, out_);
-  f.add_sums(g.at(b_), dout_colsum ? dout_colsum : c.colsum, out_);
+  const Fp8Tensor d = q_.grad(c.q_in);
+  f.cast(d, c.q_dout_t, dout, gelu_dout, dout_colsum ? nullptr : c.colsum, c.N, out_);
+  op.dout = fp8_bytes(d), op.w = fp8_bytes(q_.weight_t(c));
+  op.dout_t = d, op.dout_t.data = c.q_dout_t;
+  op.inp = fp8_bytes(input_q(const_cast<void*>(x_t), true));
+  op.dout_colsum = dout_colsum ? dout_colsum : c.colsum;
+  c.be.matmul_bwd(op);
 }
 
 // ---- Norm

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/fp8_products.hpp"
 #include "base/fp8.hpp"
 #include "base/gelu_logistic.hpp"
 #include "test_util.hpp"
@@ -25,6 +26,9 @@
 using namespace gpt;
 
 namespace {
+
+// The FP8 products themselves (Backend::matmul_fwd and matmul_bwd dispatch FP8 operands to them)
+Fp8Products& products(Backend& b) { return dynamic_cast<Fp8Products&>(*b.fp8()); }
 
 const Fp8Format kFormats[] = {Fp8Format::E4M3, Fp8Format::E5M2};
 
@@ -128,6 +132,54 @@ std::vector<uint8_t> random_codes(std::mt19937& rng, size_t n) {
   return v;
 }
 
+// The backend's product descriptors (Backend::matmul_fwd and matmul_bwd) with FP8 operands are the FP8
+// products called in a row: the forward with GELU's FP8 output, and the input gradient, weight gradient and
+// bias gradient from the column sums; FP8 and value operands in one product, or an FP8 bias gradient without
+// the column sums, are internal errors.
+TEST(Fp8, product_descriptors_run_fp8_operands_on_the_fp8_products) {
+  auto be = make_cpu_backend(BackendOptions{});
+  const int N = 8, IC = 16, OC = 24;
+  std::mt19937 rng(5);
+  auto a = random_codes(rng, size_t(N) * IC), w = random_codes(rng, size_t(OC) * IC);
+  auto d = random_codes(rng, size_t(N) * OC), dt = random_codes(rng, size_t(OC) * N);
+  auto wt = random_codes(rng, size_t(IC) * OC), it = random_codes(rng, size_t(IC) * N);
+  std::vector<float> bias(OC), sums(OC);
+  for (int o = 0; o < OC; ++o) bias[o] = 0.25f * float(o % 5) - 0.5f, sums[o] = 0.125f * float(o % 7) - 0.25f;
+  Meta ma(2.0f), mw(0.5f), md(1.0f), m1(4.0f), m2(4.0f);
+  const Fp8Tensor ta = ma.t(a.data(), Fp8Format::E4M3), tw = mw.t(w.data(), Fp8Format::E4M3);
+  std::vector<float> pre1(size_t(N) * OC), pre2(pre1.size()), scratch(pre1.size());
+  std::vector<uint8_t> q1(pre1.size()), q2(pre1.size());
+  ASSERT_TRUE(products(*be).matmul_fwd_gelu_q(m1.t(q1.data(), Fp8Format::E4M3), ta, tw, bias.data(), N, IC, OC,
+                                              pre1.data()));
+  MatmulFwd f;
+  f.out = scratch.data(), f.out_q = m2.t(q2.data(), Fp8Format::E4M3), f.inp = fp8_bytes(ta), f.w = fp8_bytes(tw);
+  f.bias = bias.data(), f.pre_gelu = pre2.data(), f.N = N, f.IC = IC, f.OC = OC;
+  be->matmul_fwd(f);
+  EXPECT_TRUE(q1 == q2);
+  EXPECT_TRUE(pre1 == pre2);
+  EXPECT_EQ(m1.v[2], m2.v[2]);
+  const Fp8Tensor td = md.t(d.data(), Fp8Format::E5M2), tdt = md.t(dt.data(), Fp8Format::E5M2);
+  const Fp8Tensor twt = mw.t(wt.data(), Fp8Format::E4M3), tit = ma.t(it.data(), Fp8Format::E4M3);
+  std::vector<float> di1(size_t(N) * IC), di2(di1.size()), dw1(size_t(OC) * IC, 1.0f), dw2(dw1), db1(OC, 0.5f), db2(db1);
+  products(*be).matmul_dinp(di1.data(), td, twt, N, IC, OC, nullptr);
+  products(*be).matmul_dw(dw1.data(), tdt, tit, N, IC, OC);
+  products(*be).add_sums(db1.data(), sums.data(), OC);
+  MatmulBwd b;
+  b.dinp = di2.data(), b.dw = dw2.data(), b.dbias = db2.data(), b.dout = fp8_bytes(td), b.w = fp8_bytes(twt);
+  b.dout_t = tdt, b.inp = fp8_bytes(tit), b.dout_colsum = sums.data(), b.N = N, b.IC = IC, b.OC = OC;
+  be->matmul_bwd(b);
+  EXPECT_TRUE(di1 == di2);
+  EXPECT_TRUE(dw1 == dw2);
+  EXPECT_TRUE(db1 == db2);
+  std::vector<float> wf(size_t(OC) * IC, 0.5f);
+  MatmulFwd mixed = f;
+  mixed.w = values(wf.data());
+  EXPECT_THROW(be->matmul_fwd(mixed), Error);
+  MatmulBwd no_sums = b;
+  no_sums.dout_colsum = nullptr;
+  EXPECT_THROW(be->matmul_bwd(no_sums), Error);
+}
+
 // GELU's output in FP8 from the forward product is the product, then GELU (base/gelu_logistic.hpp) and the
 // cast: the same bytes, the same pre-activation and the same amax (the model's fc output takes either path)
 TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast_or_gelu_in_the_cast) {
@@ -141,10 +193,10 @@ TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast_or_gelu_in_the_cast) {
   const Fp8Tensor ta = ma.t(a.data(), Fp8Format::E4M3), tw = mw.t(w.data(), Fp8Format::E4M3);
   std::vector<float> gelu(size_t(N) * OC), pre1(gelu.size()), pre2(gelu.size());
   std::vector<uint8_t> q1(gelu.size()), q2(gelu.size());
-  be->fp8()->matmul_fwd(pre1.data(), ta, tw, bias.data(), N, IC, OC, nullptr);
+  products(*be).matmul_fwd(pre1.data(), ta, tw, bias.data(), N, IC, OC, nullptr);
   for (size_t i = 0; i < gelu.size(); ++i) gelu[i] = gelu_logistic(pre1[i]);
   be->fp8()->cast(m1.t(q1.data(), Fp8Format::E4M3), nullptr, gelu.data(), nullptr, nullptr, N, OC);
-  ASSERT_TRUE(be->fp8()->matmul_fwd_gelu_q(m2.t(q2.data(), Fp8Format::E4M3), ta, tw, bias.data(), N, IC, OC,
+  ASSERT_TRUE(products(*be).matmul_fwd_gelu_q(m2.t(q2.data(), Fp8Format::E4M3), ta, tw, bias.data(), N, IC, OC,
                                            pre2.data()));
   EXPECT_TRUE(q1 == q2);
   EXPECT_TRUE(pre1 == pre2);
@@ -197,7 +249,7 @@ TEST(Fp8, products_use_the_dequantized_operands) {
   const auto a = random_codes(rng, size_t(N) * IC), w = random_codes(rng, size_t(OC) * IC);
   Meta ma(2.0f), mw(0.5f);
   std::vector<float> out(size_t(N) * OC), dw(size_t(OC) * IC, 1.0f);
-  be->fp8()->matmul_fwd(out.data(), ma.t(const_cast<uint8_t*>(a.data()), Fp8Format::E4M3),
+  products(*be).matmul_fwd(out.data(), ma.t(const_cast<uint8_t*>(a.data()), Fp8Format::E4M3),
                         mw.t(const_cast<uint8_t*>(w.data()), Fp8Format::E4M3), nullptr, N, IC, OC, nullptr);
   for (int r = 0; r < N; ++r)
     for (int o = 0; o < OC; ++o) {
@@ -209,7 +261,7 @@ TEST(Fp8, products_use_the_dequantized_operands) {
     }
   // dw (OC, IC) += dout_t (OC, N) @ inp_t (IC, N)^T with w's bytes as dout_t (OC x N = 32 x 8 of them)
   const auto dt = random_codes(rng, size_t(OC) * N), it = random_codes(rng, size_t(IC) * N);
-  be->fp8()->matmul_dw(dw.data(), ma.t(const_cast<uint8_t*>(dt.data()), Fp8Format::E5M2),
+  products(*be).matmul_dw(dw.data(), ma.t(const_cast<uint8_t*>(dt.data()), Fp8Format::E5M2),
                        mw.t(const_cast<uint8_t*>(it.data()), Fp8Format::E4M3), N, IC, OC);
   for (int o = 0; o < OC; ++o)
     for (int i = 0; i < IC; ++i) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/fp8_products.hpp"
 #include "test_util.hpp"
 #include "gpt_init.hpp"
 #include "config/config.hpp"
@@ -19,6 +20,9 @@
 using namespace gpt;
 
 namespace {
+
+// The FP8 products themselves (Backend::matmul_fwd and matmul_bwd dispatch FP8 operands to them)
+Fp8Products& products(Backend& b) { return dynamic_cast<Fp8Products&>(*b.fp8()); }
 
 std::mt19937_64 g_rng(20261201);
 
@@ -265,17 +269,17 @@ TEST(GpuFp8, matmuls_match_the_cpu_emulation) {
     void* g = up(b, std::vector<float>(size_t(OC) * IC, 0.25f));
     Meta ma(b, 8.0f), mw(b, 64.0f), md(b, 1024.0f);
     const Fp8Tensor ta = ma.t(da, Fp8Format::E4M3), tw = mw.t(dwt, Fp8Format::E4M3), td = md.t(dd, Fp8Format::E5M2);
-    b.fp8()->matmul_fwd(out, ta, tw, dbias, N, IC, OC, nullptr);
+    products(b).matmul_fwd(out, ta, tw, dbias, N, IC, OC, nullptr);
     fwd[side] = down(b, out, size_t(N) * OC);
-    b.fp8()->matmul_fwd(out, ta, tw, dbias, N, IC, OC, pre);
+    products(b).matmul_fwd(out, ta, tw, dbias, N, IC, OC, pre);
     gelu[side] = down(b, out, size_t(N) * OC);
     // dinp (N, IC) = dout (N, OC) @ w; here w_t (IC, OC) is the random bytes of w read as (IC, OC)
-    b.fp8()->matmul_dinp(di, td, tw, N, IC, OC, nullptr);
+    products(b).matmul_dinp(di, td, tw, N, IC, OC, nullptr);
     dinp[side] = down(b, di, size_t(N) * IC);
-    b.fp8()->matmul_dinp(di, td, tw, N, IC, OC, pre);  // pre_gelu (N, IC): pre's first N * IC values
+    products(b).matmul_dinp(di, td, tw, N, IC, OC, pre);  // pre_gelu (N, IC): pre's first N * IC values
     dgelu[side] = down(b, di, size_t(N) * IC);
     // dw (OC, IC) += dout_t (OC, N) @ inp_t (IC, N)^T: the bytes of d and a read transposed
-    b.fp8()->matmul_dw(g, td, ta, N, IC, OC);
+    products(b).matmul_dw(g, td, ta, N, IC, OC);
     dw[side] = down(b, g, size_t(OC) * IC);
     for (void* p : {da, dwt, dd, dbias, out, pre, di, g}) b.free(p);
   }
@@ -308,9 +312,9 @@ TEST(GpuFp8, gradient_products_match_the_cpu_emulation_with_and_without_fast_acc
       void* g = up(b, std::vector<float>(size_t(OC) * IC, 0.0f));
       Meta ma(b, 8.0f), mw(b, 64.0f), md(b, 1024.0f);
       const Fp8Tensor ta = ma.t(da, Fp8Format::E4M3), tw = mw.t(dwt, Fp8Format::E4M3), td = md.t(dd, Fp8Format::E5M2);
-      b.fp8()->matmul_dinp(di, td, tw, N, IC, OC, nullptr);  // sums over OC
+      products(b).matmul_dinp(di, td, tw, N, IC, OC, nullptr);  // sums over OC
       dinp[side] = down(b, di, size_t(N) * IC);
-      b.fp8()->matmul_dw(g, td, ta, N, IC, OC);  // sums over N
+      products(b).matmul_dw(g, td, ta, N, IC, OC);  // sums over N
       dw[side] = down(b, g, size_t(OC) * IC);
       for (void* p : {da, dwt, dd, di, g}) b.free(p);
     }
@@ -338,7 +342,7 @@ TEST(GpuFp8, a_vocabulary_long_input_gradient_sum_keeps_the_promotion_under_ever
     const size_t e = dtype_size(b.act_dtype());
     void *dwt = put_bytes(b, w), *dd = put_bytes(b, d), *di = b.alloc(e * N * IC);
     Meta mw(b, 64.0f), md(b, 1024.0f);
-    b.fp8()->matmul_dinp(di, md.t(dd, Fp8Format::E5M2), mw.t(dwt, Fp8Format::E4M3), N, IC, OC, nullptr);
+    products(b).matmul_dinp(di, md.t(dd, Fp8Format::E5M2), mw.t(dwt, Fp8Format::E4M3), N, IC, OC, nullptr);
     out[i++] = bytes(b, di, e * N * IC);
     for (void* p : {dwt, dd, di}) b.free(p);
   }
@@ -365,13 +369,13 @@ TEST(GpuFp8, gelu_output_in_fp8_matches_the_cpu_emulation) {
     void *out = b.alloc(size_t(N) * OC), *dpre = b.alloc(e * N * OC);
     Meta ma(b, 64.0f), mw(b, 64.0f), mo(b, 4.0f), big(b, 4.0f);
     const Fp8Tensor ta = ma.t(da, Fp8Format::E4M3), tw = mw.t(dwt, Fp8Format::E4M3);
-    ASSERT_TRUE(b.fp8()->matmul_fwd_gelu_q(mo.t(out, Fp8Format::E4M3), ta, tw, dbias, N, IC, OC, dpre));
+    ASSERT_TRUE(products(b).matmul_fwd_gelu_q(mo.t(out, Fp8Format::E4M3), ta, tw, dbias, N, IC, OC, dpre));
     q[side] = bytes(b, out, size_t(N) * OC);
     pre[side] = down(b, dpre, size_t(N) * OC);
     amax[side] = mo.amax();
     const float huge = 1e6f;  // an amax already above this call's: the fold keeps it
     b.copy_h2d(big.p + 8, &huge, 4);
-    ASSERT_TRUE(b.fp8()->matmul_fwd_gelu_q(big.t(out, Fp8Format::E4M3), ta, tw, dbias, N, IC, OC, dpre));
+    ASSERT_TRUE(products(b).matmul_fwd_gelu_q(big.t(out, Fp8Format::E4M3), ta, tw, dbias, N, IC, OC, dpre));
     kept[side] = big.amax();
     for (void* p : {da, dwt, dbias, out, dpre}) b.free(p);
   }

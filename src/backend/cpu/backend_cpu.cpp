@@ -246,8 +246,18 @@ class CpuBackend final : public Backend {
     }
     if (op.dinp_colsum) column_sums(op.dinp_colsum, dx, N, C);
   }
-  void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
-                  void* pre_gelu) override {
+  using Backend::matmul_fwd;
+  using Backend::matmul_bwd;
+  void matmul_fwd(const MatmulFwd& op) override {
+    if (op.inp.fp8() || op.w.fp8()) return fp8_matmul_fwd(*fp8_, op);
+    if (op.out_q.data) throw Error(kExitFailure, "internal error: an FP8 output of a product on values");
+    values_fwd(op.out, op.inp.x, op.w.x, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
+  }
+  void matmul_bwd(const MatmulBwd& op) override {
+    if (op.dout.fp8() || op.w.fp8() || op.inp.fp8()) return fp8_matmul_bwd(*fp8_, op);
+    values_bwd(op.dinp, op.dw, op.dbias, op.dout.x, op.inp.x, op.w.x, op.N, op.IC, op.OC, op.pre_gelu, op.dout_colsum);
+  }
+  void values_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC, void* pre_gelu) {
     WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
     float* dst = pre_gelu ? F(pre_gelu) : F(out);
     split_rows(N, [&](int lo, int hi) {
@@ -262,8 +272,8 @@ class CpuBackend final : public Backend {
     }
     if (pre_gelu) gelu_fwd(out, pre_gelu, size_t(N) * OC);
   }
-  void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
-                  int OC, const void* pre_gelu, const float* dout_colsum) override {
+  void values_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
+                  int OC, const void* pre_gelu, const float* dout_colsum) {
     WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     if (dinp) {
       float* dx = F(dinp);
@@ -277,10 +287,11 @@ class CpuBackend final : public Backend {
         for (size_t i = 0; i < size_t(N) * IC; ++i) dx[i] *= gelu_grad(pg[i]);
       }
     }
-    split_rows(OC, [&](int lo, int hi) {  // dw rows [lo, hi) = dout[:, lo:hi]^T @ inp
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1.0f, cF(dout) + lo, OC, cF(inp), IC, 1.0f,
-                  F(dw) + size_t(lo) * IC, IC);
-    });
+    if (dw)
+      split_rows(OC, [&](int lo, int hi) {  // dw rows [lo, hi) = dout[:, lo:hi]^T @ inp
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1.0f, cF(dout) + lo, OC, cF(inp), IC, 1.0f,
+                    F(dw) + size_t(lo) * IC, IC);
+      });
     if (dbias) {
       std::vector<float> sums;
       if (!dout_colsum) {
@@ -419,7 +430,7 @@ class CpuBackend final : public Backend {
   OpTally tally_;
   size_t in_use_ = 0, peak_in_use_ = 0;
   const size_t baseline_;  // resident set before the first allocation: libraries, MPI, earlier sweep points' heap
-  std::unique_ptr<Fp8Ops> fp8_;
+  std::unique_ptr<Fp8Products> fp8_;
   std::vector<float> norm_out_;    // a norm's output before its FP8 cast
   std::vector<float> norm_zeros_;  // RMSNorm's mean in its backward
 };

@@ -30,7 +30,7 @@ void fold_amax(float* amax, float m) {
   if (amax && (std::isnan(m) || m > *amax)) *amax = m;
 }
 
-class CpuFp8Ops final : public Fp8Ops {
+class CpuFp8Ops final : public Fp8Products {
  public:
   CpuFp8Ops(Backend& be, OpTally& tally) : be_(be), tally_(tally) {}
 
@@ -186,7 +186,7 @@ class CpuFp8Ops final : public Fp8Ops {
 
 }  // namespace
 
-std::unique_ptr<Fp8Ops> make_cpu_fp8_ops(Backend& be, OpTally& tally) {
+std::unique_ptr<Fp8Products> make_cpu_fp8_ops(Backend& be, OpTally& tally) {
   return std::make_unique<CpuFp8Ops>(be, tally);
 }
 

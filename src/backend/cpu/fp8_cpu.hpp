@@ -5,11 +5,12 @@
 #include <memory>
 
 #include "backend/backend.hpp"
+#include "backend/fp8_products.hpp"
 #include "backend/op_tally.hpp"
 
 namespace gpt {
 
 // be: the CPU backend itself (its fp32 products are reused); tally: its op profile
-std::unique_ptr<Fp8Ops> make_cpu_fp8_ops(Backend& be, OpTally& tally);
+std::unique_ptr<Fp8Products> make_cpu_fp8_ops(Backend& be, OpTally& tally);
 
 }  // namespace gpt

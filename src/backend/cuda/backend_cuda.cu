@@ -317,16 +317,32 @@ class CudaBackend final : public Backend {
       kern::layernorm_bwd<X>(a, stream_);
     });
   }
-  void matmul_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC,
-                  void* pre_gelu) override {
+  using Backend::matmul_fwd;
+  using Backend::matmul_bwd;
+  void matmul_fwd(const MatmulFwd& op) override {
+    if (op.inp.fp8() || op.w.fp8()) {
+      if (!fp8_) throw Error(kExitFailure, "internal error: an FP8 product on a backend without FP8 products");
+      return fp8_matmul_fwd(*fp8_, op);
+    }
+    if (op.out_q.data) throw Error(kExitFailure, "internal error: an FP8 output of a product on values");
+    values_fwd(op.out, op.inp.x, op.w.x, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
+  }
+  void matmul_bwd(const MatmulBwd& op) override {
+    if (op.dout.fp8() || op.w.fp8() || op.inp.fp8()) {
+      if (!fp8_) throw Error(kExitFailure, "internal error: an FP8 product on a backend without FP8 products");
+      return fp8_matmul_bwd(*fp8_, op);
+    }
+    values_bwd(op.dinp, op.dw, op.dbias, op.dout.x, op.inp.x, op.w.x, op.N, op.IC, op.OC, op.pre_gelu, op.dout_colsum);
+  }
+  void values_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC, void* pre_gelu) {
     OpProfiler::Scope t(prof_, stream_,
                         prof_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
     kern::MatmulFwdArgs a;
     a.out = out, a.inp = inp, a.w = w, a.bias = bias, a.N = N, a.IC = IC, a.OC = OC, a.pre_gelu = pre_gelu;
     dispatch([&](auto x) { kern::matmul_fwd<decltype(x)>(*lt_, a, stream_); });
   }
-  void matmul_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
-                  int OC, const void* pre_gelu, const float* dout_colsum) override {
+  void values_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
+                  int OC, const void* pre_gelu, const float* dout_colsum) {
     OpProfiler::Scope t(prof_, stream_,
                         prof_.enabled() ? matmul_op_name("matmul_bwd", IC, OC, pre_gelu ? " +dgelu" : "") : "");
     kern::MatmulBwdArgs a;
@@ -492,7 +508,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<void*, size_t> sizes_;
   size_t in_use_ = 0, peak_ = 0;
   OpProfiler prof_;
-  std::unique_ptr<Fp8Ops> fp8_;
+  std::unique_ptr<Fp8Products> fp8_;
 };
 
 }  // namespace

@@ -13,7 +13,7 @@ using kern::bf16;
 
 kern::Fp8Operand operand(const Fp8Tensor& t) { return {t.data, t.scale_inv, t.fmt}; }
 
-class CudaFp8Ops final : public Fp8Ops {
+class CudaFp8Ops final : public Fp8Products {
  public:
   explicit CudaFp8Ops(const CudaFp8Context& c) : c_(c) {}
 
@@ -121,6 +121,6 @@ class CudaFp8Ops final : public Fp8Ops {
 
 }  // namespace
 
-std::unique_ptr<Fp8Ops> make_cuda_fp8_ops(const CudaFp8Context& c) { return std::make_unique<CudaFp8Ops>(c); }
+std::unique_ptr<Fp8Products> make_cuda_fp8_ops(const CudaFp8Context& c) { return std::make_unique<CudaFp8Ops>(c); }
 
 }  // namespace gpt

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backend/backend.hpp"
+#include "backend/fp8_products.hpp"
 #include "backend/cuda/op_profiler.cuh"
 #include "kernels/matmul.cuh"
 
@@ -20,6 +21,6 @@ struct CudaFp8Context {
   std::function<void*(size_t)> scratch;  // the backend's shared scratch, at least this many bytes
   fp8::FastAccum fast_accum = fp8::FastAccum::dinp;
 };
-std::unique_ptr<Fp8Ops> make_cuda_fp8_ops(const CudaFp8Context& c);
+std::unique_ptr<Fp8Products> make_cuda_fp8_ops(const CudaFp8Context& c);
 
 }  // namespace gpt

@@ -1,0 +1,52 @@
+// The FP8 products behind Backend::matmul_fwd and matmul_bwd (their FP8 operands; backend.hpp), inside a
+// backend: each backend's FP8 ops implement them beside Fp8Ops, and only the backend's dispatch calls them.
+#pragma once
+#include "backend/backend.hpp"
+#include "backend/fp8_ops.hpp"
+
+namespace gpt {
+
+class Fp8Products : public Fp8Ops {
+ public:
+  // out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC, nullable), fp32 accumulation, act dtype out.
+  // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu).
+  virtual void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC,
+                          int OC, void* pre_gelu) = 0;
+  // The forward with GELU whose output goes to the next product in FP8: out.data (N, OC) =
+  // fp8(gelu_tanh(inp @ w^T + bias) * out.scale), GELU computed from the fp32 product, max |gelu| folded
+  // into *out.amax (nullable); pre_gelu (N, OC) = the product before GELU, act dtype. false: the backend
+  // has no such fused product and wrote nothing (the caller takes matmul_fwd, then cast).
+  virtual bool matmul_fwd_gelu_q(const Fp8Tensor& out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias,
+                                 int N, int IC, int OC, void* pre_gelu) = 0;
+  // dinp (N, IC) = dout (N, OC) @ w, from w_t = w transposed (IC, OC); overwrites. With pre_gelu (N, IC)
+  // non-null it is multiplied by gelu_tanh'(pre_gelu) (a fused epilogue where the library has one).
+  virtual void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
+                           const void* pre_gelu) = 0;
+  // dw (OC, IC) += dout^T @ inp, from dout_t (OC, N) and inp_t (IC, N)
+  virtual void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) = 0;
+  // dst (n, act dtype) += sums (n, fp32)
+  virtual void add_sums(void* dst, const float* sums, int n) = 0;
+};
+
+// A backend's products on FP8 operands, the same for every backend: the fused GELU output where the
+// backend has it (else the product into op.out and a cast), the input and weight gradients, the bias
+// gradient from the column sums.
+inline void fp8_matmul_fwd(Fp8Products& f, const MatmulFwd& op) {
+  if (!op.inp.fp8() || !op.w.fp8()) throw Error(kExitFailure, "internal error: a product of FP8 and value operands");
+  if (!op.out_q.data) return f.matmul_fwd(op.out, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
+  if (!op.pre_gelu) throw Error(kExitFailure, "internal error: an FP8 product's FP8 output needs GELU");
+  if (f.matmul_fwd_gelu_q(op.out_q, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu)) return;
+  f.matmul_fwd(op.out, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
+  f.cast(op.out_q, nullptr, op.out, nullptr, nullptr, op.N, op.OC);
+}
+inline void fp8_matmul_bwd(Fp8Products& f, const MatmulBwd& op) {
+  if ((op.dinp && (!op.dout.fp8() || !op.w.fp8())) || (op.dw && (!op.dout_t.data || !op.inp.fp8())))
+    throw Error(kExitFailure, "internal error: a product of FP8 and value operands");
+  if (op.pre_gelu) throw Error(kExitFailure, "internal error: an FP8 product leaves GELU's derivative to the cast");
+  if (op.dbias && !op.dout_colsum) throw Error(kExitFailure, "internal error: an FP8 bias gradient needs dout's column sums");
+  if (op.dinp) f.matmul_dinp(op.dinp, op.dout.q, op.w.q, op.N, op.IC, op.OC, nullptr);
+  if (op.dw) f.matmul_dw(op.dw, op.dout_t, op.inp.q, op.N, op.IC, op.OC);
+  if (op.dbias) f.add_sums(op.dbias, op.dout_colsum, op.OC);
+}
+
+}  // namespace gpt
