@@ -136,6 +136,19 @@ struct MatmulBwd {
   int N = 0, IC = 0, OC = 0;
 };
 
+// Fused softmax + cross-entropy over logits (N,Vp) of which the first V columns are real: losses (N) fp32
+// = -log p[target]. With dloss != 0 the gradient (p - onehot(target)) * dloss (padded columns 0) is written
+// over the logits; or, with dlogits.data non-null (FP8, the classifier's FP8 products), quantized into
+// dlogits (N,Vp) in the same pass with its amax recorded, always (zeros for dloss = 0), the logits only read.
+struct ClassifierLoss {
+  void* logits = nullptr;
+  float* losses = nullptr;
+  const int* targets = nullptr;
+  int N = 0, V = 0, Vp = 0;
+  float dloss = 0;
+  Fp8Tensor dlogits;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -229,11 +242,13 @@ class Backend {
                              int B, int T, int NH, int HS) = 0;
   // out (n) = gelu_tanh(inp)
   virtual void gelu_fwd(void* out, const void* inp, size_t n) = 0;
-  // Fused softmax + cross-entropy over logits (N,Vp) of which the first V columns are real:
-  // losses (N) fp32 = -log p[target]. With dloss != 0, logits is overwritten by its gradient
-  // (p - onehot(target)) * dloss (padded columns 0).
-  virtual void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp,
-                          float dloss) = 0;
+  // The loss and its gradient (ClassifierLoss above); the positional form: the gradient over the logits
+  virtual void classifier(const ClassifierLoss& op) = 0;
+  void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    ClassifierLoss op;
+    op.logits = logits, op.losses = losses, op.targets = targets, op.N = N, op.V = V, op.Vp = Vp, op.dloss = dloss;
+    classifier(op);
+  }
   virtual void normal_init(const NormalInit& op) = 0;
   // sum of squares of x (n), act dtype, returned to the host in double (synchronises)
   virtual double sum_squares(const void* x, size_t n) = 0;

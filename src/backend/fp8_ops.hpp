@@ -2,7 +2,7 @@
 // training.fp8_classifier, the classifier's three run on FP8 operands, one scale per tensor (delayed
 // scaling; the recipe and its state: model/fp8_scaling.hpp). The products are the backend's own
 // (Backend::matmul_fwd and matmul_bwd with FP8 operands); the ops here make their operands (casts,
-// transposes), the classifier's FP8 gradient and the scales. A backend offers them through
+// transposes) and the scales; the classifier's FP8 gradient is Backend::classifier's `dlogits`. A backend offers them through
 // Backend::fp8(); conventions as in backend.hpp, and:
 // - `x` tensors are the backend's activation dtype; FP8 tensors are bytes (Fp8Tensor::data).
 // - Quantizing x gives q = fp8(x * scale) (nearest even, saturating at the format's largest value) and
@@ -57,12 +57,6 @@ class Fp8Ops {
   virtual void quantize(const Fp8Tensor& q, const void* x, size_t n) = 0;
   // dst (C, N) = src (N, C), bytes
   virtual void transpose(void* dst, const void* src, int N, int C) = 0;
-  // Backend::classifier with the gradient in FP8: losses (N) fp32 = -log p[target] over logits (N, Vp)
-  // of which the first V columns are real; the gradient (p - onehot(target)) * dloss (padded columns 0)
-  // is quantized into dlogits.data (N, Vp) in the same pass, its amax recorded, always (zeros for
-  // dloss = 0). The logits are only read.
-  virtual void classifier(const void* logits, float* losses, const int* targets, int N, int V, int Vp,
-                          float dloss, const Fp8Tensor& dlogits) = 0;
   virtual void update_scales(const Fp8ScalesArgs& a) = 0;
 };
 

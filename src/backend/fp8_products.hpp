@@ -1,5 +1,6 @@
-// The FP8 products behind Backend::matmul_fwd and matmul_bwd (their FP8 operands; backend.hpp), inside a
-// backend: each backend's FP8 ops implement them beside Fp8Ops, and only the backend's dispatch calls them.
+// The FP8 products behind Backend::matmul_fwd and matmul_bwd (their FP8 operands; backend.hpp) and the
+// classifier's loss with its FP8 gradient (Backend::classifier's dlogits), inside a backend: each backend's
+// FP8 ops implement them beside Fp8Ops, and only the backend's dispatch calls them.
 #pragma once
 #include "backend/backend.hpp"
 #include "backend/fp8_ops.hpp"
@@ -26,6 +27,12 @@ class Fp8Products : public Fp8Ops {
   virtual void matmul_dw(void* dw, const Fp8Tensor& dout_t, const Fp8Tensor& inp_t, int N, int IC, int OC) = 0;
   // dst (n, act dtype) += sums (n, fp32)
   virtual void add_sums(void* dst, const float* sums, int n) = 0;
+  // Backend::classifier with the gradient in FP8 (dlogits): losses (N) fp32 = -log p[target] over logits (N, Vp)
+  // of which the first V columns are real; the gradient (p - onehot(target)) * dloss (padded columns 0)
+  // is quantized into dlogits.data (N, Vp) in the same pass, its amax recorded, always (zeros for
+  // dloss = 0). The logits are only read.
+  virtual void classifier(const void* logits, float* losses, const int* targets, int N, int V, int Vp,
+                          float dloss, const Fp8Tensor& dlogits) = 0;
 };
 
 // A backend's products on FP8 operands, the same for every backend: the fused GELU output where the

@@ -53,7 +53,10 @@ void Classifier::forward(const LayerCtx& c, const BucketView& w, const BucketVie
       continue;
     }
     const Fp8Tensor d = q_.grad(a.dlogits_q);
-    f.classifier(a.logits, a.losses + r0, a.targets + r0, n, V_, Vp_, dloss, d);
+    ClassifierLoss loss;
+    loss.logits = a.logits, loss.losses = a.losses + r0, loss.targets = a.targets + r0, loss.N = n, loss.V = V_;
+    loss.Vp = Vp_, loss.dloss = dloss, loss.dlogits = d;
+    c.be.classifier(loss);
     MatmulBwd bwd;  // the input gradient from wte transposed, then the weight gradient from both transposed
     bwd.N = n, bwd.IC = C_, bwd.OC = Vp_;
     bwd.dinp = static_cast<char*>(a.dx) + e * size_t(r0) * C_, bwd.dout = fp8_bytes(d), bwd.w = fp8_bytes(q_.weight(true));

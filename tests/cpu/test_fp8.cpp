@@ -312,7 +312,7 @@ TEST(Fp8, classifier_writes_its_gradient_in_fp8) {
       std::vector<uint8_t> q(z.size(), 0xAA);
       std::vector<float> losses(N), zin = z;
       Meta m(scale);
-      be->fp8()->classifier(zin.data(), losses.data(), tgt.data(), N, V, Vp, dloss, m.t(q.data(), f));
+      products(*be).classifier(zin.data(), losses.data(), tgt.data(), N, V, Vp, dloss, m.t(q.data(), f));
       EXPECT_TRUE(zin == z) << "the logits are only read";
       // Backend::classifier on a copy: the same losses, bit for bit, and its gradient quantized
       std::vector<float> g = z, ref_losses(N);
@@ -352,10 +352,20 @@ TEST(Fp8, classifier_writes_its_gradient_in_fp8) {
   std::vector<uint8_t> q(z.size(), 0xAA);
   std::vector<float> losses(N), ref(N), zc = z;
   Meta m(1.0f);
-  be->fp8()->classifier(z.data(), losses.data(), tgt.data(), N, V, Vp, 0.0f, m.t(q.data(), Fp8Format::E5M2));
+  products(*be).classifier(z.data(), losses.data(), tgt.data(), N, V, Vp, 0.0f, m.t(q.data(), Fp8Format::E5M2));
   be->classifier(zc.data(), ref.data(), tgt.data(), N, V, Vp, 0.0f);
   EXPECT_TRUE(losses == ref);
   EXPECT_TRUE(std::all_of(q.begin(), q.end(), [](uint8_t b) { return b == 0; }) && m.v[2] == 0.0f);
+  // the backend's loss with the FP8 gradient as a field (ClassifierLoss::dlogits): the FP8 op's bytes
+  std::vector<uint8_t> q1(z.size()), q2(z.size());
+  std::vector<float> l1(N), l2(N);
+  Meta m1(1.0f), m2(1.0f);
+  products(*be).classifier(z.data(), l1.data(), tgt.data(), N, V, Vp, 0.5f, m1.t(q1.data(), Fp8Format::E5M2));
+  ClassifierLoss op;
+  op.logits = z.data(), op.losses = l2.data(), op.targets = tgt.data(), op.N = N, op.V = V, op.Vp = Vp, op.dloss = 0.5f;
+  op.dlogits = m2.t(q2.data(), Fp8Format::E5M2);
+  be->classifier(op);
+  EXPECT_TRUE(l1 == l2 && q1 == q2 && m1.v[2] == m2.v[2] && m1.v[2] > 0.0f);
 }
 
 // Parameters and gradients in host memory (the CPU backend's), no sharding; parameters never change.

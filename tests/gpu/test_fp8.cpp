@@ -476,7 +476,7 @@ TEST(GpuFp8, classifier_matches_the_cpu_emulation) {
         float* dl = static_cast<float*>(b.alloc(4 * size_t(N)));
         b.copy_h2d(dt, tg.data(), 4 * size_t(N));
         Meta m(b, scale);
-        b.fp8()->classifier(dz, dl, dt, N, V, Vp, dloss, m.t(dq, f));
+        products(b).classifier(dz, dl, dt, N, V, Vp, dloss, m.t(dq, f));
         q[side] = bytes(b, dq, z.size());
         losses[side].resize(N);
         b.copy_d2h(losses[side].data(), dl, 4 * size_t(N));

@@ -385,7 +385,14 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) o[i] = gelu(x[i]);
   }
-  void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) override {
+  using Backend::classifier;
+  void classifier(const ClassifierLoss& op) override {
+    if (op.dlogits.data) {
+      return fp8_->classifier(op.logits, op.losses, op.targets, op.N, op.V, op.Vp, op.dloss, op.dlogits);
+    }
+    values_loss(op.logits, op.losses, op.targets, op.N, op.V, op.Vp, op.dloss);
+  }
+  void values_loss(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     WallScope t(tally_, "classifier");
     float* z = F(logits);
 #pragma omp parallel for schedule(static)

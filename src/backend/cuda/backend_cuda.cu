@@ -395,7 +395,15 @@ class CudaBackend final : public Backend {
       kern::gelu_fwd<X>(static_cast<X*>(out), static_cast<const X*>(inp), n, stream_);
     });
   }
-  void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) override {
+  using Backend::classifier;
+  void classifier(const ClassifierLoss& op) override {
+    if (op.dlogits.data) {
+      if (!fp8_) throw Error(kExitFailure, "internal error: an FP8 gradient on a backend without FP8 products");
+      return fp8_->classifier(op.logits, op.losses, op.targets, op.N, op.V, op.Vp, op.dloss, op.dlogits);
+    }
+    values_loss(op.logits, op.losses, op.targets, op.N, op.V, op.Vp, op.dloss);
+  }
+  void values_loss(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     OpProfiler::Scope t(prof_, stream_, "classifier");
     dispatch([&](auto x) {
       using X = decltype(x);
