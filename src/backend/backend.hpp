@@ -149,6 +149,40 @@ struct ClassifierLoss {
   Fp8Tensor dlogits;
 };
 
+// The embeddings: out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T); wte (Vp,C); wpe (maxT,C)
+struct EncoderFwd {
+  void* out = nullptr;
+  const int* tokens = nullptr;
+  const void* wte = nullptr;
+  const void* wpe = nullptr;
+  int B = 0, T = 0, C = 0;
+};
+// Their backward: accumulates dwte (Vp,C), dwpe (maxT,C) from dout (B,T,C); deterministic on every backend
+struct EncoderBwd {
+  void* dwte = nullptr;
+  void* dwpe = nullptr;
+  const void* dout = nullptr;
+  const int* tokens = nullptr;
+  int B = 0, T = 0, C = 0;
+};
+// Causal self-attention: qkv (B,T,3,NH,HS); out (B,T,NH,HS); lse (B,NH,T) fp32 log-sum-exp of the scaled
+// scores (softmax scale 1/sqrt(HS)), kept for the backward.
+struct AttentionFwd {
+  void* out = nullptr;
+  float* lse = nullptr;
+  const void* qkv = nullptr;
+  int B = 0, T = 0, NH = 0, HS = 0;
+};
+// Its backward: dqkv (B,T,3,NH,HS) overwritten from dout (B,T,NH,HS) and the forward's qkv, out and lse
+struct AttentionBwd {
+  void* dqkv = nullptr;
+  const void* dout = nullptr;
+  const void* qkv = nullptr;
+  const void* out = nullptr;
+  const float* lse = nullptr;
+  int B = 0, T = 0, NH = 0, HS = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -207,13 +241,10 @@ class Backend {
   virtual void add_inplace(void* dst, const void* src, size_t n) = 0;  // dst += src (act dtype)
 
   // ---- model ops
-  // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T); wte (Vp,C); wpe (maxT,C)
-  virtual void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T,
-                           int C) = 0;
-  // accumulates dwte (Vp,C), dwpe (maxT,C) from dout (B,T,C); deterministic on every backend
-  virtual void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T,
-                           int C) = 0;
-  // The normalisations (NormFwd, NormBwd below); `supports` says why a backend cannot run one ("" when it can)
+  // The embeddings (EncoderFwd, EncoderBwd above)
+  virtual void encoder_fwd(const EncoderFwd& op) = 0;
+  virtual void encoder_bwd(const EncoderBwd& op) = 0;
+  // The normalisations (NormFwd, NormBwd above); `supports` says why a backend cannot run one ("" when it can)
   virtual void norm_fwd(const NormFwd& op) = 0;
   virtual void norm_bwd(const NormBwd& op) = 0;
   virtual std::string supports(const NormFwd& op) const { return ""; }
@@ -234,12 +265,9 @@ class Backend {
     op.pre_gelu = pre_gelu, op.dout_colsum = dout_colsum, op.N = N, op.IC = IC, op.OC = OC;
     matmul_bwd(op);
   }
-  // Causal self-attention. qkv (B,T,3,NH,HS); out (B,T,NH,HS); lse (B,NH,T) fp32 log-sum-exp of the
-  // scaled scores (softmax scale 1/sqrt(HS)), kept for the backward pass.
-  virtual void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) = 0;
-  // dqkv (B,T,3,NH,HS) overwritten
-  virtual void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-                             int B, int T, int NH, int HS) = 0;
+  // Causal self-attention (AttentionFwd, AttentionBwd above)
+  virtual void attention_fwd(const AttentionFwd& op) = 0;
+  virtual void attention_bwd(const AttentionBwd& op) = 0;
   // out (n) = gelu_tanh(inp)
   virtual void gelu_fwd(void* out, const void* inp, size_t n) = 0;
   // The loss and its gradient (ClassifierLoss above); the positional form: the gradient over the logits

@@ -219,7 +219,7 @@ void GPT::trunk(ParamStore& ps, const int* tokens, bool train) {
   ps.prefetch(layout_.layer_bucket(0));
   if (fp8_stale(0)) ps.prefetch_fp8(layout_.layer_bucket(0), scales);
   const BucketView we = params_of(ps, 0);
-  be_.encoder_fwd(a.encoded, a.tokens, we.at(wte_), we.at(wpe_), B_, T_, C);
+  be_.encoder_fwd(EncoderFwd{a.encoded, a.tokens, we.at(wte_), we.at(wpe_), B_, T_, C});
   for (int l = 0; l < L; ++l) {
     const int b = layout_.layer_bucket(l);
     ps.prefetch(l + 1 < L ? b + 1 : layout_.final_bucket());
@@ -302,7 +302,7 @@ void GPT::backward(ParamStore& ps) {
     ps.grads_done(b);
   }
   const BucketView ge = grads_of(ps, 0);
-  be_.encoder_bwd(ge.at(wte_), ge.at(wpe_), a.dres, a.tokens, B_, T_, C);
+  be_.encoder_bwd(EncoderBwd{ge.at(wte_), ge.at(wpe_), a.dres, a.tokens, B_, T_, C});
   ps.grads_done(0);
 }
 

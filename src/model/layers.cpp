@@ -157,12 +157,12 @@ void Norm::backward(const LayerCtx& c, const BucketView& w, const BucketView& g,
 // ---- Attention
 
 void Attention::forward(const LayerCtx& c, void* out, float* lse, const void* qkv) const {
-  c.be.attention_fwd(out, lse, qkv, c.B, c.T, NH_, HS_);
+  c.be.attention_fwd(AttentionFwd{out, lse, qkv, c.B, c.T, NH_, HS_});
 }
 
 void Attention::backward(const LayerCtx& c, void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* lse) const {
-  c.be.attention_bwd(dqkv, dout, qkv, out, lse, c.B, c.T, NH_, HS_);
+  c.be.attention_bwd(AttentionBwd{dqkv, dout, qkv, out, lse, c.B, c.T, NH_, HS_});
 }
 
 }  // namespace gpt

@@ -201,8 +201,8 @@ void test_encoder(Ctx& c, int B, int T, int C, int Vp) {
   void *gt = up_int(c.gpu, tok), *ct = up_int(c.cpu, tok);
   void *gwte = up(c.gpu, wte), *gwpe = up(c.gpu, wpe), *cwte = up(c.cpu, wte), *cwpe = up(c.cpu, wpe);
   void *gout = up(c.gpu, poison(n)), *cout = up(c.cpu, Vec(n));
-  c.gpu.encoder_fwd(gout, static_cast<int*>(gt), gwte, gwpe, B, T, C);
-  c.cpu.encoder_fwd(cout, static_cast<int*>(ct), cwte, cwpe, B, T, C);
+  c.gpu.encoder_fwd(EncoderFwd{gout, static_cast<int*>(gt), gwte, gwpe, B, T, C});
+  c.cpu.encoder_fwd(EncoderFwd{cout, static_cast<int*>(ct), cwte, cwpe, B, T, C});
   const std::string sz = fmt("B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
   check(fmt("[%s] encoder_fwd %s", c.prec, sz.c_str()), down(c.gpu, gout, n), down(c.cpu, cout, n),
         c.pick(kF32Exact, kBf16Elementwise));
@@ -210,8 +210,8 @@ void test_encoder(Ctx& c, int B, int T, int C, int Vp) {
   const Vec dout = c.rnd(n), dwte0 = c.rnd(size_t(Vp) * C, -0.1f, 0.1f), dwpe0 = c.rnd(size_t(T) * C, -0.1f, 0.1f);
   void *gd = up(c.gpu, dout), *cd = up(c.cpu, dout);
   void *gdwte = up(c.gpu, dwte0), *gdwpe = up(c.gpu, dwpe0), *cdwte = up(c.cpu, dwte0), *cdwpe = up(c.cpu, dwpe0);
-  c.gpu.encoder_bwd(gdwte, gdwpe, gd, static_cast<int*>(gt), B, T, C);
-  c.cpu.encoder_bwd(cdwte, cdwpe, cd, static_cast<int*>(ct), B, T, C);
+  c.gpu.encoder_bwd(EncoderBwd{gdwte, gdwpe, gd, static_cast<int*>(gt), B, T, C});
+  c.cpu.encoder_bwd(EncoderBwd{cdwte, cdwpe, cd, static_cast<int*>(ct), B, T, C});
   const Vec r1 = down(c.gpu, gdwte, wte.size());
   check(fmt("[%s] encoder_bwd dwte %s", c.prec, sz.c_str()), r1, down(c.cpu, cdwte, wte.size()),
         c.pick(kF32Exact, kBf16Backward));
@@ -220,7 +220,7 @@ void test_encoder(Ctx& c, int B, int T, int C, int Vp) {
   // deterministic: the same inputs give the same bits
   c.gpu.free(gdwte);
   gdwte = up(c.gpu, dwte0);
-  c.gpu.encoder_bwd(gdwte, gdwpe, gd, static_cast<int*>(gt), B, T, C);
+  c.gpu.encoder_bwd(EncoderBwd{gdwte, gdwpe, gd, static_cast<int*>(gt), B, T, C});
   const Vec r2 = down(c.gpu, gdwte, wte.size());
   expect(std::memcmp(r1.data(), r2.data(), r1.size() * 4) == 0,
          fmt("[%s] encoder_bwd dwte bitwise deterministic %s", c.prec, sz.c_str()));
@@ -374,8 +374,8 @@ void test_attention(Ctx& c, int B, int T, int NH, int HS) {
   void *gq = up(c.gpu, qkv), *cq = up(c.cpu, qkv);
   void *go = up(c.gpu, poison(n)), *co = up(c.cpu, Vec(n));
   void *gl = up(c.gpu, poison(nl), false), *cl = up(c.cpu, Vec(nl), false);
-  c.gpu.attention_fwd(go, (float*)gl, gq, B, T, NH, HS);
-  c.cpu.attention_fwd(co, (float*)cl, cq, B, T, NH, HS);
+  c.gpu.attention_fwd(AttentionFwd{go, (float*)gl, gq, B, T, NH, HS});
+  c.cpu.attention_fwd(AttentionFwd{co, (float*)cl, cq, B, T, NH, HS});
   const Tol tol = c.pick(kF32Attention, kBf16Attention);
   check(fmt("[%s] attention_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, n), down(c.cpu, co, n), tol);
   check(fmt("[%s] attention_fwd lse %s", c.prec, sz.c_str()), down(c.gpu, gl, nl, false),
@@ -386,8 +386,8 @@ void test_attention(Ctx& c, int B, int T, int NH, int HS) {
   void *go2 = up(c.gpu, out), *co2 = up(c.cpu, out), *gl2 = up(c.gpu, lse, false), *cl2 = up(c.cpu, lse, false);
   void *gdo = up(c.gpu, dout), *cdo = up(c.cpu, dout);
   void *gdq = up(c.gpu, poison(n3)), *cdq = up(c.cpu, Vec(n3));
-  c.gpu.attention_bwd(gdq, gdo, gq, go2, (float*)gl2, B, T, NH, HS);
-  c.cpu.attention_bwd(cdq, cdo, cq, co2, (float*)cl2, B, T, NH, HS);
+  c.gpu.attention_bwd(AttentionBwd{gdq, gdo, gq, go2, (float*)gl2, B, T, NH, HS});
+  c.cpu.attention_bwd(AttentionBwd{cdq, cdo, cq, co2, (float*)cl2, B, T, NH, HS});
   check(fmt("[%s] attention_bwd dqkv %s", c.prec, sz.c_str()), down(c.gpu, gdq, n3), down(c.cpu, cdq, n3), tol);
   for (void* p : {gq, go, gl, go2, gl2, gdo, gdq}) c.gpu.free(p);
   for (void* p : {cq, co, cl, co2, cl2, cdo, cdq}) c.cpu.free(p);
@@ -925,8 +925,8 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
       4 * n * c * 4 * c, 0, L);
   g.free(colsum);
   const double attn_f = 4.0 * B * NH * double(T) * T * HS / 2;  // causal: half of QK^T and PV
-  add("attention_fwd", tm.ms([&] { g.attention_fwd(y, lse, x, B, T, NH, HS); }), attn_f, 0, L);
-  add("attention_bwd", tm.ms([&] { g.attention_bwd(z, y, x, y, lse, B, T, NH, HS); }), 2.5 * attn_f, 0, L);
+  add("attention_fwd", tm.ms([&] { g.attention_fwd(AttentionFwd{y, lse, x, B, T, NH, HS}); }), attn_f, 0, L);
+  add("attention_bwd", tm.ms([&] { g.attention_bwd(AttentionBwd{z, y, x, y, lse, B, T, NH, HS}); }), 2.5 * attn_f, 0, L);
   add("add_inplace (N*C)", tm.ms([&] { g.add_inplace(y, x, size_t(N) * C); }), 0, 3 * n * c * es, 0);
   add("gelu_fwd (N*4C)", tm.ms([&] { g.gelu_fwd(y, x, size_t(N) * 4 * C); }), 0, 2 * n * 4 * c * es, 0);
   for (void* p : {x, y, z, pg, w, dw}) g.free(p);
@@ -941,8 +941,8 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
   int* gt = static_cast<int*>(g.alloc(N * 4));
   g.copy_h2d(gt, tok.data(), N * 4);
   float* losses = static_cast<float*>(g.alloc(N * 4));
-  add("encoder_fwd", tm.ms([&] { g.encoder_fwd(h, gt, wte, wpe, B, T, C); }), 0, 3 * n * c * es, 1);
-  add("encoder_bwd", tm.ms([&] { g.encoder_bwd(dwte, dwpe, dh, gt, B, T, C); }), 0, 2 * n * c * es, 1);
+  add("encoder_fwd", tm.ms([&] { g.encoder_fwd(EncoderFwd{h, gt, wte, wpe, B, T, C}); }), 0, 3 * n * c * es, 1);
+  add("encoder_bwd", tm.ms([&] { g.encoder_bwd(EncoderBwd{dwte, dwpe, dh, gt, B, T, C}); }), 0, 2 * n * c * es, 1);
   add("matmul_fwd lm_head", tm.ms([&] { g.matmul_fwd(logits, h, wte, nullptr, N, C, Vp, nullptr); }),
       2 * n * c * Vp, 0, 1);
   add("classifier", tm.ms([&] { g.classifier(logits, losses, gt, N, V, Vp, 1.0f / N); }), 0, 2 * n * Vp * es, 1);

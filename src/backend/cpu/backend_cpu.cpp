@@ -138,7 +138,11 @@ class CpuBackend final : public Backend {
     for (size_t i = 0; i < n; ++i) d[i] += s[i];
   }
 
-  void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) override {
+  void encoder_fwd(const EncoderFwd& op) override {
+    void* out = op.out;
+    const int* tokens = op.tokens;
+    const void *wte = op.wte, *wpe = op.wpe;
+    const int B = op.B, T = op.T, C = op.C;
     WallScope t(tally_, "encoder_fwd");
     float* o = F(out);
 #pragma omp parallel for schedule(static)
@@ -149,7 +153,11 @@ class CpuBackend final : public Backend {
       for (int c = 0; c < C; ++c) o[size_t(bt) * C + c] = we[c] + pe[c];
     }
   }
-  void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T, int C) override {
+  void encoder_bwd(const EncoderBwd& op) override {
+    void *dwte = op.dwte, *dwpe = op.dwpe;
+    const void* dout = op.dout;
+    const int* tokens = op.tokens;
+    const int B = op.B, T = op.T, C = op.C;
     WallScope t(tally_, "encoder_bwd");
     float *gw = F(dwte), *gp = F(dwpe);
     const float* d = cF(dout);
@@ -303,7 +311,11 @@ class CpuBackend final : public Backend {
       for (int o = 0; o < OC; ++o) gb[o] += s[o];
     }
   }
-  void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {
+  void attention_fwd(const AttentionFwd& op) override {
+    void* out = op.out;
+    float* lse = op.lse;
+    const void* qkv = op.qkv;
+    const int B = op.B, T = op.T, NH = op.NH, HS = op.HS;
     WallScope t(tally_, "attention_fwd");
     const float* q = cF(qkv);
     float* o = F(out);
@@ -339,8 +351,11 @@ class CpuBackend final : public Backend {
           }
     }
   }
-  void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B, int T,
-                     int NH, int HS) override {
+  void attention_bwd(const AttentionBwd& op) override {
+    void* dqkv = op.dqkv;
+    const void *dout = op.dout, *qkv = op.qkv, *out = op.out;
+    const float* lse = op.lse;
+    const int B = op.B, T = op.T, NH = op.NH, HS = op.HS;
     WallScope t(tally_, "attention_bwd");
     const float *q = cF(qkv), *g = cF(dout), *o = cF(out);
     float* dq = F(dqkv);

@@ -255,7 +255,11 @@ class CudaBackend final : public Backend {
   }
 
   // ---- model ops
-  void encoder_fwd(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) override {
+  void encoder_fwd(const EncoderFwd& op) override {
+    void* out = op.out;
+    const int* tokens = op.tokens;
+    const void *wte = op.wte, *wpe = op.wpe;
+    const int B = op.B, T = op.T, C = op.C;
     OpProfiler::Scope t(prof_, stream_, "encoder_fwd");
     dispatch([&](auto x) {
       using X = decltype(x);
@@ -265,7 +269,11 @@ class CudaBackend final : public Backend {
       kern::encoder_fwd<X>(a, stream_);
     });
   }
-  void encoder_bwd(void* dwte, void* dwpe, const void* dout, const int* tokens, int B, int T, int C) override {
+  void encoder_bwd(const EncoderBwd& op) override {
+    void *dwte = op.dwte, *dwpe = op.dwpe;
+    const void* dout = op.dout;
+    const int* tokens = op.tokens;
+    const int B = op.B, T = op.T, C = op.C;
     OpProfiler::Scope t(prof_, stream_, "encoder_bwd");
     void* scratch = scratch_for(kern::encoder_bwd_scratch_bytes(B * T));
     dispatch([&](auto x) {
@@ -352,7 +360,11 @@ class CudaBackend final : public Backend {
       a.scratch = static_cast<float*>(scratch_for(kern::bias_grad_scratch_bytes(N, OC, num_sms())));
     dispatch([&](auto x) { kern::matmul_bwd<decltype(x)>(*lt_, a, stream_); });
   }
-  void attention_fwd(void* out, float* lse, const void* qkv, int B, int T, int NH, int HS) override {
+  void attention_fwd(const AttentionFwd& op) override {
+    void* out = op.out;
+    float* lse = op.lse;
+    const void* qkv = op.qkv;
+    const int B = op.B, T = op.T, NH = op.NH, HS = op.HS;
     OpProfiler::Scope t(prof_, stream_, "attention_fwd");
     const kern::AttentionShape sh{B, T, NH, HS};
     dispatch([&](auto x) {
@@ -368,8 +380,11 @@ class CudaBackend final : public Backend {
       }
     });
   }
-  void attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B, int T,
-                     int NH, int HS) override {
+  void attention_bwd(const AttentionBwd& op) override {
+    void* dqkv = op.dqkv;
+    const void *dout = op.dout, *qkv = op.qkv, *out = op.out;
+    const float* lse = op.lse;
+    const int B = op.B, T = op.T, NH = op.NH, HS = op.HS;
     OpProfiler::Scope t(prof_, stream_, "attention_bwd");
     const kern::AttentionShape sh{B, T, NH, HS};
     dispatch([&](auto x) {
