@@ -35,18 +35,34 @@ class Fp8Products : public Fp8Ops {
                           float dloss, const Fp8Tensor& dlogits) = 0;
 };
 
-// A backend's products on FP8 operands, the same for every backend: the fused GELU output where the
-// backend has it (else the product into op.out and a cast), the input and weight gradients, the bias
-// gradient from the column sums.
-inline void fp8_matmul_fwd(Fp8Products& f, const MatmulFwd& op) {
+// A backend's products and loss on FP8 operands, the same for every backend (f: the backend's FP8 products,
+// null where it has none). Each returns false where the op is on values (the backend's own path), else runs
+// it: the fused GELU output where the backend has it (else the product into op.out and a cast), the input
+// and weight gradients, the bias gradient from the column sums, the loss with its FP8 gradient.
+inline Fp8Products& fp8_products_of(Fp8Products* f) {
+  if (!f) throw Error(kExitFailure, "internal error: an FP8 op on a backend without FP8 products");
+  return *f;
+}
+inline bool fp8_matmul_fwd(Fp8Products* products, const MatmulFwd& op) {
+  if (!op.inp.fp8() && !op.w.fp8()) {
+    if (op.out_q.data) throw Error(kExitFailure, "internal error: an FP8 output of a product on values");
+    return false;
+  }
+  Fp8Products& f = fp8_products_of(products);
   if (!op.inp.fp8() || !op.w.fp8()) throw Error(kExitFailure, "internal error: a product of FP8 and value operands");
-  if (!op.out_q.data) return f.matmul_fwd(op.out, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
+  if (!op.out_q.data) {
+    f.matmul_fwd(op.out, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
+    return true;
+  }
   if (!op.pre_gelu) throw Error(kExitFailure, "internal error: an FP8 product's FP8 output needs GELU");
-  if (f.matmul_fwd_gelu_q(op.out_q, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu)) return;
+  if (f.matmul_fwd_gelu_q(op.out_q, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu)) return true;
   f.matmul_fwd(op.out, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
   f.cast(op.out_q, nullptr, op.out, nullptr, nullptr, op.N, op.OC);
+  return true;
 }
-inline void fp8_matmul_bwd(Fp8Products& f, const MatmulBwd& op) {
+inline bool fp8_matmul_bwd(Fp8Products* products, const MatmulBwd& op) {
+  if (!op.dout.fp8() && !op.w.fp8() && !op.inp.fp8()) return false;
+  Fp8Products& f = fp8_products_of(products);
   if ((op.dinp && (!op.dout.fp8() || !op.w.fp8())) || (op.dw && (!op.dout_t.data || !op.inp.fp8())))
     throw Error(kExitFailure, "internal error: a product of FP8 and value operands");
   if (op.pre_gelu) throw Error(kExitFailure, "internal error: an FP8 product leaves GELU's derivative to the cast");
@@ -54,6 +70,12 @@ inline void fp8_matmul_bwd(Fp8Products& f, const MatmulBwd& op) {
   if (op.dinp) f.matmul_dinp(op.dinp, op.dout.q, op.w.q, op.N, op.IC, op.OC, nullptr);
   if (op.dw) f.matmul_dw(op.dw, op.dout_t, op.inp.q, op.N, op.IC, op.OC);
   if (op.dbias) f.add_sums(op.dbias, op.dout_colsum, op.OC);
+  return true;
+}
+inline bool fp8_classifier(Fp8Products* products, const ClassifierLoss& op) {
+  if (!op.dlogits.data) return false;
+  fp8_products_of(products).classifier(op.logits, op.losses, op.targets, op.N, op.V, op.Vp, op.dloss, op.dlogits);
+  return true;
 }
 
 }  // namespace gpt

@@ -331,9 +331,9 @@ void ZeroEngine::finish_pending_grad(int b) {
   if (!pending_[b]) return;
   comm_.wait(layout_.n_buckets() + b);
   pending_[b] = 0;
-  if (policy_.release_grads) return apply_released(b, policy_.shard_optimizer ? act_ptr(grad_temp(b), size_t(rank_) * shape_[b].shard)
-                                                                           : grad_temp(b));
-  be_.add_inplace(grad_piece(b), act_ptr(grad_temp(b), size_t(rank_) * shape_[b].shard), shape_[b].shard);
+  void* piece = act_ptr(grad_temp(b), size_t(rank_) * shape_[b].shard);  // this rank's, reduce-scattered
+  if (!policy_.release_grads) return be_.add_inplace(grad_piece(b), piece, shape_[b].shard);
+  apply_released(b, policy_.shard_optimizer ? piece : grad_temp(b));  // else all-reduced: the whole bucket
 }
 
 // training.gradient_release: bucket b's update from its reduced gradient `grad` (this rank's piece of it),
@@ -361,16 +361,15 @@ void ZeroEngine::grads_done(int b) {
   if (policy_.release_grads) {  // the bucket's whole gradient is in its role's buffer
     if (!releasing_) return;  // FP8 calibration, micro_batch: max's trial: the gradient is thrown away
     if (world_ == 1) return apply_released(b, grad_temp(b));
-    // reduced on the communication stream; updated once that is done (finish_pending_grad: when the role's
-    // buffer is taken again, or at the backward's end), the backward going on meanwhile
-    void* g = grad_temp(b);
-    if (policy_.shard_optimizer) comm_.reduce_scatter_sum(g, act_ptr(g, size_t(rank_) * shape_[b].shard), shape_[b].shard, t);
-    else comm_.all_reduce_sum(g, shape_[b].cap, t);
-    comm_.record(layout_.n_buckets() + b);
-    pending_[b] = 1;
-    return;
-  }
-  if (!policy_.shard_grads) {
+    // reduced on the communication stream as below (all-reduced where the optimizer is not sharded), and
+    // updated once that is done (finish_pending_grad), the backward going on meanwhile
+    if (!policy_.shard_optimizer) {
+      comm_.all_reduce_sum(grad_temp(b), shape_[b].cap, t);
+      comm_.record(layout_.n_buckets() + b);
+      pending_[b] = 1;
+      return;
+    }
+  } else if (!policy_.shard_grads) {
     if (!last_micro_ || world_ == 1) return;
     void* g = act_ptr(grads_full_, full_off_[b]);
     if (!policy_.shard_optimizer) comm_.all_reduce_sum(g, shape_[b].cap, t);

@@ -257,13 +257,11 @@ class CpuBackend final : public Backend {
   using Backend::matmul_fwd;
   using Backend::matmul_bwd;
   void matmul_fwd(const MatmulFwd& op) override {
-    if (op.inp.fp8() || op.w.fp8()) return fp8_matmul_fwd(*fp8_, op);
-    if (op.out_q.data) throw Error(kExitFailure, "internal error: an FP8 output of a product on values");
-    values_fwd(op.out, op.inp.x, op.w.x, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
+    if (!fp8_matmul_fwd(fp8_.get(), op)) values_fwd(op.out, op.inp.x, op.w.x, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
   }
   void matmul_bwd(const MatmulBwd& op) override {
-    if (op.dout.fp8() || op.w.fp8() || op.inp.fp8()) return fp8_matmul_bwd(*fp8_, op);
-    values_bwd(op.dinp, op.dw, op.dbias, op.dout.x, op.inp.x, op.w.x, op.N, op.IC, op.OC, op.pre_gelu, op.dout_colsum);
+    if (!fp8_matmul_bwd(fp8_.get(), op))
+      values_bwd(op.dinp, op.dw, op.dbias, op.dout.x, op.inp.x, op.w.x, op.N, op.IC, op.OC, op.pre_gelu, op.dout_colsum);
   }
   void values_fwd(void* out, const void* inp, const void* w, const void* bias, int N, int IC, int OC, void* pre_gelu) {
     WallScope t(tally_, tally_.enabled() ? matmul_op_name("matmul_fwd", IC, OC, pre_gelu ? " +gelu" : "") : "");
@@ -402,10 +400,7 @@ class CpuBackend final : public Backend {
   }
   using Backend::classifier;
   void classifier(const ClassifierLoss& op) override {
-    if (op.dlogits.data) {
-      return fp8_->classifier(op.logits, op.losses, op.targets, op.N, op.V, op.Vp, op.dloss, op.dlogits);
-    }
-    values_loss(op.logits, op.losses, op.targets, op.N, op.V, op.Vp, op.dloss);
+    if (!fp8_classifier(fp8_.get(), op)) values_loss(op.logits, op.losses, op.targets, op.N, op.V, op.Vp, op.dloss);
   }
   void values_loss(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     WallScope t(tally_, "classifier");
