@@ -1,7 +1,11 @@
 #include "optim/optimizer.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <iterator>
+#include <new>
 #include <stdexcept>
 
 #include "base/format.hpp"
@@ -51,14 +55,17 @@ class RuleOptimizer final : public Optimizer {
       else optim::step_cpu<Rule>(a);
     });
   }
-  void update_host(const Backend& be, const ParamRange& r, const OptimizerHyper& h) const override {
-    const optim::StepArgs a = args(be, r, h);
-    if (be.name() == "cuda") optim::step_host<Rule>(a, r.device_aligned);
+  void update_on_host(const ParamRange& r, const OptimizerHyper& h, HostForm form) const override {
+    const optim::StepArgs a = args(form.bf16, r, h);
+    if (form.cuda_kernel) optim::step_host<Rule>(a, r.device_aligned);
     else optim::step_cpu<Rule>(a);
   }
 
  private:
   optim::StepArgs args(const Backend& be, const ParamRange& r, const OptimizerHyper& h) const {
+    return args(be.act_dtype() == DType::BF16, r, h);
+  }
+  optim::StepArgs args(bool bf16, const ParamRange& r, const OptimizerHyper& h) const {
     optim::StepArgs a;
     a.param = r.param, a.master = r.master, a.residual = r.residual, a.grad = r.grad, a.n = r.n;
     for (int k = 0; k < Rule::kSlots; ++k) {
@@ -79,7 +86,7 @@ class RuleOptimizer final : public Optimizer {
     a.grad_scale = h.grad_scale;
     a.seed = h.seed, a.index_offset = r.index_offset, a.nonfinite = r.nonfinite;
     a.stochastic = stochastic_;
-    a.bf16 = be.act_dtype() == DType::BF16;
+    a.bf16 = bf16;
     return a;
   }
 
@@ -108,7 +115,68 @@ void add_hypers(std::vector<HyperInfo>& all) {
   }
 }
 
+// Host memory aligned as the device's allocations (the update's vector paths), its pages written
+struct HostArray {
+  explicit HostArray(size_t bytes) : p(bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr) {
+    if (bytes && !p) throw std::bad_alloc();
+    const int64_t chunks = int64_t((bytes + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)  // the pages placed as the update's threads touch them
+    for (int64_t c = 0; c < chunks; ++c)
+      std::memset(static_cast<char*>(p) + c * kChunk, 0, std::min(kChunk, bytes - size_t(c) * kChunk));
+  }
+  static constexpr size_t kChunk = size_t(1) << 16;
+  ~HostArray() { std::free(p); }
+  HostArray(const HostArray&) = delete;
+  HostArray& operator=(const HostArray&) = delete;
+  void* p;
+};
+
 }  // namespace
+
+double host_update_s_per_param(const Optimizer& opt, optim::MasterKind master, size_t n) {
+  const optim::StateType st = opt.state();
+  HostArray param(2 * n), grad(2 * n), master_w(master == optim::MasterKind::F32 ? 4 * n : 0),
+      residual(master == optim::MasterKind::Compensated ? 2 * n : 0);
+  std::vector<std::unique_ptr<HostArray>> codes, scales;
+  ParamRange r;
+  r.n = r.n_decay = n;
+  r.decay = true;
+  r.param = param.p, r.grad = grad.p, r.master = static_cast<float*>(master_w.p);
+  r.residual = static_cast<uint16_t*>(residual.p);
+  for (size_t k = 0; k < opt.slots().size(); ++k) {
+    codes.push_back(std::make_unique<HostArray>(optim::state_type_size(st) * n));
+    r.slot[k] = codes.back()->p;
+    if (st == optim::StateType::Int8) {
+      scales.push_back(std::make_unique<HostArray>(4 * optim::quant_blocks(n)));
+      r.scale[k] = static_cast<float*>(scales.back()->p);
+    }
+  }
+  // parameters and gradients of a trained model's magnitudes (bf16 bits), no two alike in a row
+  auto* pw = static_cast<uint16_t*>(param.p);
+  auto* gw = static_cast<uint16_t*>(grad.p);
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < int64_t(n); ++j) {
+    const size_t i = size_t(j);
+    const auto hash = [](uint32_t x) { return float(int32_t(x * 2654435761u) >> 8) * (1.0f / 8388608.0f); };
+    pw[i] = f32_to_bf16(0.02f * hash(uint32_t(i)));
+    gw[i] = f32_to_bf16(1e-3f * hash(uint32_t(i) ^ 0x5bd1e995u));
+    if (r.master) r.master[i] = bf16_to_f32(pw[i]);
+  }
+  unsigned nonfinite = 0;
+  r.nonfinite = &nonfinite;
+  r.device_aligned = true;
+  OptimizerHyper h;
+  h.lr = 1e-4f, h.weight_decay = 0.1f, h.seed = 1;
+  double best = 0;
+  for (int s = 0; s < 3; ++s) {
+    h.step = s + 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.update_on_host(r, h, {true, true});
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s == 1 || (s == 2 && dt < best)) best = dt;
+  }
+  return best / double(std::max<size_t>(n, 1));
+}
 
 const std::vector<OptimizerInfo>& optimizers() {
 #define GPT_INFO(R) info_of<optim::R>(),

@@ -58,8 +58,23 @@ class Optimizer {
   // training.offload: the same update on the host's threads, now, on host memory (param and grad in
   // be's activation dtype): bit for bit what update() writes on be's device (CPU: its own loop; CUDA: the
   // kernel's arithmetic, optim::step_host).
-  virtual void update_host(const Backend& be, const ParamRange& r, const OptimizerHyper& h) const = 0;
+  void update_host(const Backend& be, const ParamRange& r, const OptimizerHyper& h) const {
+    update_on_host(r, h, HostForm{be.name() == "cuda", be.act_dtype() == DType::BF16});
+  }
+  // The update above for a backend described rather than given: whether its device runs the CUDA kernel
+  // (whose arithmetic the host then reproduces) and whether param and grad are bf16 (else fp32).
+  struct HostForm {
+    bool cuda_kernel;
+    bool bf16;
+  };
+  virtual void update_on_host(const ParamRange& r, const OptimizerHyper& h, HostForm form) const = 0;
 };
+
+// training.offload on a GPU: seconds a parameter of opt's host update takes on this host's threads (bf16
+// parameters and gradients, the CUDA kernel's arithmetic, master weights of kind `master`), the least of
+// two timed steps over n synthetic parameters after one untimed: what memory_fit weighs offload by on
+// the machine that runs it (run/memory_fit.hpp). n should exceed the host's caches many times over.
+double host_update_s_per_param(const Optimizer& opt, optim::MasterKind master, size_t n);
 
 // The optimizers there are: name, state slots, documentation (training.optimizer's values), the names of
 // its hyperparameters (optim/hypers.hpp).

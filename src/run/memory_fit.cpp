@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <utility>
 
 #include "base/format.hpp"
 #include "config/config_io.hpp"
 #include "io/checkpoint.hpp"
+#include "optim/optimizer.hpp"
 #include "optim/state.hpp"
 
 namespace gpt {
@@ -107,7 +110,7 @@ double allocation_budget(double budget, const std::string& device) {
   return std::max(1.0, budget - kCudaRuntimeBytes);  // a budget the runtime alone exceeds fits nothing
 }
 
-double predicted_step_s(const Plan& p) {
+double predicted_step_s(const Plan& p, double host_s_per_param) {
   // the products at FP8's rate in the share of layers that run them in FP8 (training.fp8_layers)
   const double f8 = double(p.precision.fp8_layer_count(p.dims.n_layer)) / p.dims.n_layer;
   const double products = f8 == 0   ? p.flops_per_token / kRate
@@ -124,7 +127,8 @@ double predicted_step_s(const Plan& p) {
   double update = (2 * (double(m.master) + code * double(m.optim)) + passes * dtype_size(p.act) * n) / kHbm;
   if (p.zero.offload && p.device != "cpu") {  // the state is in host memory: the host's pass and PCIe
     const double host = double(host_offload_bytes(p));
-    update = (2 * code * host + passes * dtype_size(p.act) * n) / kHostBw + 2 * dtype_size(p.act) * n / kPcie;
+    const double pass = host_s_per_param > 0 ? host_s_per_param * n : (2 * code * host + passes * dtype_size(p.act) * n) / kHostBw;
+    update = pass + 2 * dtype_size(p.act) * n / kPcie;
   }
   return p.grad_accum * (double(p.micro_batch) * p.seq_len * token * (1 + kRecomputeExtra[p.recompute]) + micro) +
          update;
@@ -170,6 +174,27 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
   if (split_given(cfg))
     r.kept.push_back(given(cfg, "training.micro_batch") ? "training.micro_batch" : "training.grad_accum");
 
+  // training.offload's host update, measured on this machine once per state type and master kind (a run on
+  // a GPU), where an offloaded combination fits; a dry run takes the model's constant
+  const bool measure_host = !dry_run && base.device == "cuda";
+  std::map<std::pair<optim::StateType, optim::MasterKind>, double> host_s;
+  auto host_rate = [&](const Plan& p) {
+    const auto key = std::make_pair(p.zero.state, p.master_weights);
+    auto it = host_s.find(key);
+    if (it != host_s.end()) return it->second;
+    const auto opt = make_optimizer(p.optimizer, p.stochastic_rounding, p.zero.state, p.hypers);
+    const double s = host_update_s_per_param(*opt, p.master_weights, kHostProbeParams);
+    char ns[32];
+    std::snprintf(ns, sizeof ns, "%.3g", s * 1e9);
+    r.host_text += std::string(r.host_text.empty() ? "" : ", ") + optim::state_type_name(p.zero.state) + " state with " +
+                   (p.master_weights == optim::MasterKind::F32           ? "fp32"
+                    : p.master_weights == optim::MasterKind::Compensated ? "compensated"
+                                                                         : "no") +
+                   " master " + ns + " ns";
+    return host_s[key] = s;
+  };
+  bool offload_fits = false;
+
   std::vector<int> chunks = {t.logits_chunk};  // the config's, and the smaller one where it leaves the key
   if (!given(cfg, "training.logits_chunk") && t.logits_chunk != kFitLogitsChunk) chunks.push_back(kFitLogitsChunk);
 
@@ -203,12 +228,18 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
             p.grad_accum = per_rank / B;
             p.logits_chunk = logits_chunk_rows(chunk);
             p = with_micro_batch(p, B);
-            FitCandidate k{state, level, mo, off, release, B, p.grad_accum, chunk, predict_memory(p),
-                           predicted_step_s(p)};
+            FitCandidate k{state, level, mo, off, release, B, p.grad_accum, chunk, predict_memory(p), 0};
+            const bool fits = double(k.memory.total()) <= r.budget;
+            const bool offloaded = off == Offload::optimizer && p.zero.offload;
+            k.step_s = predicted_step_s(p, offloaded && fits && measure_host ? host_rate(p) : 0);
+            offload_fits |= offloaded && fits;
             if (r.considered++ == 0 || k.memory.total() < r.smallest.memory.total()) r.smallest = k;
-            if (double(k.memory.total()) <= r.budget) r.fitting.push_back(k);
+            if (fits) r.fitting.push_back(k);
           }
       }
+  if (offload_fits)
+    r.host_text = measure_host ? "offload's host update measured here, a parameter: " + r.host_text
+                               : "offload's host update: the model's kHostBw (a dry run; a run measures this host's)";
   if (r.fitting.empty()) return r;
   double fastest = r.fitting.front().step_s;
   for (const FitCandidate& k : r.fitting) fastest = std::min(fastest, k.step_s);
@@ -258,6 +289,7 @@ Plan plan_with_fit(Config& cfg, int world, bool dry_run) {
                     (r.fitting.size() > 1 ? line("runner-up: ", r.fitting[1])
                                           : r.considered > 1 ? "runner-up: none (no other combination fits)"
                                                              : "runner-up: none (the only combination)") +
+                    (r.host_text.empty() ? "" : "\n" + r.host_text) +
                     "\n(predicted step time: the H100 model of src/run/memory_fit.hpp, for ranking)";
   cfg.training = t;
   return plan;

@@ -71,6 +71,11 @@
 //     took 1786 ms a step. (With the x86-64-v2 loop it was 2.63 s, 1.31e10; the constant first taken from
 //     PyTorch's fused CPU AdamW, 1.42e11, put offload at 12 GiB at 656 ms a step where it took 2957.)
 //     kPcie 5.5e10 B/s: page-locked copies one way on that machine.
+//   A run (not a dry run) on a GPU measures instead: each offloaded combination that fits the budget
+//   takes update = t * n + the PCIe term, t the seconds a parameter of its host update took on this
+//   machine's threads (host_update_s_per_param over kHostProbeParams synthetic parameters, once per state
+//   type and master kind, about 0.1-0.3 s each on 16 cores): hosts differ (two lent H100 machines 1.3x
+//   apart), and int8 state's code search is then weighed as it runs, not by kInt8CodeCost.
 // The budget: memory_limit_gb (or the GPU's memory) bounds the whole process, so on a GPU the
 // combinations' predicted allocations must fit it less kCudaRuntimeBytes.
 //   kCudaRuntimeBytes 1.5 GiB: a GPU process's device memory outside the trainer's allocations (the CUDA
@@ -99,6 +104,7 @@ inline constexpr double kHbm = 3e12, kRate = 7.16e14, kRateFp8 = 1.19e15, kActBy
 inline constexpr double kRecomputeExtra[] = {0.0, 0.018, 0.035, 1.0 / 3.0};
 inline constexpr double kInt8CodeCost = 2, kPrecisionBand = 0.10;
 inline constexpr double kHostBw = 1.70e10, kPcie = 5.5e10;
+inline constexpr size_t kHostProbeParams = size_t(1) << 24;  // 16M: 224-448 MiB of host memory touched
 inline constexpr double kCudaRuntimeBytes = 1.5 * double(1ull << 30);
 // The smaller logits chunk memory_fit also tries (training.logits_chunk), where the config leaves the key
 // and a micro-batch holds more rows; not in the step model (at GPT-2 1558M one more classifier product
@@ -110,8 +116,9 @@ inline constexpr int kFitLogitsChunk = 1024;
 // fits nothing; the CPU: all of it).
 double allocation_budget(double budget, const std::string& device);
 
-// Predicted seconds of one optimizer step of the plan on one rank (the model above).
-double predicted_step_s(const Plan& plan);
+// Predicted seconds of one optimizer step of the plan on one rank (the model above); host_s_per_param > 0:
+// training.offload's host update measured on this machine (seconds a parameter), else kHostBw's model.
+double predicted_step_s(const Plan& plan, double host_s_per_param = 0);
 
 struct FitCandidate {
   std::string optimizer_state;
@@ -134,6 +141,9 @@ struct FitResult {
   double budget = 0;                  // bytes per rank
   std::string budget_text;            // "training.memory_limit_gb 2 (2.00 GiB per rank)"
   std::vector<std::string> kept;      // the keys kept as the config gave them
+  // training.offload's host update as weighed: measured on this machine (per state type and master kind,
+  // ns a parameter), or the model's constant (a dry run); empty where no offloaded combination fits
+  std::string host_text;
 };
 
 // Every combination of cfg's (validated as given) planned and ranked against the budget:

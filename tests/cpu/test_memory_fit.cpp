@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "config/config_io.hpp"
+#include "optim/optimizer.hpp"
 #include "run/memory_fit.hpp"
 #include "test_util.hpp"
 
@@ -295,4 +296,38 @@ TEST(MemoryFit, StepModelMatchesItsCalibration) {
   EXPECT_LT(ms("d48", 16, 1, 0, "bf16"), ms("d48", 8, 2, 0, "bf16"));
   EXPECT_LT(ms("d48", 16, 1, 1, "bf16"), ms("d48", 16, 1, 3, "bf16"));
   EXPECT_NEAR(ms("d48", 16, 1, 3, "bf16") / ms("d48", 16, 1, 0, "bf16"), 1.31, 0.03);
+}
+
+// A run on a GPU weighs offload by its host update measured on the machine (host_update_s_per_param):
+// the offloaded step is the device's share, the PCIe copies and exactly the measured time per parameter
+// times the parameters this rank updates; without offload the measurement is not read.
+TEST(MemoryFit, OffloadWeighsTheHostUpdateMeasuredHere) {
+  Config c;
+  for (const auto& [k, v] : std::vector<Override>{{"model.preset", "d12"},
+                                                   {"data.synthetic", "true"},
+                                                   {"training.device", "cuda"},
+                                                   {"training.seq_len", "1024"},
+                                                   {"training.micro_batch", "8"},
+                                                   {"training.offload", "optimizer"}})
+    apply_override(c, {k, v});
+  const Plan p = make_plan(c, 1, true);
+  ASSERT_TRUE(p.zero.offload);
+  const double n = double(p.n_params), pcie = 2 * 2 * n / kPcie;
+  const double model = predicted_step_s(p), slow = predicted_step_s(p, 4e-9), fast = predicted_step_s(p, 1e-9);
+  EXPECT_NEAR(slow - fast, 3e-9 * n, 1e-9 * (slow - fast));
+  const double device = fast - 1e-9 * n - pcie;  // the same share however the host runs
+  EXPECT_GT(device, 0);
+  EXPECT_NEAR(model - device - pcie, (2 * double(host_offload_bytes(p)) + 2 * 2 * n) / kHostBw, 1e-6 * model);
+  apply_override(c, {"training.offload", "none"});
+  const Plan q = make_plan(c, 1, true);
+  EXPECT_EQ(predicted_step_s(q, 4e-9), predicted_step_s(q));
+
+  // the probe runs the update itself for every state type and master kind (a time a parameter, positive
+  // and far below a microsecond: not a measurement of this machine, which the benchmarks make)
+  for (optim::StateType st : {optim::StateType::F32, optim::StateType::BF16, optim::StateType::Int8})
+    for (optim::MasterKind mk : {optim::MasterKind::F32, optim::MasterKind::Compensated, optim::MasterKind::None}) {
+      const double t = host_update_s_per_param(*make_optimizer("lion", true, st), mk, size_t(1) << 16);
+      EXPECT_GT(t, 0) << optim::state_type_name(st);
+      EXPECT_LT(t, 1e-6) << optim::state_type_name(st);
+    }
 }
