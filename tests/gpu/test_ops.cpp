@@ -9,6 +9,7 @@
 // Without a CUDA device every test is skipped (GoogleTest reports them SKIPPED). Each check prints one
 // line (ok / FAIL with its error against its tolerance); a failed one is a GoogleTest failure too.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -466,6 +468,13 @@ void test_sum_squares(Ctx& c, size_t n) {
   const double a = c.gpu.sum_squares(g, n), b = c.cpu.sum_squares(cc, n);
   // fp32 per-thread partial sums against the CPU's double: ~1e-6 relative
   check(fmt("[%s] sum_squares n=%zu", c.prec, n), Vec{float(a)}, Vec{float(b)}, Tol{1e-5, 1e-5});
+  // the queued form into device memory: the same sum
+  double* out = static_cast<double*>(c.gpu.alloc(sizeof(double)));
+  c.gpu.sum_squares_to(out, g, n);
+  double queued = 0;
+  c.gpu.copy_d2h(&queued, out, sizeof queued);
+  check(fmt("[%s] sum_squares_to n=%zu", c.prec, n), Vec{float(queued)}, Vec{float(b)}, Tol{1e-5, 1e-5});
+  c.gpu.free(out);
   c.gpu.free(g);
   c.cpu.free(cc);
 }
@@ -771,6 +780,65 @@ void guarded(F&& f) {
 // every normalisation the model can use (model.norm): each gets every check above
 constexpr NormKind kNormKinds[] = {NormKind::layernorm, NormKind::rmsnorm};
 
+// The checks, one row per op and shapes: the Backend ops a row covers (their names in backend.hpp;
+// run_op: device code run through the backend, an optimizer's update or the compensated split; none: a
+// collective, outside the Backend) and the check at those shapes. A new Backend op gets its check by a row here: tests/test_op_table.py fails
+// while an op of backend.hpp is named by no row. Rows run in order, each guarded.
+struct OpCheck {
+  std::vector<const char*> ops;
+  std::function<void(Ctx&)> run;
+};
+
+std::vector<OpCheck> op_checks() {
+  std::vector<OpCheck> t = {
+      {{"f32_to_act", "act_to_f32", "add_inplace"}, [](Ctx& c) { test_conversions(c, 1000003); }},
+      {{"encoder_fwd", "encoder_bwd"}, [](Ctx& c) { test_encoder(c, 2, 97, 257, 131); }},  // scalar path
+      {{"encoder_fwd", "encoder_bwd"}, [](Ctx& c) { test_encoder(c, 4, 64, 768, 512); }},  // vector path, many repeated tokens
+  };
+  // first (97 x 257), then while no wider launch has raised the kernel's shared-memory limit: bf16's
+  // pipelined backward at 48 KB of dynamic shared memory plus its static barriers (GPT-2 tiny's width);
+  // then an unaligned width with several vectors per thread (16 x 2052) and the pipelined backward with
+  // many iterations a block, a partial last one, 16 rows a block (4099 x 768, 1031 x 1600)
+  for (auto [N, C] : {std::pair{97, 257}, {333, 64}, {300, 768}, {64, 1600}, {16, 2052}, {4099, 768}, {1031, 1600}})
+    for (NormKind k : kNormKinds)
+      t.push_back({{"norm_fwd", "norm_bwd"}, [=](Ctx& c) { test_norm(c, k, N, C); }});
+  auto matmul = [&](int N, int IC, int OC, bool bias, bool gelu) {
+    t.push_back({{"matmul_fwd", "matmul_bwd"}, [=](Ctx& c) { test_matmul(c, N, IC, OC, bias, gelu); }});
+  };
+  matmul(97, 264, 136, true, false);
+  matmul(97, 264, 136, true, true);   // fused GELU epilogues
+  matmul(97, 257, 131, true, true);   // odd sizes: GELU/DGELU fall back to kernels
+  matmul(256, 768, 3072, true, true);
+  matmul(128, 768, 512, false, false);
+  matmul(4133, 64, 1600, true, false);  // many rows: the bias gradient's unrolled loop
+  for (auto [B, T, NH, HS] : {std::array{2, 97, 3, 64}, {2, 256, 4, 64}, {1, 128, 2, 32}})
+    t.push_back({{"attention_fwd", "attention_bwd"}, [=](Ctx& c) { test_attention(c, B, T, NH, HS); }});
+  t.push_back({{"gelu_fwd"}, [](Ctx& c) { test_gelu(c, 1000003); }});
+  // a vocabulary in whole vectors; the scalar path; GPT-2's; a vector of real and padded columns, one of
+  // padding only
+  for (auto [N, V, Vp] : {std::array{97, 1000, 1024}, {33, 257, 259}, {16, 50257, 50304}, {41, 777, 792}})
+    t.push_back({{"classifier"}, [=](Ctx& c) { test_classifier(c, N, V, Vp); }});
+  t.push_back({{"normal_init"}, [](Ctx& c) { test_normal_init(c, (size_t(1) << 24) + 5, 1337, 7, 0.02f); }});
+  t.push_back({{"normal_init"},
+               [](Ctx& c) { test_normal_init(c, 1000003, 42, (uint64_t(1) << 32) + 3, 0.02f / std::sqrt(96.0f)); }});
+  t.push_back({{"run_op"}, [](Ctx& c) { test_compensated_split(c, 1000003); }});
+  for (size_t n : {size_t(1000003), size_t(7)})
+    t.push_back({{"sum_squares", "sum_squares_to"}, [=](Ctx& c) { test_sum_squares(c, n); }});
+  for (const OptimizerInfo& info : optimizers()) {  // every rule there is (optim/rules.hpp), run_op's updates
+    const std::string opt = info.name;
+    t.push_back({{"run_op"}, [=](Ctx& c) { test_optimizer(c, opt.c_str(), 1000003, true); }});
+    t.push_back({{"run_op"}, [=](Ctx& c) { test_optimizer(c, opt.c_str(), 100001, false); }});
+    t.push_back({{"run_op"}, [=](Ctx& c) { test_optimizer_compensated(c, opt.c_str(), optim::StateType::F32, 1000003); }});
+    for (optim::StateType st : {optim::StateType::BF16, optim::StateType::Int8}) {
+      t.push_back({{"run_op"}, [=](Ctx& c) { test_optimizer_state(c, opt.c_str(), st, 1000003, true); }});
+      t.push_back({{"run_op"}, [=](Ctx& c) { test_optimizer_state(c, opt.c_str(), st, 100001, false); }});
+      t.push_back({{"run_op"}, [=](Ctx& c) { test_optimizer_compensated(c, opt.c_str(), st, 100001); }});
+    }
+  }
+  t.push_back({{}, [](Ctx& c) { test_nccl_single(c); }});
+  return t;
+}
+
 void run_checks(const char* prec) {
   BackendOptions opt;
   opt.act = std::string(prec) == "bf16" ? DType::BF16 : DType::F32;
@@ -778,50 +846,7 @@ void run_checks(const char* prec) {
   auto gpu = make_cuda_backend(opt);
   Ctx c{*cpu, *gpu, std::string(prec) == "bf16", prec};
   std::printf("== %s on %s\n", prec, gpu->hardware().c_str());
-  guarded([&] { test_conversions(c, 1000003); });
-  guarded([&] { test_encoder(c, 2, 97, 257, 131); });  // scalar path
-  guarded([&] { test_encoder(c, 4, 64, 768, 512); });  // vector path, many repeated tokens
-  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 97, 257); });
-  // first, while no wider launch has raised the kernel's shared-memory limit: bf16's pipelined backward
-  // at 48 KB of dynamic shared memory plus its static barriers (GPT-2 tiny's width)
-  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 333, 64); });
-  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 300, 768); });
-  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 64, 1600); });
-  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 16, 2052); });  // bf16: unaligned width, several vectors per thread
-  // bf16 backward, the pipelined kernel: many iterations a block, a partial last one, 16 rows a block
-  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 4099, 768); });
-  for (NormKind k : kNormKinds) guarded([&] { test_norm(c, k, 1031, 1600); });
-  guarded([&] { test_matmul(c, 97, 264, 136, true, false); });
-  guarded([&] { test_matmul(c, 97, 264, 136, true, true); });  // fused GELU epilogues
-  guarded([&] { test_matmul(c, 97, 257, 131, true, true); });  // odd sizes: GELU/DGELU fall back to kernels
-  guarded([&] { test_matmul(c, 256, 768, 3072, true, true); });
-  guarded([&] { test_matmul(c, 128, 768, 512, false, false); });
-  guarded([&] { test_matmul(c, 4133, 64, 1600, true, false); });  // many rows: the bias gradient's unrolled loop
-  guarded([&] { test_attention(c, 2, 97, 3, 64); });
-  guarded([&] { test_attention(c, 2, 256, 4, 64); });
-  guarded([&] { test_attention(c, 1, 128, 2, 32); });
-  guarded([&] { test_gelu(c, 1000003); });
-  guarded([&] { test_classifier(c, 97, 1000, 1024); });
-  guarded([&] { test_classifier(c, 33, 257, 259); });  // scalar path
-  guarded([&] { test_classifier(c, 16, 50257, 50304); });
-  guarded([&] { test_classifier(c, 41, 777, 792); });  // a vector of real and padded columns, one of padding only
-  guarded([&] { test_normal_init(c, (size_t(1) << 24) + 5, 1337, 7, 0.02f); });
-  guarded([&] { test_normal_init(c, 1000003, 42, (uint64_t(1) << 32) + 3, 0.02f / std::sqrt(96.0f)); });
-  guarded([&] { test_compensated_split(c, 1000003); });
-  guarded([&] { test_sum_squares(c, 1000003); });
-  guarded([&] { test_sum_squares(c, 7); });
-  for (const OptimizerInfo& info : optimizers()) {  // every rule there is (optim/rules.hpp)
-    const char* opt = info.name.c_str();
-    guarded([&] { test_optimizer(c, opt, 1000003, true); });
-    guarded([&] { test_optimizer(c, opt, 100001, false); });
-    guarded([&] { test_optimizer_compensated(c, opt, optim::StateType::F32, 1000003); });
-    for (optim::StateType t : {optim::StateType::BF16, optim::StateType::Int8}) {
-      guarded([&] { test_optimizer_state(c, opt, t, 1000003, true); });
-      guarded([&] { test_optimizer_state(c, opt, t, 100001, false); });
-      guarded([&] { test_optimizer_compensated(c, opt, t, 100001); });
-    }
-  }
-  guarded([&] { test_nccl_single(c); });
+  for (const OpCheck& row : op_checks()) guarded([&] { row.run(c); });
   // products of 10 GFLOP and more with the configuration search on: whatever configuration wins computes
   // the same products
   BackendOptions sopt = opt;
