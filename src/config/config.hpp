@@ -102,6 +102,7 @@ struct TrainingConfig {
   int fp8_margin = 0;
   bool fp8_classifier = true;
   std::string fp8_layers = "all";
+  std::string fp8_products = "all";
   bool fp8_gelu_epilogue = false;
   bool fp8_weight_gather = true;
   Fp8FastAccum fp8_fast_accum = Fp8FastAccum::dinp;

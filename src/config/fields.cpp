@@ -93,6 +93,13 @@ std::vector<Field> fields_of(Config& c) {
        "fp8_classifier), or layer numbers and ranges from 0, e.g. `1-46` or `0,2-5`. A LayerNorm writes FP8 "
        "exactly where the product it feeds is FP8; FP8 state, weight copies and their memory exist only for "
        "the FP8 layers"},
+      {"training.fp8_products", &t.fp8_products,
+       "precision fp8: which block products run on FP8 operands in the layers of fp8_layers; the others run "
+       "in bf16 there. `all`, or some of `qkv`, `attproj`, `fc`, `fcproj` joined by commas (e.g. `qkv,fc,fcproj` "
+       "keeps the attention projection in bf16). fcproj needs fc (GELU's derivative is applied in fc's FP8 "
+       "gradient cast). A LayerNorm writes FP8 exactly where the product it feeds is FP8 (ln1: qkv, ln2: fc); "
+       "FP8 state, weight copies and their memory exist only for the FP8 products; ZeRO-3 gathers a layer's "
+       "weights as FP8 bytes only with all four"},
       {"training.fp8_gelu_epilogue", &t.fp8_gelu_epilogue,
        "precision fp8: GELU's output, fcproj's FP8 input, is written in FP8 by the fc product's cuBLASLt "
        "epilogue (its amax folded in per call). false: fc writes its output before GELU in bf16 and fcproj's "

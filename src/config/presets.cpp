@@ -73,6 +73,24 @@ std::vector<bool> parse_layer_set(const std::string& text, int n_layer, const st
   return set;
 }
 
+unsigned parse_product_set(const std::string& text, const std::string& key) {
+  if (text == "all") return kAllBlockProducts;
+  const std::string form = " (give `all`, or some of qkv, attproj, fc, fcproj joined by commas, e.g. `qkv,fc,fcproj`)";
+  unsigned set = 0;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const auto* hit = std::find(std::begin(kBlockProducts), std::end(kBlockProducts), item);
+    if (hit == std::end(kBlockProducts)) throw input_error(key + ": '" + text + "' is not a set of block products" + form);
+    const unsigned bit = 1u << (hit - std::begin(kBlockProducts));
+    if (set & bit) throw input_error(key + ": '" + text + "' names " + item + " twice" + form);
+    set |= bit;
+    at = end + 1;
+  }
+  return set;
+}
+
 std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
   return {{"n_layer", d.n_layer},
           {"n_head", d.n_head},

@@ -23,6 +23,13 @@ ModelDims resolve_dims(const ModelConfig& m);
 // layer of n_layer; throws an input error naming `key` on malformed text or a layer outside the model.
 std::vector<bool> parse_layer_set(const std::string& text, int n_layer, const std::string& key);
 
+// A block's four products, in the block's order (the bits of a product set; training.fp8_products names them).
+inline constexpr const char* kBlockProducts[] = {"qkv", "attproj", "fc", "fcproj"};
+inline constexpr unsigned kAllBlockProducts = 0xF;
+// A set of block products as text ("all", or names of kBlockProducts joined by ','), as one bit per product
+// (bit p: kBlockProducts[p]); throws an input error naming `key` on an unknown or repeated name or an empty set.
+unsigned parse_product_set(const std::string& text, const std::string& key);
+
 // The model's structure as named integers: what a checkpoint records (one attribute each) and a resume
 // compares, so that a new structural choice is recorded and checked by being listed here. `absent`: the
 // value of a file written before the attribute existed; `names`: the value's names for messages (enums).

@@ -134,6 +134,15 @@ void validate(const Config& cfg, int world) {
     } catch (const Error& e) {
       throw input_error(std::string("config error: ") + e.what());
     }
+    unsigned products = 0;
+    try {
+      products = parse_product_set(t.fp8_products, "training.fp8_products");
+    } catch (const Error& e) {
+      throw input_error(std::string("config error: ") + e.what());
+    }
+    if ((products & 8u) && !(products & 4u))  // kBlockProducts: fcproj, fc
+      bad("training.fp8_products", "'" + t.fp8_products + "' has fcproj without fc: GELU's derivative is applied in "
+                                   "fc's FP8 gradient cast, so fcproj in FP8 needs fc in FP8 too");
     if (std::find(fp8_layers.begin(), fp8_layers.end(), true) == fp8_layers.end() && !t.fp8_classifier)
       bad("training.fp8_layers", "'" + t.fp8_layers + "' with training.fp8_classifier: false leaves no product in "
                                  "FP8 (for that, set training.precision: bf16)");

@@ -4,16 +4,26 @@
 
 namespace gpt {
 
-Block::Block(const ParamLayout& L, int layer, LayerPrecision linear)
+namespace {
+// product p's precision: the layer's where p is among fp8_products, else on values
+LayerPrecision product_precision(LayerPrecision linear, unsigned fp8_products, int p) {
+  if (!(fp8_products >> p & 1u)) linear.fp8 = nullptr;
+  return linear;
+}
+}  // namespace
+
+Block::Block(const ParamLayout& L, int layer, LayerPrecision linear, unsigned fp8_products)
     : layer_(layer),
       C_(L.dims().n_embd),
       gelu_epilogue_(linear.gelu_epilogue),
       ln1_(L, layer, "ln1w", "ln1b", L.dims().n_embd),
       ln2_(L, layer, "ln2w", "ln2b", L.dims().n_embd),
-      qkv_(L, layer, "qkvw", "qkvb", L.dims().n_embd, 3 * L.dims().n_embd, linear),
-      attproj_(L, layer, "attprojw", "attprojb", L.dims().n_embd, L.dims().n_embd, linear),
-      fc_(L, layer, "fcw", "fcb", L.dims().n_embd, 4 * L.dims().n_embd, linear),
-      fcproj_(L, layer, "fcprojw", "fcprojb", 4 * L.dims().n_embd, L.dims().n_embd, linear),
+      qkv_(L, layer, "qkvw", "qkvb", L.dims().n_embd, 3 * L.dims().n_embd, product_precision(linear, fp8_products, 0)),
+      attproj_(L, layer, "attprojw", "attprojb", L.dims().n_embd, L.dims().n_embd,
+               product_precision(linear, fp8_products, 1)),
+      fc_(L, layer, "fcw", "fcb", L.dims().n_embd, 4 * L.dims().n_embd, product_precision(linear, fp8_products, 2)),
+      fcproj_(L, layer, "fcprojw", "fcprojb", 4 * L.dims().n_embd, L.dims().n_embd,
+              product_precision(linear, fp8_products, 3)),
       attn_(L.dims().n_head, L.dims().head_dim()) {}
 
 size_t Block::weight_cache_bytes(bool transposed_too) const {

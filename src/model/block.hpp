@@ -45,7 +45,9 @@ struct BlockIo {
 
 class Block {
  public:
-  Block(const ParamLayout& L, int layer, LayerPrecision linear);
+  // linear: the precision of the products whose bit is set in fp8_products (kBlockProducts' order); the
+  // others run on values
+  Block(const ParamLayout& L, int layer, LayerPrecision linear, unsigned fp8_products = kAllBlockProducts);
   // The FP8 weight copies of the block's products, bytes (the model allocates them): each weight and its
   // transpose, or (transposed_too false) the weights alone, their transposes made in `transposed`, a
   // scratch of largest_weight() bytes shared by every product, when the backward needs them

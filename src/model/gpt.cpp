@@ -11,8 +11,10 @@ namespace gpt {
 // recompute >= 1 keeps one shared fch_gelu; recompute 2 also one shared ln1 and ln2; recompute 3 keeps
 // only the residual stream into each block (encoded, res3) and one shared BlockActs, which each block's
 // backward fills again by recomputing the block's forward.
-// FP8 products: ln1, ln2 are FP8 bytes (N,C); fch_gelu FP8 (4C,N) transposed ((N,4C) from fc's epilogue);
-// atty_t (C,N) FP8 besides atty; the layer's weights in FP8 with their transposes; FP8 scratch for the products' operands.
+// FP8 products (each where training.fp8_layers and fp8_products make it FP8): ln1 (qkv's input), ln2 (fc's)
+// are FP8 bytes (N,C); fch_gelu (fcproj's) FP8 (4C,N) transposed ((N,4C) from fc's epilogue); atty_t (C,N)
+// FP8 besides atty (attproj's); the FP8 products' weights with their transposes; FP8 scratch for the
+// products' operands.
 // FP8 classifier: lnf is FP8 bytes (N,C); wte in FP8 with its transpose; scratch for the chunk's logit
 // gradient (chunk,Vp) and its lnf rows transposed (C,chunk) (the gradient's transpose reuses the logits).
 namespace {
@@ -21,7 +23,8 @@ std::vector<Block> make_blocks(const ParamLayout& layout, const PrecisionPolicy&
   std::vector<Block> blocks;
   blocks.reserve(layout.dims().n_layer);
   for (int l = 0; l < layout.dims().n_layer; ++l)
-    blocks.emplace_back(layout, l, LayerPrecision{policy.layer_fp8(l) ? fp8 : nullptr, policy.fp8_gelu_epilogue});
+    blocks.emplace_back(layout, l, LayerPrecision{policy.layer_fp8(l) ? fp8 : nullptr, policy.fp8_gelu_epilogue},
+                        policy.fp8_products);
   return blocks;
 }
 }  // namespace
@@ -46,7 +49,9 @@ struct GPT::Acts {
 };
 
 size_t fp8_scaled_tensors(const ModelDims& d, const PrecisionPolicy& p) {
-  return size_t(4 * 3) * p.fp8_layer_count(d.n_layer) + (p.fp8_classifier ? 3 : 0);
+  size_t n = p.fp8_classifier ? 3 : 0;
+  for (int q = 0; q < 4; ++q) n += size_t(3) * p.product_layer_count(d.n_layer, Product(q));
+  return n;
 }
 
 ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute, DType act,
@@ -54,10 +59,14 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
   const bool fp8 = p.fp8_linear;
   const size_t BT = size_t(B) * T, C = d.n_embd, L = d.n_layer, NH = d.n_head, Vp = d.padded_vocab;
   const size_t e = dtype_size(act), f = 4;
-  const size_t L8 = p.fp8_layer_count(d.n_layer);  // layers with FP8 products
-  // the block products' inputs: one byte an element in the FP8 layers; a buffer shared by the layers
-  // (recompute) holds the widest
-  const size_t q_sum = L8 + (L - L8) * e, q_shared = p.all_layers_fp8() ? 1 : e;
+  // layers whose product x is FP8; the product's input bytes an element summed over the layers (one in the
+  // layers where it is FP8), or of a buffer the layers share (recompute), which holds the widest
+  auto n8 = [&](Product x) { return size_t(p.product_layer_count(d.n_layer, x)); };
+  auto q_sum = [&](Product x) { return n8(x) + (L - n8(x)) * e; };
+  auto q_shared = [&](Product x) { return p.all_layers_product_fp8(x) ? 1 : e; };
+  auto q_at = [&](int level, Product x) { return recompute >= level ? q_shared(x) : q_sum(x); };
+  const size_t weights8 = (3 * n8(Product::qkv) + n8(Product::attproj) + 4 * n8(Product::fc) + 4 * n8(Product::fcproj)) *
+                          C * C;  // the FP8 products' weights, elements
   const size_t q_lnf = p.fp8_classifier ? 1 : e;              // the classifier's input's
   const size_t chunk = std::min(BT, size_t(chunk_rows));  // lm-head rows per chunk: the logits buffer's
   const size_t act_layers = recompute >= 3 ? 1 : L;      // the rest of BlockActs
@@ -65,16 +74,17 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
   r.stored = e * BT * C                                   // encoded
              + L * e * BT * C                             // res3
              + act_layers * e * BT * (3 * C + C + C + 4 * C)  // qkv atty res2 fch
-             + (recompute >= 2 ? q_shared : q_sum) * BT * 2 * C  // ln1 ln2
-             + (recompute >= 1 ? q_shared : q_sum) * BT * 4 * C  // fch_gelu
+             + (q_at(2, Product::qkv) + q_at(2, Product::fc)) * BT * C  // ln1 ln2
+             + q_at(1, Product::fcproj) * BT * 4 * C      // fch_gelu
              + act_layers * f * (4 * BT + NH * BT)        // ln means/rstds, lse
              + q_lnf * BT * C + f * 2 * BT;               // lnf + stats
   r.scratch = e * chunk * Vp + f * BT + 4 * 2 * BT       // logits, losses, tokens, targets
               + e * BT * C * 5 + e * BT * 4 * C           // scratch_c, dres, dlnf, dtmp, datty, dbig
               + f * C;                                    // dres_colsum
   if (fp8) {
-    r.stored += (recompute >= 3 ? 1 : L8) * BT * C        // atty_t
-                + (recompute >= 3 ? L8 * 12 * C * C + 4 * C * C : L8 * 24 * C * C);  // the FP8 weights (and transposes)
+    const size_t atty_t = recompute >= 3 ? size_t(n8(Product::attproj) > 0) : n8(Product::attproj);
+    r.stored += atty_t * BT * C                           // atty_t
+                + (recompute >= 3 ? weights8 + 4 * C * C : 2 * weights8);  // the FP8 weights (and transposes)
     r.scratch += 3 * BT * 4 * C + f * 4 * C;              // q_in, q_dout_t, q_inp_t, colsum
   }
   if (p.fp8_classifier) {
@@ -106,8 +116,9 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
                                   " FP8 scaled tensors where fp8_scaled_tensors counts " +
                                   std::to_string(fp8_scaled_tensors(d, policy)));
 
-  // the block products' inputs: FP8 bytes in the FP8 layers; a buffer the layers share holds the widest
-  const size_t e = dtype_size(be.act_dtype()), q_shared = policy.all_layers_fp8() ? 1 : e;
+  // the block products' inputs: FP8 bytes where the product is FP8; a buffer the layers share holds the widest
+  const size_t e = dtype_size(be.act_dtype());
+  auto q_shared = [&](Product x) { return policy.all_layers_product_fp8(x) ? size_t(1) : e; };
   const size_t q_lnf = head_.fp8() ? 1 : e;
   Acts& a = *a_;
   auto A = [&](size_t bytes) {
@@ -119,27 +130,28 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   const size_t before = be.bytes_in_use();
   try {
     a.encoded = A(e * BT * C);
-    void* shared_ln1 = recompute == 2 ? A(q_shared * BT * C) : nullptr;
-    void* shared_ln2 = recompute == 2 ? A(q_shared * BT * C) : nullptr;
-    void* shared_gelu = recompute == 1 || recompute == 2 ? A(q_shared * BT * 4 * C) : nullptr;
+    void* shared_ln1 = recompute == 2 ? A(q_shared(Product::qkv) * BT * C) : nullptr;
+    void* shared_ln2 = recompute == 2 ? A(q_shared(Product::fc) * BT * C) : nullptr;
+    void* shared_gelu = recompute == 1 || recompute == 2 ? A(q_shared(Product::fcproj) * BT * 4 * C) : nullptr;
     // layer l's (or, at recompute 3, every layer's: l -1)
     auto block_acts = [&](int l) {
-      const bool fp8_layer = l < 0 ? policy.fp8_linear : policy.layer_fp8(l);
-      const size_t q = l < 0 ? q_shared : fp8_layer ? 1 : e;
+      auto q = [&](Product x) { return l < 0 ? q_shared(x) : policy.product_fp8(l, x) ? 1 : e; };
+      const bool attproj_fp8 = l < 0 ? policy.product_layer_count(int(L), Product::attproj) > 0
+                                     : policy.product_fp8(l, Product::attproj);
       BlockActs b{};
-      b.ln1 = shared_ln1 ? shared_ln1 : A(q * BT * C);
+      b.ln1 = shared_ln1 ? shared_ln1 : A(q(Product::qkv) * BT * C);
       b.ln1_mean = F(BT);
       b.ln1_rstd = F(BT);
       b.qkv = A(e * BT * 3 * C);
       b.atty = A(e * BT * C);
       b.lse = F(NH * BT);
       b.res2 = A(e * BT * C);
-      b.ln2 = shared_ln2 ? shared_ln2 : A(q * BT * C);
+      b.ln2 = shared_ln2 ? shared_ln2 : A(q(Product::fc) * BT * C);
       b.ln2_mean = F(BT);
       b.ln2_rstd = F(BT);
       b.fch = A(e * BT * 4 * C);
-      b.fch_gelu = shared_gelu ? shared_gelu : A(q * BT * 4 * C);
-      if (fp8_layer) b.atty_t = A(BT * C);
+      b.fch_gelu = shared_gelu ? shared_gelu : A(q(Product::fcproj) * BT * 4 * C);
+      if (attproj_fp8) b.atty_t = A(BT * C);
       return b;
     };
     const BlockActs shared = recompute >= 3 ? block_acts(-1) : BlockActs{};  // every layer's at recompute 3

@@ -17,14 +17,31 @@
 
 namespace gpt {
 
-// Which layers compute in FP8 (training.precision fp8 and its per-layer keys); all false: bf16/fp32.
+// Which products compute in FP8, per layer and product (training.precision fp8 and its per-layer and
+// per-product keys); all false: bf16/fp32.
+enum class Product : uint8_t { qkv, attproj, fc, fcproj };  // a block's products (kBlockProducts' order)
 struct PrecisionPolicy {
-  bool fp8_linear = false;         // the four block products of the layers in fp8_layer (at least one)
+  bool fp8_linear = false;         // block products of the layers in fp8_layer (at least one) are FP8
   std::vector<bool> fp8_layer;     // per layer (training.fp8_layers); empty: every layer
+  unsigned fp8_products = kAllBlockProducts;  // bit p: Product p is FP8 in those layers (training.fp8_products)
   bool fp8_classifier = false;     // the tied classifier's three products (training.fp8_classifier)
   bool fp8_gelu_epilogue = false;  // FP8 GELU output from fc's epilogue (training.fp8_gelu_epilogue)
   bool any_fp8() const { return fp8_linear || fp8_classifier; }
   bool layer_fp8(int l) const { return fp8_linear && (fp8_layer.empty() || fp8_layer[size_t(l)]); }
+  bool product_fp8(int l, Product p) const { return layer_fp8(l) && (fp8_products >> int(p) & 1u); }
+  // How many of n_layer layers run product p in FP8, and whether every layer does
+  int product_layer_count(int n_layer, Product p) const {
+    return (fp8_products >> int(p) & 1u) ? fp8_layer_count(n_layer) : 0;
+  }
+  bool all_layers_product_fp8(Product p) const { return all_layers_fp8() && (fp8_products >> int(p) & 1u); }
+  // The share of the block products' weights (and so of their FLOPs) that is FP8: qkv 3, attproj 1, fc 4,
+  // fcproj 4 parts of a layer's 12
+  double fp8_weight_share(int n_layer) const {
+    static constexpr int kParts[] = {3, 1, 4, 4};
+    int parts = 0;
+    for (int p = 0; p < 4; ++p) parts += (fp8_products >> p & 1u) ? kParts[p] : 0;
+    return double(fp8_layer_count(n_layer)) * parts / (12.0 * n_layer);
+  }
   // How many of n_layer layers have FP8 products
   int fp8_layer_count(int n_layer) const {
     int n = 0;

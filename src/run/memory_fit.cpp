@@ -111,8 +111,9 @@ double allocation_budget(double budget, const std::string& device) {
 }
 
 double predicted_step_s(const Plan& p, double host_s_per_param) {
-  // the products at FP8's rate in the share of layers that run them in FP8 (training.fp8_layers)
-  const double f8 = double(p.precision.fp8_layer_count(p.dims.n_layer)) / p.dims.n_layer;
+  // the products at FP8's rate in the share of the block products' weights that run in FP8
+  // (training.fp8_layers, fp8_products)
+  const double f8 = p.precision.fp8_weight_share(p.dims.n_layer);
   const double products = f8 == 0   ? p.flops_per_token / kRate
                           : f8 == 1 ? p.flops_per_token / kRateFp8
                                     : p.flops_per_token * (f8 / kRateFp8 + (1 - f8) / kRate);

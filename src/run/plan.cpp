@@ -66,6 +66,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
     p.precision.fp8_linear = std::find(layers.begin(), layers.end(), true) != layers.end();
     if (p.precision.fp8_linear && std::find(layers.begin(), layers.end(), false) != layers.end())
       p.precision.fp8_layer = std::move(layers);
+    p.precision.fp8_products = parse_product_set(t.fp8_products, "training.fp8_products");
   }
   p.precision.fp8_classifier = t.precision == Precision::fp8 && t.fp8_classifier;
   p.precision.fp8_gelu_epilogue = t.fp8_gelu_epilogue;
@@ -84,7 +85,9 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.n_params = layout.n_params();
   p.flops_per_token = flops_per_token(layout, p.seq_len);
   p.zero = ZeroPolicy::of_stage(t.zero_stage);
-  p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather;
+  // FP8 gathers carry a layer's four product weights as bytes: with some products in bf16 the layers gather whole
+  p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather &&
+                      p.precision.fp8_products == kAllBlockProducts;
   optim::parse_state_type(t.optimizer_state, p.zero.state);  // validated
   p.zero.offload = t.offload == Offload::optimizer;
   p.zero.release_grads = t.gradient_release;
@@ -275,6 +278,14 @@ void print_plan(const Config& cfg, const Plan& plan) {
       s += (s.empty() ? "" : " ") + std::to_string(l);
     }
     os << "| fp8 layers         " << layers[1] << " (bf16: " << layers[0] << ")\n";
+  }
+  if (plan.precision.fp8_linear && plan.precision.fp8_products != kAllBlockProducts) {  // training.fp8_products
+    std::string products[2];  // bf16, fp8
+    for (int q = 0; q < 4; ++q) {
+      std::string& s = products[plan.precision.fp8_products >> q & 1u];
+      s += (s.empty() ? "" : " ") + std::string(kBlockProducts[q]);
+    }
+    os << "| fp8 products       " << products[1] << " (bf16: " << products[0] << ")\n";
   }
   if (!plan.device_note.empty()) os << "| (" << plan.device_note << ")\n";
   if (!plan.memory_fit.empty()) {

@@ -120,6 +120,12 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
     warning += std::string(warning.empty() ? "" : "\n") + "note: training.fp8_layers was '" + old.training.fp8_layers +
                "' in " + what + " and is '" + now.training.fp8_layers + "' now: the block products of the layers it " +
                "adds run in FP8 from here, their scales calibrated first; those it drops run in bf16";
+  if (old.training.precision == Precision::fp8 && now.training.precision == Precision::fp8 &&
+      old.training.fp8_products != now.training.fp8_products)
+    warning += std::string(warning.empty() ? "" : "\n") + "note: training.fp8_products was '" +
+               old.training.fp8_products + "' in " + what + " and is '" + now.training.fp8_products +
+               "' now: the products it adds run in FP8 from here, their scales calibrated first; those it drops run "
+               "in bf16";
   // master weights held another way: the checkpoint's fp32 master values are taken as this kind holds them
   if (old.training.master_weights != now.training.master_weights && plan.act == DType::BF16) {
     const char* was = name_of(old.training.master_weights);

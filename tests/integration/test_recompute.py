@@ -116,7 +116,8 @@ checkpoint: {{every: 8}}
 
 
 @pytest.mark.skipif(not has_gpu(), reason="SKIP: no CUDA device on this machine (GPU tests run on the GPU machine)")
-@pytest.mark.parametrize("precision", ["bf16", "fp8", "fp8 layers 1-2"])
+@pytest.mark.parametrize("precision", ["bf16", "fp8", "fp8 layers 1-2", "fp8 products qkv,fc,fcproj",
+                                       "fp8 products attproj", "fp8 products fc"])
 def test_gpu_recompute3_is_bit_identical_to_recompute0(tmp_path, precision):
     runs = {}
     for r in (0, 3):
@@ -127,11 +128,14 @@ def test_gpu_recompute3_is_bit_identical_to_recompute0(tmp_path, precision):
             sets.append("training.fp8_classifier=true")
         if precision == "fp8 layers 1-2":  # layers 0 and 3 in bf16 (training.fp8_layers)
             sets.append("training.fp8_layers=1-2")
+        if precision.startswith("fp8 products"):  # the others in bf16 (training.fp8_products)
+            sets.append(f"training.fp8_products={precision.split()[2]}")
         p = run_train(["--yaml", y] + [a for kv in sets for a in ("--set", kv)], timeout=600)
         assert p.returncode == 0, f"{name} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
         runs[r] = (read_log(tmp_path / "runs" / name / "log.h5"), tmp_path / "runs" / name / "checkpoints/step_00000008")
     (a, ca), (b, cb) = runs[0], runs[3]
     assert_identical_runs(a, b, ca, cb, f"cuda {precision}")
+    assert np.isfinite(a["loss"]).all() and a["loss"][-1] < a["loss"][0], (precision, a["loss"])
     assert b["mem_pred"]["activations"] < a["mem_pred"]["activations"]
     for log in (a, b):  # the activations allocated are the ones predicted (FP8 and bf16 layers sized apart)
         assert log["mem_pred"]["activations"] == log["mem_meas"]["activations"], (precision, log["mem_pred"], log["mem_meas"])
