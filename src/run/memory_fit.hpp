@@ -76,7 +76,10 @@
 //   takes update = t * n + the PCIe term, t the seconds a parameter of its host update took on this
 //   machine's threads (host_update_s_per_param over kHostProbeParams synthetic parameters, once per state
 //   type and master kind, about 0.1-0.3 s each on 16 cores): hosts differ (two lent H100 machines 1.3x
-//   apart), and int8 state's code search is then weighed as it runs, not by kInt8CodeCost.
+//   apart), and the loop is compute-bound, so the byte model has the states' order wrong: on an H100
+//   machine's 16 cores fp32 state took 0.94 ns a parameter, bf16 1.26, int8 4.03 (fp32 master weights;
+//   bench/RESULTS.md, 2026-12-07, noon), and the 12 GiB choice moved from bf16 to fp32 state, predicted
+//   1858 ms a step against 1934 measured.
 // The budget: memory_limit_gb (or the GPU's memory) bounds the whole process, so on a GPU the
 // combinations' predicted allocations must fit it less kCudaRuntimeBytes.
 //   kCudaRuntimeBytes 1.5 GiB: a GPU process's device memory outside the trainer's allocations (the CUDA
