@@ -35,11 +35,13 @@ size_t Block::largest_weight() const {
   return std::max({qkv_.weight_elems(), attproj_.weight_elems(), fc_.weight_elems(), fcproj_.weight_elems()});
 }
 
-void Block::set_weight_cache(void* p, void* transposed) {
+void Block::set_weight_cache(void* p, void* transposed, const void** owners) {
   char* at = static_cast<char*>(p);
+  int i = 0;
   for (Linear* x : {&qkv_, &attproj_, &fc_, &fcproj_}) {
-    x->set_weight_cache(at, transposed);
+    x->set_weight_cache(at, transposed, owners ? owners + i : nullptr);
     at += x->weight_cache_bytes(transposed == nullptr);
+    ++i;
   }
 }
 
@@ -97,6 +99,7 @@ void Block::backward(const LayerCtx& c, const BucketView& w, const BucketView& g
     const Fp8Tensor q = qkv_.fp8() ? qkv_.input_q(a.ln1, false) : Fp8Tensor{};
     ln1_.forward(c, w, a.ln1, a.ln1_mean, a.ln1_rstd, nullptr, io.res_in, nullptr, qkv_.fp8() ? &q : nullptr);
     forward(c, w, params_version, a, io, Pass::recompute);
+    fcproj_.cast_weight(c, w, params_version);  // left out of the recomputation; a shared copy holds another layer's
   }
   // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
   // GELU's output again (FP8: cast from fch with the forward's scale, the same bytes), unless the

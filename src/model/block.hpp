@@ -53,7 +53,9 @@ class Block {
   // scratch of largest_weight() bytes shared by every product, when the backward needs them
   size_t weight_cache_bytes(bool transposed_too = true) const;
   size_t largest_weight() const;
-  void set_weight_cache(void* p, void* transposed = nullptr);
+  // owners: with p shared by every layer's block (recompute 3, training's FP8 weight copies not kept), one
+  // slot per product saying whose weight its part holds (Fp8Product::set_weight_cache)
+  void set_weight_cache(void* p, void* transposed = nullptr, const void** owners = nullptr);
   // Whether every FP8 weight copy holds this version of the parameters with the current scales (true
   // without FP8 products); the FP8 products' weights in the layer's bucket, with their scaling
   bool fp8_weights_current(uint64_t params_version) const;

@@ -83,8 +83,12 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
               + f * C;                                    // dres_colsum
   if (fp8) {
     const size_t atty_t = recompute >= 3 ? size_t(n8(Product::attproj) > 0) : n8(Product::attproj);
+    // one FP8 layer's weights (each FP8 layer has the same products)
+    const size_t layer8 = weights8 / size_t(std::max(1, p.fp8_layer_count(d.n_layer)));
     r.stored += atty_t * BT * C                           // atty_t
-                + (recompute >= 3 ? weights8 + 4 * C * C : 2 * weights8);  // the FP8 weights (and transposes)
+                + (recompute < 3            ? 2 * weights8         // the FP8 weights and their transposes
+                   : p.fp8_weights_kept ? weights8 + 4 * C * C  // the weights, one transpose scratch
+                                        : layer8 + 4 * C * C);  // one layer's, one transpose scratch
     r.scratch += 3 * BT * 4 * C + f * 4 * C;              // q_in, q_dout_t, q_inp_t, colsum
   }
   if (p.fp8_classifier) {
@@ -157,11 +161,21 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
     const BlockActs shared = recompute >= 3 ? block_acts(-1) : BlockActs{};  // every layer's at recompute 3
     // recompute 3 keeps no FP8 weight transposes either: one scratch, filled by each product's backward
     void* weight_t = recompute >= 3 && policy.fp8_linear ? A(blocks_[0].largest_weight()) : nullptr;
+    // and, unless the policy keeps them, one layer's FP8 weight copies for all: each block's forward casts
+    // its weights into them, and its backward again (the same bytes)
+    const bool one_copy = recompute >= 3 && !policy.fp8_weights_kept;
+    void* shared_w8 = nullptr;
     for (size_t l = 0; l < L; ++l) {
       a.block.push_back(recompute >= 3 ? shared : block_acts(int(l)));
       a.res3.push_back(A(e * BT * C));
-      if (policy.layer_fp8(int(l)))
-        blocks_[l].set_weight_cache(A(blocks_[l].weight_cache_bytes(!weight_t)), weight_t);
+      if (!policy.layer_fp8(int(l))) continue;
+      const size_t bytes = blocks_[l].weight_cache_bytes(!weight_t);
+      if (!one_copy) {
+        blocks_[l].set_weight_cache(A(bytes), weight_t);
+        continue;
+      }
+      if (!shared_w8) shared_w8 = A(bytes);  // every FP8 layer's products are the same (fp8_products)
+      blocks_[l].set_weight_cache(shared_w8, weight_t, w8_owners_.data());
     }
     a.lnf = A(q_lnf * BT * C);
     a.lnf_mean = F(BT);

@@ -4,6 +4,7 @@
 // for every precision; the model owns the activations and hands each layer its buffers.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -26,6 +27,10 @@ struct PrecisionPolicy {
   unsigned fp8_products = kAllBlockProducts;  // bit p: Product p is FP8 in those layers (training.fp8_products)
   bool fp8_classifier = false;     // the tied classifier's three products (training.fp8_classifier)
   bool fp8_gelu_epilogue = false;  // FP8 GELU output from fc's epilogue (training.fp8_gelu_epilogue)
+  // recompute 3: each FP8 layer keeps its FP8 weight copies from the forward to its backward (false: one
+  // layer's copies serve every layer, cast again in each block's backward: the same bytes, one weight cast
+  // more a step, the other layers' bytes not held)
+  bool fp8_weights_kept = true;
   bool any_fp8() const { return fp8_linear || fp8_classifier; }
   bool layer_fp8(int l) const { return fp8_linear && (fp8_layer.empty() || fp8_layer[size_t(l)]); }
   bool product_fp8(int l, Product p) const { return layer_fp8(l) && (fp8_products >> int(p) & 1u); }
@@ -121,6 +126,7 @@ class GPT {
   std::unique_ptr<Acts> a_;
   std::vector<float> losses_host_;
   size_t stored_bytes_ = 0, scratch_bytes_ = 0;
+  std::array<const void*, 4> w8_owners_{};  // one layer's FP8 weight copies for all: whose each product's part holds
 };
 
 }  // namespace gpt

@@ -23,6 +23,7 @@ void Fp8Product::cast_weight(const LayerCtx& c, const BucketView& w, size_t offs
     c.f().cast(q, keep_t, w.at(offset), nullptr, nullptr, rows_, cols_);
   }
   key_ = key(params_version);
+  if (owner_) *owner_ = this;
 }
 
 Fp8Tensor Fp8Product::weight_t(const LayerCtx& c) const {

@@ -83,12 +83,18 @@ class Fp8Product {
   }
   // p: the copies' bytes (weight_cache_bytes(transposed == nullptr)). transposed: a scratch shared with
   // other products, which weight_t fills from the weight's copy each time the backward needs the
-  // transpose (the same bytes a kept transpose holds), so that it is not kept between uses.
-  void set_weight_cache(void* p, void* transposed = nullptr) { w8_ = p, wt_ = transposed; }
+  // transpose (the same bytes a kept transpose holds), so that it is not kept between uses. owner: p is
+  // shared with the same product of other layers (one layer's copies for all, recompute 3), *owner the
+  // product whose weight it holds: a copy another product overwrote is cast again (the same bytes).
+  void set_weight_cache(void* p, void* transposed = nullptr, const void** owner = nullptr) {
+    w8_ = p, wt_ = transposed, owner_ = owner;
+  }
   // The transposed FP8 weight for the input gradient: the kept copy, or transposed into the scratch now.
   Fp8Tensor weight_t(const LayerCtx& c) const;
   // Whether both copies hold the parameters of this version cast with the current scales.
-  bool current(uint64_t params_version) const { return key_ == key(params_version); }
+  bool current(uint64_t params_version) const {
+    return key_ == key(params_version) && (!owner_ || *owner_ == this);
+  }
   // The weight at `offset` of bucket w -> both copies, unless they are current: cast from the activation
   // dtype, or (w.fp8) copied from the bytes the store gathered, then transposed.
   void cast_weight(const LayerCtx& c, const BucketView& w, size_t offset, uint64_t params_version) const;
@@ -102,6 +108,7 @@ class Fp8Product {
   std::pair<uint64_t, uint64_t> key(uint64_t params_version) const { return {params_version, fp8_->scales_version()}; }
   void* w8_ = nullptr;                              // FP8 weight (rows, cols) then its transpose (cols, rows)
   void* wt_ = nullptr;                              // or: the transpose's shared scratch (not kept)
+  const void** owner_ = nullptr;                    // w8_ shared between layers: whose weight it holds
   mutable std::pair<uint64_t, uint64_t> key_{0, ~uint64_t(0)};  // what w8_ was cast from: parameters, scales versions
 };
 
@@ -117,7 +124,13 @@ class Linear {
   Fp8Tensor input_q(void* data, bool record) const { return q_.input(data, record); }
   // Bytes of this product's FP8 weight copies (the weight and its transpose): 2 * in * out; 0 in bf16.
   size_t weight_cache_bytes(bool transposed_too = true) const { return q_.weight_cache_bytes(transposed_too); }
-  void set_weight_cache(void* p, void* transposed = nullptr) { q_.set_weight_cache(p, transposed); }
+  void set_weight_cache(void* p, void* transposed = nullptr, const void** owner = nullptr) {
+    q_.set_weight_cache(p, transposed, owner);
+  }
+  // FP8: the weight copy made current (cast again where a shared copy holds another layer's)
+  void cast_weight(const LayerCtx& c, const BucketView& w, uint64_t params_version) const {
+    if (q_.on()) q_.cast_weight(c, w, w_, params_version);
+  }
   size_t weight_elems() const { return size_t(in_) * out_; }
   // FP8: whether the weight copies hold this version of the parameters with the current scales (true
   // in bf16), and where the weight is in its bucket with its scaling (a store that casts it)

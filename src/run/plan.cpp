@@ -88,6 +88,9 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   // FP8 gathers carry a layer's four product weights as bytes: with some products in bf16 the layers gather whole
   p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather &&
                       p.precision.fp8_products == kAllBlockProducts;
+  // recompute 3: one layer's FP8 weight copies for all, cast again in each block's backward, unless ZeRO-3
+  // gathers the weights as FP8 (the backward would gather them again)
+  p.precision.fp8_weights_kept = p.zero.gather_fp8;
   optim::parse_state_type(t.optimizer_state, p.zero.state);  // validated
   p.zero.offload = t.offload == Offload::optimizer;
   p.zero.release_grads = t.gradient_release;

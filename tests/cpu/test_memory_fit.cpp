@@ -223,8 +223,8 @@ TEST(MemoryFit, GpuBudgetLeavesRoomForTheCudaRuntime) {
 }
 
 TEST(MemoryFit, SmallerLogitsChunkKeepsALargerMicroBatch) {
-  // GPT-2 1558M in FP8 within 16 GiB (the whole process): the default chunk holds micro-batch 4's 4096 rows
-  // of logits and does not fit beside the runtime, 1024 rows do, at micro-batch 2's memory but 4's speed
+  // GPT-2 1558M in FP8 within 16 GiB (the whole process): the default chunk holds micro-batch 8's 8192 rows
+  // of logits and does not fit beside the runtime, 1024 rows do, at micro-batch 4's memory but 8's speed
   auto fit = [](const std::string& more) {
     Config c = config_from_yaml(R"(
 model: {preset: d48}
@@ -239,14 +239,14 @@ training: {device: cuda, precision: fp8, seq_len: 1024, total_batch_tokens: 1638
   const auto [t, p] = fit("");
   EXPECT_EQ(t.logits_chunk, kFitLogitsChunk);
   EXPECT_EQ(p.logits_chunk, kFitLogitsChunk);
-  EXPECT_EQ(t.micro_batch.size, 4);
+  EXPECT_EQ(t.micro_batch.size, 8);
   EXPECT_LE(double(predict_memory(p).total()) + kCudaRuntimeBytes, 16.0 * double(1ull << 30));
-  EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("logits_chunk 1024, micro_batch 4 x grad_accum 4"));
-  // given, the chunk is kept: the default's micro-batch 4 does not fit, so the split goes down
+  EXPECT_THAT(p.memory_fit, ::testing::HasSubstr("logits_chunk 1024, micro_batch 8 x grad_accum 2"));
+  // given, the chunk is kept: the default's micro-batch 8 does not fit, so the split goes down
   const auto [tk, pk] = fit("0");
   EXPECT_EQ(tk.logits_chunk, 0);
   EXPECT_EQ(pk.logits_chunk, 8192);
-  EXPECT_LT(tk.micro_batch.size, 4);
+  EXPECT_LT(tk.micro_batch.size, 8);
 }
 
 TEST(MemoryFit, BudgetIsNeededOnTheCpuAndMaxIsRefused) {
