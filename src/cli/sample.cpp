@@ -134,18 +134,18 @@ int run_sample(int argc, char** argv, HostComm& host) {
     apply_override(cfg, {"training.device", device});  // named as the config names it
     plan = std::make_unique<Plan>(make_plan(cfg, 1));
     // no prompt: the last id, which in GPT-2's vocabulary is <|endoftext|>, the start of a document
-    ids = vm.count("prompt-ids") ? parse_ids(prompt, plan->dims.vocab_size)
-                                 : std::vector<int>{plan->dims.vocab_size - 1};
-    params = read_checkpoint_params(dir, ParamLayout(plan->dims));
+    ids = vm.count("prompt-ids") ? parse_ids(prompt, plan->model.dims.vocab_size)
+                                 : std::vector<int>{plan->model.dims.vocab_size - 1};
+    params = read_checkpoint_params(dir, ParamLayout(plan->model.dims));
   });
   Stack stack = build_stack(*plan, host);
   const ParamLayout& layout = *stack.layout;
   for (int b = 0; b < layout.n_buckets(); ++b) stack.engine->set_bucket_params(b, params.data() + layout.logical_offset(b));
-  const int T = int(std::min<int64_t>(plan->dims.max_seq_len, int64_t(ids.size()) + tokens));
-  GPT model(plan->dims, layout, *stack.backend, 1, T, 0);
+  const int T = int(std::min<int64_t>(plan->model.dims.max_seq_len, int64_t(ids.size()) + tokens));
+  GPT model(plan->model.dims, layout, *stack.backend, 1, T, 0);
   std::vector<int> window(T, 0);
   if (!logits_path.empty()) {
-    const size_t n = std::min<size_t>(ids.size(), size_t(T)), V = size_t(plan->dims.vocab_size);
+    const size_t n = std::min<size_t>(ids.size(), size_t(T)), V = size_t(plan->model.dims.vocab_size);
     std::vector<float> all(n * V);
     std::copy(ids.begin(), ids.begin() + n, window.begin());
     for (size_t pos = 0; pos < n; ++pos) model.logits_row(*stack.engine, window.data(), int(pos), all.data() + pos * V);

@@ -48,14 +48,17 @@ struct GPT::Acts {
   std::vector<void*> owned;
 };
 
-size_t fp8_scaled_tensors(const ModelDims& d, const PrecisionPolicy& p) {
+size_t fp8_scaled_tensors(const ModelSpec& spec) {
+  const ModelDims& d = spec.dims;
+  const PrecisionPolicy& p = spec.precision;
   size_t n = p.fp8_classifier ? 3 : 0;
   for (int q = 0; q < 4; ++q) n += size_t(3) * p.product_layer_count(d.n_layer, Product(q));
   return n;
 }
 
-ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute, DType act,
-                                 const PrecisionPolicy& p, int chunk_rows) {
+ActivationBytes activation_bytes(const ModelSpec& spec, int B, int T, int recompute, DType act, int chunk_rows) {
+  const ModelDims& d = spec.dims;
+  const PrecisionPolicy& p = spec.precision;
   const bool fp8 = p.fp8_linear;
   const size_t BT = size_t(B) * T, C = d.n_embd, L = d.n_layer, NH = d.n_head, Vp = d.padded_vocab;
   const size_t e = dtype_size(act), f = 4;
@@ -98,16 +101,18 @@ ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute
   return r;
 }
 
-GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int T, int recompute,
-         const PrecisionPolicy& policy, Fp8Scaling* fp8, int chunk_rows)
-    : d_(d), layout_(layout), be_(be), B_(B), T_(T),
+GPT::GPT(const ModelSpec& spec, const ParamLayout& layout, Backend& be, int B, int T, int recompute,
+         Fp8Scaling* fp8, int chunk_rows)
+    : d_(spec.dims), layout_(layout), be_(be), B_(B), T_(T),
       chunk_rows_(int(std::min(size_t(B) * T, size_t(std::max(1, chunk_rows))))),
       ctx_{be},
       fp8_(fp8),
-      blocks_(make_blocks(layout, policy, fp8)),
-      lnf_(layout, -1, "lnfw", "lnfb", d.n_embd),
-      head_(layout, chunk_rows_, LayerPrecision{policy.fp8_classifier ? fp8 : nullptr}),
+      blocks_(make_blocks(layout, spec.precision, fp8)),
+      lnf_(layout, -1, "lnfw", "lnfb", spec.dims.n_embd),
+      head_(layout, chunk_rows_, LayerPrecision{spec.precision.fp8_classifier ? fp8 : nullptr}),
       a_(std::make_unique<Acts>()) {
+  const ModelDims& d = spec.dims;
+  const PrecisionPolicy& policy = spec.precision;
   if (policy.any_fp8() && !fp8) throw Error(kExitFailure, "internal error: FP8 layers without their scaling state");
   const size_t BT = size_t(B) * T, C = d.n_embd, L = d.n_layer, NH = d.n_head, Vp = d.padded_vocab;
   ctx_.B = B, ctx_.T = T, ctx_.N = int(BT), ctx_.recompute = recompute;
@@ -115,10 +120,10 @@ GPT::GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int 
   wte_ = emb.tensor("wte").offset;
   wpe_ = emb.tensor("wpe").offset;
   if (fp8) fp8->allocate();  // every scaled tensor registered
-  if (fp8 && fp8->size() != fp8_scaled_tensors(d, policy))  // what the memory prediction counts
+  if (fp8 && fp8->size() != fp8_scaled_tensors(spec))  // what the memory prediction counts
     throw Error(kExitFailure, "internal error: the model registered " + std::to_string(fp8->size()) +
                                   " FP8 scaled tensors where fp8_scaled_tensors counts " +
-                                  std::to_string(fp8_scaled_tensors(d, policy)));
+                                  std::to_string(fp8_scaled_tensors(spec)));
 
   // the block products' inputs: FP8 bytes where the product is FP8; a buffer the layers share holds the widest
   const size_t e = dtype_size(be.act_dtype());

@@ -15,53 +15,13 @@
 #include "model/fp8_scaling.hpp"
 #include "model/param_store.hpp"
 #include "model/params.hpp"
+#include "model/spec.hpp"
 
 namespace gpt {
 
-// Which products compute in FP8, per layer and product (training.precision fp8 and its per-layer and
-// per-product keys); all false: bf16/fp32.
-enum class Product : uint8_t { qkv, attproj, fc, fcproj };  // a block's products (kBlockProducts' order)
-struct PrecisionPolicy {
-  bool fp8_linear = false;         // block products of the layers in fp8_layer (at least one) are FP8
-  std::vector<bool> fp8_layer;     // per layer (training.fp8_layers); empty: every layer
-  unsigned fp8_products = kAllBlockProducts;  // bit p: Product p is FP8 in those layers (training.fp8_products)
-  bool fp8_classifier = false;     // the tied classifier's three products (training.fp8_classifier)
-  bool fp8_gelu_epilogue = false;  // FP8 GELU output from fc's epilogue (training.fp8_gelu_epilogue)
-  // recompute 3: each FP8 layer keeps its FP8 weight copies from the forward to its backward (false: one
-  // layer's copies serve every layer, cast again in each block's backward: the same bytes, one weight cast
-  // more a step, the other layers' bytes not held)
-  bool fp8_weights_kept = true;
-  bool any_fp8() const { return fp8_linear || fp8_classifier; }
-  bool layer_fp8(int l) const { return fp8_linear && (fp8_layer.empty() || fp8_layer[size_t(l)]); }
-  bool product_fp8(int l, Product p) const { return layer_fp8(l) && (fp8_products >> int(p) & 1u); }
-  // How many of n_layer layers run product p in FP8, and whether every layer does
-  int product_layer_count(int n_layer, Product p) const {
-    return (fp8_products >> int(p) & 1u) ? fp8_layer_count(n_layer) : 0;
-  }
-  bool all_layers_product_fp8(Product p) const { return all_layers_fp8() && (fp8_products >> int(p) & 1u); }
-  // The share of the block products' weights (and so of their FLOPs) that is FP8: qkv 3, attproj 1, fc 4,
-  // fcproj 4 parts of a layer's 12
-  double fp8_weight_share(int n_layer) const {
-    static constexpr int kParts[] = {3, 1, 4, 4};
-    int parts = 0;
-    for (int p = 0; p < 4; ++p) parts += (fp8_products >> p & 1u) ? kParts[p] : 0;
-    return double(fp8_layer_count(n_layer)) * parts / (12.0 * n_layer);
-  }
-  // How many of n_layer layers have FP8 products
-  int fp8_layer_count(int n_layer) const {
-    int n = 0;
-    for (int l = 0; l < n_layer; ++l) n += layer_fp8(l);
-    return n;
-  }
-  // Whether every layer's products are FP8 (none of them bf16)
-  bool all_layers_fp8() const {
-    return fp8_linear && std::find(fp8_layer.begin(), fp8_layer.end(), false) == fp8_layer.end();
-  }
-};
-
 // The scaled tensors a policy's model registers (Fp8Scaling): an input, a weight and an output gradient
 // for each FP8 product (four per FP8 layer, three for the classifier)
-size_t fp8_scaled_tensors(const ModelDims& d, const PrecisionPolicy& p);
+size_t fp8_scaled_tensors(const ModelSpec& spec);
 
 // Activation memory for one micro-batch shape, in bytes (what GPT allocates).
 struct ActivationBytes {
@@ -71,14 +31,14 @@ struct ActivationBytes {
 // chunk_rows: the classifier's rows of logits at a time (training.logits_chunk; 0 there: the default)
 constexpr int kDefaultLogitsChunk = 8192;
 inline int logits_chunk_rows(int key) { return key > 0 ? key : kDefaultLogitsChunk; }
-ActivationBytes activation_bytes(const ModelDims& d, int B, int T, int recompute, DType act,
-                                 const PrecisionPolicy& p, int chunk_rows = kDefaultLogitsChunk);
+ActivationBytes activation_bytes(const ModelSpec& spec, int B, int T, int recompute, DType act,
+                                 int chunk_rows = kDefaultLogitsChunk);
 
 class GPT {
  public:
-  // fp8 non-null when the policy has FP8 layers: their scaled tensors are registered there.
-  GPT(const ModelDims& d, const ParamLayout& layout, Backend& be, int B, int T, int recompute,
-      const PrecisionPolicy& policy = {}, Fp8Scaling* fp8 = nullptr, int chunk_rows = kDefaultLogitsChunk);
+  // fp8 non-null when the spec has FP8 products: their scaled tensors are registered there.
+  GPT(const ModelSpec& spec, const ParamLayout& layout, Backend& be, int B, int T, int recompute,
+      Fp8Scaling* fp8 = nullptr, int chunk_rows = kDefaultLogitsChunk);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;

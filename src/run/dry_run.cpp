@@ -41,7 +41,7 @@ void check_data(const Config& c, const Plan& p, std::map<std::string, std::strin
     if (glob.empty() || seen.count(glob)) continue;
     try {
       seen[glob] = std::string(what) + " data: " +
-                   make_shard_source(glob, B, p.seq_len, 0, p.world, p.dims.vocab_size)->describe() + " (" + glob + ")";
+                   make_shard_source(glob, B, p.seq_len, 0, p.world, p.model.dims.vocab_size)->describe() + " (" + glob + ")";
     } catch (const Error& e) {
       throw input_error("data." + std::string(what) + ": " + e.what());
     }
@@ -118,7 +118,7 @@ void dry_run(const Config& base, const Sweep& sw, const std::vector<int>& indice
     const double total = double(predict_memory(plan).total());
     const std::string fits = budget > 0 ? (total <= budget ? "yes" : "NO") : "n/a";
     std::snprintf(buf, sizeof buf, "%-5d %-5s %-12s %-6s %-5d %-11s %12s %5s  %s\n", pt.index, pt.dir_name.c_str(),
-                  (std::to_string(plan.dims.n_layer) + "x" + std::to_string(plan.dims.n_embd)).c_str(),
+                  (std::to_string(plan.model.dims.n_layer) + "x" + std::to_string(plan.model.dims.n_embd)).c_str(),
                   plan.device.c_str(), plan.zero.stage, mb.c_str(), format_bytes(total).c_str(), fits.c_str(),
                   [&] {
                     std::string v;
@@ -145,7 +145,7 @@ void check_inputs(const Config& c, const Plan& p, InputsChecked& seen) {
   check_data(c, p, seen.data_lines);
   check_eval_inputs(c, p, seen.files);  // validation shards' tokens, HellaSwag file, vocabulary, prompt
   // a resumed run takes its parameters from the checkpoint, not from init_from
-  const ModelDims& d = p.dims;
+  const ModelDims& d = p.model.dims;
   const std::string dims = std::to_string(d.n_layer) + " " + std::to_string(d.n_head) + " " + std::to_string(d.n_embd) +
                            " " + std::to_string(d.vocab_size) + " " + std::to_string(d.max_seq_len);
   if (!c.model.init_from.empty() && c.checkpoint.resume != ResumeMode::automatic &&

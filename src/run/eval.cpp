@@ -54,7 +54,7 @@ std::unique_ptr<Gpt2Vocab> load_vocab(const EvalConfig& ec, int V) {
 }  // namespace
 
 void check_eval_inputs(const Config& cfg, const Plan& plan, std::set<std::string>& checked) {
-  const int V = plan.dims.vocab_size;
+  const int V = plan.model.dims.vocab_size;
   const auto once = [&](const std::string& what) { return checked.insert(what + "\n" + std::to_string(V)).second; };
   if (!cfg.data.synthetic && !cfg.data.val.empty() && once("val\n" + cfg.data.val)) {
     try {
@@ -75,7 +75,7 @@ void check_eval_inputs(const Config& cfg, const Plan& plan, std::set<std::string
 
 Evaluator::Evaluator(const Config& cfg, const Plan& plan, HostComm& host)
     : ec_(cfg.eval), seed_(cfg.run.seed), host_(host) {
-  const int B = plan.micro_batch, T = plan.seq_len, V = plan.dims.vocab_size;
+  const int B = plan.micro_batch, T = plan.seq_len, V = plan.model.dims.vocab_size;
   tok_.resize(size_t(B) * T);
   tgt_.resize(size_t(B) * T);
   if (cfg.data.synthetic)

@@ -113,11 +113,11 @@ double allocation_budget(double budget, const std::string& device) {
 double predicted_step_s(const Plan& p, double host_s_per_param) {
   // the products at FP8's rate in the share of the block products' weights that run in FP8
   // (training.fp8_layers, fp8_products)
-  const double f8 = p.precision.fp8_weight_share(p.dims.n_layer);
+  const double f8 = p.model.precision.fp8_weight_share(p.model.dims.n_layer);
   const double products = f8 == 0   ? p.flops_per_token / kRate
                           : f8 == 1 ? p.flops_per_token / kRateFp8
                                     : p.flops_per_token * (f8 / kRateFp8 + (1 - f8) / kRate);
-  const double token = products + kActBytes * p.dims.n_layer * p.dims.n_embd / kHbm;
+  const double token = products + kActBytes * p.model.dims.n_layer * p.model.dims.n_embd / kHbm;
   const double micro = kMicroBytes * double(p.n_params) / kHbm;
   const MemoryBreakdown m = predict_memory(p);
   const double n = double(p.n_params) / (p.zero.shard_optimizer ? p.world : 1);  // the parameters this rank updates

@@ -55,21 +55,21 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   validate(cfg, world);
   const TrainingConfig& t = cfg.training;
   Plan p;
-  p.dims = resolve_dims(cfg.model);
+  p.model.dims = resolve_dims(cfg.model);
   p.device = resolve_device(t.device, dry_run, p.device_note);
   p.caps = p.device == "cpu" ? cpu_device_caps() : cuda_device_caps(0);
   check_capabilities(cfg, p);
   p.act = (p.device == "cuda" && t.precision != Precision::fp32) ? DType::BF16 : DType::F32;
   if (t.precision == Precision::fp8) {
     // every layer: no mask (the same policy as before the key); none: no FP8 block product at all
-    std::vector<bool> layers = parse_layer_set(t.fp8_layers, p.dims.n_layer, "training.fp8_layers");
-    p.precision.fp8_linear = std::find(layers.begin(), layers.end(), true) != layers.end();
-    if (p.precision.fp8_linear && std::find(layers.begin(), layers.end(), false) != layers.end())
-      p.precision.fp8_layer = std::move(layers);
-    p.precision.fp8_products = parse_product_set(t.fp8_products, "training.fp8_products");
+    std::vector<bool> layers = parse_layer_set(t.fp8_layers, p.model.dims.n_layer, "training.fp8_layers");
+    p.model.precision.fp8_linear = std::find(layers.begin(), layers.end(), true) != layers.end();
+    if (p.model.precision.fp8_linear && std::find(layers.begin(), layers.end(), false) != layers.end())
+      p.model.precision.fp8_layer = std::move(layers);
+    p.model.precision.fp8_products = parse_product_set(t.fp8_products, "training.fp8_products");
   }
-  p.precision.fp8_classifier = t.precision == Precision::fp8 && t.fp8_classifier;
-  p.precision.fp8_gelu_epilogue = t.fp8_gelu_epilogue;
+  p.model.precision.fp8_classifier = t.precision == Precision::fp8 && t.fp8_classifier;
+  p.model.precision.fp8_gelu_epilogue = t.fp8_gelu_epilogue;
   p.fp8_recipe.grad = t.fp8_grad_format;
   p.fp8_recipe.history = t.fp8_amax_history;
   p.fp8_recipe.margin = t.fp8_margin;
@@ -81,16 +81,16 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.micro_batch_max = t.micro_batch.max;
   p.seq_len = t.seq_len;
   p.grad_accum = t.grad_accum;
-  const ParamLayout layout(p.dims);
+  const ParamLayout layout(p.model.dims);
   p.n_params = layout.n_params();
   p.flops_per_token = flops_per_token(layout, p.seq_len);
   p.zero = ZeroPolicy::of_stage(t.zero_stage);
   // FP8 gathers carry a layer's four product weights as bytes: with some products in bf16 the layers gather whole
-  p.zero.gather_fp8 = p.zero.shard_params && p.precision.fp8_linear && t.fp8_weight_gather &&
-                      p.precision.fp8_products == kAllBlockProducts;
+  p.zero.gather_fp8 = p.zero.shard_params && p.model.precision.fp8_linear && t.fp8_weight_gather &&
+                      p.model.precision.fp8_products == kAllBlockProducts;
   // recompute 3: one layer's FP8 weight copies for all, cast again in each block's backward, unless ZeRO-3
   // gathers the weights as FP8 (the backward would gather them again)
-  p.precision.fp8_weights_kept = p.zero.gather_fp8;
+  p.model.precision.fp8_weights_kept = p.zero.gather_fp8;
   optim::parse_state_type(t.optimizer_state, p.zero.state);  // validated
   p.zero.offload = t.offload == Offload::optimizer;
   p.zero.release_grads = t.gradient_release;
@@ -122,17 +122,17 @@ Plan with_micro_batch(Plan p, int micro_batch) {
 }
 
 size_t host_snapshot_bytes(const Plan& plan) {
-  return snapshot_bytes(ParamLayout(plan.dims), plan.world, plan.zero,
+  return snapshot_bytes(ParamLayout(plan.model.dims), plan.world, plan.zero,
                         EngineSizes::has_master(plan.act, plan.master_weights), plan.optimizer_slots);
 }
 
 MemoryBreakdown predict_memory(const Plan& plan) {
-  ParamLayout layout(plan.dims);
+  ParamLayout layout(plan.model.dims);
   MemoryBreakdown m =
       engine_sizes(layout, plan.world, plan.zero).bytes(plan.act, plan.master_weights, plan.optimizer_slots);
   if (plan.micro_batch > 0) {
-    ActivationBytes a = activation_bytes(plan.dims, plan.micro_batch, plan.seq_len, plan.recompute, plan.act,
-                                         plan.precision, plan.logits_chunk);
+    ActivationBytes a =
+        activation_bytes(plan.model, plan.micro_batch, plan.seq_len, plan.recompute, plan.act, plan.logits_chunk);
     m.activations = a.stored;
     m.workspace = a.scratch;
   }
@@ -143,9 +143,9 @@ MemoryBreakdown predict_memory(const Plan& plan) {
   if (plan.device == "cuda") {
     m.workspace += kCublasWorkspaceBytes + kCudaScratchStep;
     if (plan.micro_batch > 0)
-      m.workspace += cudnn_attention_bytes(size_t(plan.micro_batch) * plan.seq_len, plan.dims.n_embd, plan.dims.n_head);
-    if (plan.precision.any_fp8())
-      m.workspace += Fp8Scaling::state_bytes(fp8_scaled_tensors(plan.dims, plan.precision), plan.fp8_recipe.history);
+      m.workspace += cudnn_attention_bytes(size_t(plan.micro_batch) * plan.seq_len, plan.model.dims.n_embd, plan.model.dims.n_head);
+    if (plan.model.precision.any_fp8())
+      m.workspace += Fp8Scaling::state_bytes(fp8_scaled_tensors(plan.model), plan.fp8_recipe.history);
   }
   // CPU: the snapshot is taken by the first checkpoint, which without checkpoint.every only a stop signal
   // makes (GPU: it is host memory, not the device's)
@@ -156,7 +156,7 @@ MemoryBreakdown predict_memory(const Plan& plan) {
 }
 
 size_t host_offload_bytes(const Plan& plan) {
-  return engine_sizes(ParamLayout(plan.dims), plan.world, plan.zero)
+  return engine_sizes(ParamLayout(plan.model.dims), plan.world, plan.zero)
       .host_bytes(plan.act, plan.master_weights, plan.optimizer_slots);
 }
 
@@ -212,7 +212,7 @@ std::string format_bytes(double b) {
 std::string describe(const Plan& p) {
   char buf[200];
   std::snprintf(buf, sizeof buf, "model %dx%d, micro_batch %d x seq %d, ZeRO stage %d, recompute %d, %d rank(s)",
-                p.dims.n_layer, p.dims.n_embd, p.micro_batch, p.seq_len, p.zero.stage, p.recompute, p.world);
+                p.model.dims.n_layer, p.model.dims.n_embd, p.micro_batch, p.seq_len, p.zero.stage, p.recompute, p.world);
   return buf;
 }
 
@@ -260,8 +260,8 @@ void print_plan(const Config& cfg, const Plan& plan) {
                 "| batch              micro %d x seq %d x accum %d x ranks %d = %lld tokens/step\n"
                 "| FLOPs per token    %.3g\n"
                 "| optimizer          %s (state: %s)\n",
-                plan.dims.n_layer, plan.dims.n_head, plan.dims.n_embd, plan.dims.vocab_size, plan.dims.padded_vocab,
-                name_of(plan.dims.norm), plan.n_params, plan.device.c_str(), plan.precision.any_fp8() ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
+                plan.model.dims.n_layer, plan.model.dims.n_head, plan.model.dims.n_embd, plan.model.dims.vocab_size, plan.model.dims.padded_vocab,
+                name_of(plan.model.dims.norm), plan.n_params, plan.device.c_str(), plan.model.precision.any_fp8() ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
                 plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
                 (long long)plan.tokens_per_step, plan.flops_per_token, plan.optimizer.c_str(),
                 optimizer_state_text(plan.optimizer, plan.zero.state).c_str());
@@ -274,18 +274,18 @@ void print_plan(const Config& cfg, const Plan& plan) {
                                                  : "none: the bf16 parameters are updated in place")
        << "\n";
   }
-  if (!plan.precision.fp8_layer.empty()) {  // some layers' products in bf16 (training.fp8_layers)
+  if (!plan.model.precision.fp8_layer.empty()) {  // some layers' products in bf16 (training.fp8_layers)
     std::string layers[2];  // bf16, fp8
-    for (int l = 0; l < plan.dims.n_layer; ++l) {
-      std::string& s = layers[plan.precision.layer_fp8(l)];
+    for (int l = 0; l < plan.model.dims.n_layer; ++l) {
+      std::string& s = layers[plan.model.precision.layer_fp8(l)];
       s += (s.empty() ? "" : " ") + std::to_string(l);
     }
     os << "| fp8 layers         " << layers[1] << " (bf16: " << layers[0] << ")\n";
   }
-  if (plan.precision.fp8_linear && plan.precision.fp8_products != kAllBlockProducts) {  // training.fp8_products
+  if (plan.model.precision.fp8_linear && plan.model.precision.fp8_products != kAllBlockProducts) {  // training.fp8_products
     std::string products[2];  // bf16, fp8
     for (int q = 0; q < 4; ++q) {
-      std::string& s = products[plan.precision.fp8_products >> q & 1u];
+      std::string& s = products[plan.model.precision.fp8_products >> q & 1u];
       s += (s.empty() ? "" : " ") + std::string(kBlockProducts[q]);
     }
     os << "| fp8 products       " << products[1] << " (bf16: " << products[0] << ")\n";

@@ -15,13 +15,12 @@
 namespace gpt {
 
 struct Plan {
-  ModelDims dims;
+  ModelSpec model;               // the model's structure and its products' precision (model/spec.hpp)
   std::string device;            // resolved: cpu | cuda
   std::string device_note;       // dry run: what was assumed about the device (empty otherwise)
   std::string memory_fit;        // training.memory_fit: auto: the choice and the runner-up (run/memory_fit.hpp)
   DeviceCaps caps;               // what the device can do (unknown fields empty: a dry run without the GPU)
   DType act = DType::F32;        // activation dtype
-  PrecisionPolicy precision;     // which layers compute in FP8 (training.precision fp8)
   Fp8Recipe fp8_recipe;          // their scaling
   std::string optimizer;         // training.optimizer (optim/optimizer.hpp)
   HyperValues hypers;            // its hyperparameters (training.beta1, ...)

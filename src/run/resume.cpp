@@ -198,7 +198,7 @@ std::string check_resume(const Config& cfg, const Plan& plan) {
   for (const std::string& ck : list_checkpoints(dir)) {
     TrainState st;
     try {
-      st = read_checkpoint_state(ck, ParamLayout(plan.dims), cfg.checkpoint.threads);
+      st = read_checkpoint_state(ck, ParamLayout(plan.model.dims), cfg.checkpoint.threads);
     } catch (const ResumeMismatch&) {
       throw;
     } catch (const Error& ex) {

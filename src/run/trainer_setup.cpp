@@ -65,7 +65,7 @@ void Trainer::setup() {
     layout_ = stack_.layout.get();
     be_->op_profile_pause(true);  // set-up is not profiled; train_step turns the profile on
     measured_ = engine_->allocated();
-    if (plan_.precision.any_fp8()) fp8_ = std::make_unique<Fp8Scaling>(*be_, plan_.fp8_recipe);
+    if (plan_.model.precision.any_fp8()) fp8_ = std::make_unique<Fp8Scaling>(*be_, plan_.fp8_recipe);
   });
   if (plan_.micro_batch_max) {
     // the allocations' share of memory_limit_gb (a GPU's context and libraries take the rest: memory_fit.hpp)
@@ -162,11 +162,11 @@ void Trainer::share_data_files() {
 
 void Trainer::build_model(int B) {
   model_.reset();
-  model_ = std::make_unique<GPT>(plan_.dims, *layout_, *be_, B, plan_.seq_len, plan_.recompute, plan_.precision,
-                                 fp8_.get(), plan_.logits_chunk);
+  model_ = std::make_unique<GPT>(plan_.model, *layout_, *be_, B, plan_.seq_len, plan_.recompute, fp8_.get(),
+                                 plan_.logits_chunk);
   if (plan_.zero.gather_fp8)  // ZeRO-3: the FP8 layers' product weights gathered as FP8
-    for (int l = 0; l < plan_.dims.n_layer; ++l)
-      if (plan_.precision.layer_fp8(l)) engine_->gather_fp8(layout_->layer_bucket(l), model_->fp8_weights(l));
+    for (int l = 0; l < plan_.model.dims.n_layer; ++l)
+      if (plan_.model.precision.layer_fp8(l)) engine_->gather_fp8(layout_->layer_bucket(l), model_->fp8_weights(l));
   measured_.activations = model_->stored_bytes();
   measured_.workspace = model_->scratch_bytes();
 }
@@ -178,7 +178,7 @@ void Trainer::open_data() {
   if (cfg_.data.synthetic)
     train_src_ = make_synthetic_source(cfg_.data, cfg_.run.seed, 0, B, T, r, world_);
   else
-    train_src_ = make_shard_source(cfg_.data.train, B, T, r, world_, plan_.dims.vocab_size,
+    train_src_ = make_shard_source(cfg_.data.train, B, T, r, world_, plan_.model.dims.vocab_size,
                                    ShardOrder{cfg_.data.shuffle, cfg_.run.seed});
   eval_ = std::make_unique<Evaluator>(cfg_, plan_, host_);
 }

@@ -424,7 +424,7 @@ TEST(Fp8, fp8_classifier_step_matches_fp32) {
     PrecisionPolicy policy;
     policy.fp8_linear = linear, policy.fp8_classifier = true;
     HostStore s8(L, init);
-    GPT m8(d, L, *be, B, T, 0, policy, &recipe);
+    GPT m8({d, policy}, L, *be, B, T, 0, &recipe);
     EXPECT_TRUE(recipe.size() == (linear ? 27u : 3u));
     for (int pass = 0; pass < 2; ++pass) {  // the calibration the trainer does
       m8.forward(s8, tok.data(), tgt.data(), true, dloss);

@@ -226,7 +226,7 @@ TEST(Model, recompute_levels_are_bit_identical_in_fp8) {
     policy.fp8_linear = policy.fp8_classifier = true;
     FullStore s(L);
     s.randomize(4, 0.1f);
-    GPT m(d, L, *be, B, T, r, policy, &recipe);
+    GPT m({d, policy}, L, *be, B, T, r, &recipe);
     Result out;
     out.stored = m.stored_bytes();
     for (int i = 0; i < passes; ++i) {
@@ -271,8 +271,8 @@ TEST(Model, activation_bytes_are_what_the_model_allocates) {
       Fp8Scaling recipe(*be, Fp8Recipe{});
       PrecisionPolicy policy;
       policy.fp8_linear = policy.fp8_classifier = fp8;
-      GPT m(d, L, *be, B, T, r, policy, fp8 ? &recipe : nullptr);
-      const ActivationBytes a = activation_bytes(d, B, T, r, DType::F32, policy);
+      GPT m({d, policy}, L, *be, B, T, r, fp8 ? &recipe : nullptr);
+      const ActivationBytes a = activation_bytes({d, policy}, B, T, r, DType::F32);
       EXPECT_TRUE(m.stored_bytes() == a.stored) << "recompute " << r << " fp8 " << fp8 << ": allocated "
                                                 << m.stored_bytes() << ", predicted " << a.stored;
       EXPECT_TRUE(m.scratch_bytes() == a.scratch) << "recompute " << r << " fp8 " << fp8;

@@ -546,7 +546,7 @@ void fp8_step_matches_bf16(const PrecisionPolicy& fp8) {
   const double lb = mb.forward(sb, tok.data(), tgt.data(), true, dloss);
   mb.backward(sb);
   Fp8Scaling recipe(gpu, Fp8Recipe{});
-  GPT m8(d, L, gpu, B, T, 0, fp8, &recipe);
+  GPT m8({d, fp8}, L, gpu, B, T, 0, &recipe);
   for (int pass = 0; pass < 2; ++pass) {  // the calibration the trainer does
     m8.forward(s8, tok.data(), tgt.data(), true, dloss);
     m8.backward(s8);

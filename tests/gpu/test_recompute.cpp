@@ -84,8 +84,8 @@ void levels_are_bit_identical(bool fp8) {
   for (int r = 0; r <= 3; ++r) {
     Fp8Scaling recipe(*gpu, Fp8Recipe{});
     Store s(*gpu, L, init);
-    GPT m(d, L, *gpu, B, T, r, policy, fp8 ? &recipe : nullptr);
-    const ActivationBytes a = activation_bytes(d, B, T, r, DType::BF16, policy);
+    GPT m({d, policy}, L, *gpu, B, T, r, fp8 ? &recipe : nullptr);
+    const ActivationBytes a = activation_bytes({d, policy}, B, T, r, DType::BF16);
     EXPECT_TRUE(m.stored_bytes() == a.stored && m.scratch_bytes() == a.scratch)
         << "recompute " << r << ": allocated " << m.stored_bytes() << " + " << m.scratch_bytes() << ", predicted "
         << a.stored << " + " << a.scratch;
