@@ -87,6 +87,21 @@ struct NormalInit {
   float std = 0;
 };
 
+// GELU (tanh form): out (n) = gelu_tanh(inp), activation dtype.
+struct GeluFwd {
+  void* out = nullptr;
+  const void* inp = nullptr;
+  size_t n = 0;
+};
+
+// The sum of squares of x (n, activation dtype) in double: queued into *out (one double of the backend's
+// memory) where out is given, else returned to the host (synchronising).
+struct SumSquares {
+  const void* x = nullptr;
+  size_t n = 0;
+  double* out = nullptr;
+};
+
 // An operand of a product: values `x` in the activation dtype, or FP8 bytes (q.data non-null, dequantized
 // with q.scale_inv; backend/fp8_ops.hpp's conventions). A product takes all of its operands one way: FP8
 // ones run on the FP8 tensor cores (training.precision fp8), values on the activation dtype's.
@@ -268,8 +283,8 @@ class Backend {
   // Causal self-attention (AttentionFwd, AttentionBwd above)
   virtual void attention_fwd(const AttentionFwd& op) = 0;
   virtual void attention_bwd(const AttentionBwd& op) = 0;
-  // out (n) = gelu_tanh(inp)
-  virtual void gelu_fwd(void* out, const void* inp, size_t n) = 0;
+  // GELU's forward where no product's epilogue applies it (GeluFwd above)
+  virtual void gelu_fwd(const GeluFwd& op) = 0;
   // The loss and its gradient (ClassifierLoss above); the positional form: the gradient over the logits
   virtual void classifier(const ClassifierLoss& op) = 0;
   void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
@@ -278,10 +293,8 @@ class Backend {
     classifier(op);
   }
   virtual void normal_init(const NormalInit& op) = 0;
-  // sum of squares of x (n), act dtype, returned to the host in double (synchronises)
-  virtual double sum_squares(const void* x, size_t n) = 0;
-  // the same sum into *out (one double of this backend's memory), queued: no synchronisation
-  virtual void sum_squares_to(double* out, const void* x, size_t n) = 0;
+  // A sum of squares (SumSquares above): queued into op.out, or returned (0 when queued)
+  virtual double sum_squares(const SumSquares& op) = 0;
   // Device code that lives outside the backend (an optimizer's update, optim/step.hpp): fn runs with the
   // compute stream (cudaStream_t; nullptr on the CPU), queued after every op so far, timed as op `name`
   // by the op profile, and its kernels' failures turned into the program's errors like the ops' own.

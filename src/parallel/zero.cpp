@@ -340,7 +340,7 @@ void ZeroEngine::finish_pending_grad(int b) {
 // its sum of squares kept on the device for grad_norm (no wait in the backward)
 void ZeroEngine::apply_released(int b, const void* grad) {
   const size_t n = policy_.shard_optimizer ? shape_[b].shard : shape_[b].size;  // a shard's padding holds zeros
-  be_.sum_squares_to(released_sq_ + b, grad, n);
+  be_.sum_squares(SumSquares{grad, n, released_sq_ + b});
   for (const ParamRange& r : ranges(b, param_piece(b), grad)) opt_.update(be_, r, release_h_);
 }
 
@@ -416,12 +416,12 @@ double ZeroEngine::grad_norm() {
     for (double x : sq) s += x;
     if (policy_.shard_optimizer) s = host_.sum(s);  // each rank's pieces
   } else if (!policy_.shard_optimizer) {
-    s = be_.sum_squares(grads_full_, full_total_);
+    s = be_.sum_squares(SumSquares{grads_full_, full_total_});
   } else if (policy_.shard_grads) {
-    s = host_.sum(be_.sum_squares(grads_shard_, shard_total_));
+    s = host_.sum(be_.sum_squares(SumSquares{grads_shard_, shard_total_}));
   } else {
     double local = 0;
-    for (int b = 0; b < layout_.n_buckets(); ++b) local += be_.sum_squares(grad_piece(b), shape_[b].shard);
+    for (int b = 0; b < layout_.n_buckets(); ++b) local += be_.sum_squares(SumSquares{grad_piece(b), shape_[b].shard});
     s = host_.sum(local);
   }
   return std::sqrt(s);

@@ -398,8 +398,8 @@ void test_attention(Ctx& c, int B, int T, int NH, int HS) {
 void test_gelu(Ctx& c, size_t n) {
   const Vec x = c.rnd(n, -5, 5);
   void *g = up(c.gpu, x), *cc = up(c.cpu, x), *go = up(c.gpu, poison(n)), *co = up(c.cpu, Vec(n));
-  c.gpu.gelu_fwd(go, g, n);
-  c.cpu.gelu_fwd(co, cc, n);
+  c.gpu.gelu_fwd(GeluFwd{go, g, n});
+  c.cpu.gelu_fwd(GeluFwd{co, cc, n});
   check(fmt("[%s] gelu_fwd n=%zu", c.prec, n), down(c.gpu, go, n), down(c.cpu, co, n),
         c.pick(kF32Exact, kBf16Elementwise));
   for (void* p : {g, go}) c.gpu.free(p);
@@ -465,15 +465,15 @@ void test_compensated_split(Ctx& c, size_t n) {
 void test_sum_squares(Ctx& c, size_t n) {
   const Vec x = c.rnd(n);
   void *g = up(c.gpu, x), *cc = up(c.cpu, x);
-  const double a = c.gpu.sum_squares(g, n), b = c.cpu.sum_squares(cc, n);
+  const double a = c.gpu.sum_squares(SumSquares{g, n}), b = c.cpu.sum_squares(SumSquares{cc, n});
   // fp32 per-thread partial sums against the CPU's double: ~1e-6 relative
   check(fmt("[%s] sum_squares n=%zu", c.prec, n), Vec{float(a)}, Vec{float(b)}, Tol{1e-5, 1e-5});
   // the queued form into device memory: the same sum
   double* out = static_cast<double*>(c.gpu.alloc(sizeof(double)));
-  c.gpu.sum_squares_to(out, g, n);
+  c.gpu.sum_squares(SumSquares{g, n, out});
   double queued = 0;
   c.gpu.copy_d2h(&queued, out, sizeof queued);
-  check(fmt("[%s] sum_squares_to n=%zu", c.prec, n), Vec{float(queued)}, Vec{float(b)}, Tol{1e-5, 1e-5});
+  check(fmt("[%s] sum_squares queued n=%zu", c.prec, n), Vec{float(queued)}, Vec{float(b)}, Tol{1e-5, 1e-5});
   c.gpu.free(out);
   c.gpu.free(g);
   c.cpu.free(cc);
@@ -823,7 +823,7 @@ std::vector<OpCheck> op_checks() {
                [](Ctx& c) { test_normal_init(c, 1000003, 42, (uint64_t(1) << 32) + 3, 0.02f / std::sqrt(96.0f)); }});
   t.push_back({{"run_op"}, [](Ctx& c) { test_compensated_split(c, 1000003); }});
   for (size_t n : {size_t(1000003), size_t(7)})
-    t.push_back({{"sum_squares", "sum_squares_to"}, [=](Ctx& c) { test_sum_squares(c, n); }});
+    t.push_back({{"sum_squares"}, [=](Ctx& c) { test_sum_squares(c, n); }});
   for (const OptimizerInfo& info : optimizers()) {  // every rule there is (optim/rules.hpp), run_op's updates
     const std::string opt = info.name;
     t.push_back({{"run_op"}, [=](Ctx& c) { test_optimizer(c, opt.c_str(), 1000003, true); }});
@@ -953,7 +953,7 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
   add("attention_fwd", tm.ms([&] { g.attention_fwd(AttentionFwd{y, lse, x, B, T, NH, HS}); }), attn_f, 0, L);
   add("attention_bwd", tm.ms([&] { g.attention_bwd(AttentionBwd{z, y, x, y, lse, B, T, NH, HS}); }), 2.5 * attn_f, 0, L);
   add("add_inplace (N*C)", tm.ms([&] { g.add_inplace(y, x, size_t(N) * C); }), 0, 3 * n * c * es, 0);
-  add("gelu_fwd (N*4C)", tm.ms([&] { g.gelu_fwd(y, x, size_t(N) * 4 * C); }), 0, 2 * n * 4 * c * es, 0);
+  add("gelu_fwd (N*4C)", tm.ms([&] { g.gelu_fwd(GeluFwd{y, x, size_t(N) * 4 * C}); }), 0, 2 * n * 4 * c * es, 0);
   for (void* p : {x, y, z, pg, w, dw}) g.free(p);
 
   // embedding, LM head and loss, optimizer
@@ -988,7 +988,7 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
   ah.lr = 1e-4f;
   const auto adamw = make_optimizer("adamw", true);
   add("adamw (all params)", tm.ms([&] { adamw->update(g, aw, ah); }, 3), 0, P * (2 + 2 + 24.0), 1);
-  add("sum_squares (all grads)", tm.ms([&] { g.sum_squares(grad, P); }, 3), 0, P * 2.0, 1);
+  add("sum_squares (all grads)", tm.ms([&] { g.sum_squares(SumSquares{grad, P}); }, 3), 0, P * 2.0, 1);
   double total = 0, total_flops = 0;
   for (auto& r : rows) total += r.ms * r.count, total_flops += r.flops * r.count;
   std::printf("%-28s %8.1f ms per step (sum of the ops above, no overlap; %.1f TFLOP/s, peak mem %.1f GB)\n",

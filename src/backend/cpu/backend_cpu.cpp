@@ -276,7 +276,7 @@ class CpuBackend final : public Backend {
       for (int i = 0; i < N; ++i)
         for (int o = 0; o < OC; ++o) dst[size_t(i) * OC + o] += bs[o];
     }
-    if (pre_gelu) gelu_fwd(out, pre_gelu, size_t(N) * OC);
+    if (pre_gelu) gelu_fwd(GeluFwd{out, pre_gelu, size_t(N) * OC});
   }
   void values_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
                   int OC, const void* pre_gelu, const float* dout_colsum) {
@@ -391,12 +391,12 @@ class CpuBackend final : public Backend {
           }
         }
   }
-  void gelu_fwd(void* out, const void* inp, size_t n) override {
+  void gelu_fwd(const GeluFwd& op) override {
     WallScope t(tally_, "gelu_fwd");
-    float* o = F(out);
-    const float* x = cF(inp);
+    float* o = F(op.out);
+    const float* x = cF(op.inp);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) o[i] = gelu(x[i]);
+    for (size_t i = 0; i < op.n; ++i) o[i] = gelu(x[i]);
   }
   using Backend::classifier;
   void classifier(const ClassifierLoss& op) override {
@@ -411,15 +411,15 @@ class CpuBackend final : public Backend {
       losses[i] = cpu::xent_row(zi, dloss != 0.0f ? zi : nullptr, V, Vp, targets[i], dloss);
     }
   }
-  void sum_squares_to(double* out, const void* x, size_t n) override { *out = sum_squares(x, n); }
   void normal_init(const NormalInit& op) override {
     WallScope t(tally_, "normal_init");
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < op.n; ++i) op.dst[i] = float(normal_init_value(op.seed, op.index + i, op.std));
   }
-  double sum_squares(const void* x, size_t n) override {
+  double sum_squares(const SumSquares& op) override {
     WallScope t(tally_, "sum_squares");
-    const float* v = cF(x);
+    const float* v = cF(op.x);
+    const size_t n = op.n;
     const int parts = 64;  // fixed partition: the sum does not depend on the thread count
     double partial[parts];
 #pragma omp parallel for schedule(static)
@@ -431,7 +431,9 @@ class CpuBackend final : public Backend {
     }
     double s = 0;
     for (int p = 0; p < parts; ++p) s += partial[p];
-    return s;
+    if (!op.out) return s;
+    *op.out = s;  // the CPU's memory: queued and done alike
+    return 0;
   }
   Fp8Ops* fp8() override { return fp8_.get(); }
   void run_op(const char* name, const std::function<void(void*)>& fn) override {

@@ -395,11 +395,11 @@ class CudaBackend final : public Backend {
       }
     });
   }
-  void gelu_fwd(void* out, const void* inp, size_t n) override {
+  void gelu_fwd(const GeluFwd& op) override {
     OpProfiler::Scope t(prof_, stream_, "gelu_fwd");
     dispatch([&](auto x) {
       using X = decltype(x);
-      kern::gelu_fwd<X>(static_cast<X*>(out), static_cast<const X*>(inp), n, stream_);
+      kern::gelu_fwd<X>(static_cast<X*>(op.out), static_cast<const X*>(op.inp), op.n, stream_);
     });
   }
   using Backend::classifier;
@@ -455,19 +455,20 @@ class CudaBackend final : public Backend {
       cap = size_t(k);  // more than 256 times the expected count: again, with room for them all
     }
   }
-  double sum_squares(const void* x, size_t n) override {
-    sum_squares_to(sumsq_, x, n);
+  double sum_squares(const SumSquares& op) override {
+    double* out = op.out ? op.out : sumsq_;  // returned: through the backend's own double
+    void* scratch = scratch_for(kern::sum_squares_scratch_bytes());
+    {
+      OpProfiler::Scope t(prof_, stream_, "sum_squares");
+      dispatch([&](auto tag) {
+        using X = decltype(tag);
+        kern::sum_squares<X>(out, static_cast<const X*>(op.x), op.n, scratch, stream_);
+      });
+    }
+    if (op.out) return 0;
     double h = 0;
     copy_d2h(&h, sumsq_, sizeof(double));
     return h;
-  }
-  void sum_squares_to(double* out, const void* x, size_t n) override {
-    void* scratch = scratch_for(kern::sum_squares_scratch_bytes());
-    OpProfiler::Scope t(prof_, stream_, "sum_squares");
-    dispatch([&](auto tag) {
-      using X = decltype(tag);
-      kern::sum_squares<X>(out, static_cast<const X*>(x), n, scratch, stream_);
-    });
   }
   Fp8Ops* fp8() override { return fp8_.get(); }
   void run_op(const char* name, const std::function<void(void*)>& fn) override {
