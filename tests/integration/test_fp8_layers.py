@@ -26,19 +26,44 @@ def layer_tensors(layers):
             for r in ("input", "weight", "grad")}
 
 
+def recompute_against_level_0(tmp_path, sets, ranks, stage, level, what):
+    """The run with `sets` at recompute `level` against the same at level 0: a falling loss, the same losses,
+    norms and checkpointed values bit for bit, and the activations and workspace each plan predicted.
+    Returns level 0's log and checkpoint folder."""
+    r0, c0 = run(tmp_path, "r0", ranks, stage, sets + ["training.recompute=0"])
+    rk, ck = run(tmp_path, f"r{level}", ranks, stage, sets + [f"training.recompute={level}"])
+    assert rk["loss"][-1] < rk["loss"][0], rk["loss"]
+    assert_identical_runs(r0, rk, c0, ck, f"{what}, recompute {level}, {ranks} rank(s), ZeRO {stage}")
+    for log in (r0, rk):
+        for k in ("activations", "workspace"):
+            assert log["mem_pred"][k] == log["mem_meas"][k], (k, log["mem_pred"], log["mem_meas"])
+    return r0, c0
+
+
+def run_fp8_variants(tmp_path, key, variants):
+    """One 30-step fp8 run per (name, value of training.<key>): each trains (a finite, falling loss) and
+    allocates the activations and workspace its plan predicted. Returns the logs by name."""
+    logs = {}
+    for name, value in variants:
+        y = tiny_yaml(tmp_path, name=name, steps=30, extra=EXTRA)
+        p = run_train(["--yaml", y, "--set", "training.precision=fp8", "--set", f"training.{key}={value}"],
+                      env={"OMP_NUM_THREADS": "1"})
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        logs[name] = read_log(tmp_path / f"runs/{name}/log.h5")
+        loss = logs[name]["loss"]
+        assert np.isfinite(loss).all() and loss[-5:].mean() < loss[:5].mean(), (name, loss)
+        for k in ("activations", "workspace"):
+            assert logs[name]["mem_pred"][k] == logs[name]["mem_meas"][k], (name, k)
+    return logs
+
+
 @pytest.mark.parametrize("ranks,stage,level", [(1, 0, 1), (1, 0, 2), (1, 0, 3), (2, 3, 3)])
 def test_mixed_layers_recompute_bit_identical_to_level_0(tmp_path, ranks, stage, level):
     """Layers 0 and 3 in bf16 around FP8 layers 1 and 2: each LayerNorm writes FP8 exactly where its product
     is FP8, including the one before layer 1 (run by layer 0) and the final one (the FP8 classifier); the
     buffers recompute shares between layers hold a bf16 layer's values; at ZeRO 3 only the FP8 layers'
     weights are gathered as FP8 bytes."""
-    r0, c0 = run(tmp_path, "r0", ranks, stage, MIXED + ["training.recompute=0"])
-    rk, ck = run(tmp_path, f"r{level}", ranks, stage, MIXED + [f"training.recompute={level}"])
-    assert rk["loss"][-1] < rk["loss"][0], rk["loss"]
-    assert_identical_runs(r0, rk, c0, ck, f"fp8 layers 1-2, recompute {level}, {ranks} rank(s), ZeRO {stage}")
-    for log in (r0, rk):
-        for k in ("activations", "workspace"):
-            assert log["mem_pred"][k] == log["mem_meas"][k], (k, log["mem_pred"], log["mem_meas"])
+    r0, c0 = recompute_against_level_0(tmp_path, MIXED, ranks, stage, level, "fp8 layers 1-2")
     names, _ = fp8_names(c0 / "rank_00000.h5")
     assert set(names) == layer_tensors([1, 2]) | CLASSIFIER_TENSORS, sorted(names)
     assert r0["attrs"]["precision"].endswith(", 27 scaled tensors"), r0["attrs"]["precision"]
@@ -51,17 +76,7 @@ def test_fp8_layers_change_the_run_and_its_memory_by_the_layers_buffers(tmp_path
     transposed attention output (C bytes) and no FP8 weight copies (each of the 12 C^2 weights and its
     transpose): (3 x 6 C - C) N - 24 C^2 bytes more activations, for N = B T rows."""
     N, C = 4 * 16, 32
-    logs = {}
-    for name, layers in (("all", "all"), ("full", "0-3"), ("mid", "1-2"), ("none", "none")):
-        y = tiny_yaml(tmp_path, name=name, steps=30, extra=EXTRA)
-        p = run_train(["--yaml", y, "--set", "training.precision=fp8", "--set", f"training.fp8_layers={layers}"],
-                      env={"OMP_NUM_THREADS": "1"})
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-        logs[name] = read_log(tmp_path / f"runs/{name}/log.h5")
-        loss = logs[name]["loss"]
-        assert np.isfinite(loss).all() and loss[-5:].mean() < loss[:5].mean(), (name, loss)
-        for k in ("activations", "workspace"):
-            assert logs[name]["mem_pred"][k] == logs[name]["mem_meas"][k], (name, k)
+    logs = run_fp8_variants(tmp_path, "fp8_layers", (("all", "all"), ("full", "0-3"), ("mid", "1-2"), ("none", "none")))
     assert logs["all"]["loss"].tobytes() == logs["full"]["loss"].tobytes()
     for a, b in (("all", "mid"), ("mid", "none"), ("all", "none")):
         assert logs[a]["loss"].tobytes() != logs[b]["loss"].tobytes(), f"{a} and {b} ran the same"
@@ -107,14 +122,18 @@ def test_the_dry_run_names_the_layers_in_each_precision(tmp_path):
      "error: config: training.fp8_layers: 'none' with training.fp8_classifier: false leaves no product in FP8"),
 ])
 def test_bad_fp8_layers_are_refused_naming_the_key(tmp_path, sets, message):
+    assert_refused(tmp_path, ["training.precision=fp8"] + sets, message)
+
+
+def assert_refused(tmp_path, sets, message):
+    """The tiny run with `sets` exits non-zero before any work, its error starting with `message`."""
     y = tiny_yaml(tmp_path, name="bad", extra=EXTRA)
-    args = ["--yaml", y, "--set", "training.precision=fp8"] + [a for kv in sets for a in ("--set", kv)]
-    p = run_train(args)
+    p = run_train(["--yaml", y] + [a for kv in sets for a in ("--set", kv)])
     assert p.returncode != 0 and p.stderr.startswith(message), p.stderr
     assert not (tmp_path / "runs/bad").exists()
 
 
-def test_fp8_layers_need_fp8(tmp_path):
-    y = tiny_yaml(tmp_path, name="bf", extra=EXTRA)
-    p = run_train(["--yaml", y, "--set", "training.precision=bf16", "--set", "training.fp8_layers=1-2"])
-    assert p.returncode != 0 and "training.fp8_layers: needs training.precision: fp8 (it is bf16)" in p.stderr, p.stderr
+@pytest.mark.parametrize("key,value", [("fp8_layers", "1-2"), ("fp8_products", "fc")])
+def test_fp8_layers_and_products_need_fp8(tmp_path, key, value):
+    assert_refused(tmp_path, ["training.precision=bf16", f"training.{key}={value}"],
+                   f"error: config: training.{key}: needs training.precision: fp8 (it is bf16)")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import read_log, run_train, tiny_yaml
-from test_fp8_layers import CLASSIFIER_TENSORS, fp8_names
-from test_recompute import EXTRA, assert_identical_runs, run
+from test_fp8_layers import CLASSIFIER_TENSORS, assert_refused, fp8_names, recompute_against_level_0, run_fp8_variants
+from test_recompute import EXTRA
 
 PRODUCTS = ("qkv", "attproj", "fc", "fcproj")
 
@@ -25,13 +25,7 @@ def test_some_products_recompute_bit_identical_to_level_0(tmp_path, products, ra
     is FP8 where fcproj is; the buffers recompute shares between layers hold the bf16 products' values; the
     FP8 state holds exactly the FP8 products' tensors."""
     sets = ["training.precision=fp8", f"training.fp8_products={products}"]
-    r0, c0 = run(tmp_path, "r0", ranks, stage, sets + ["training.recompute=0"])
-    rk, ck = run(tmp_path, f"r{level}", ranks, stage, sets + [f"training.recompute={level}"])
-    assert rk["loss"][-1] < rk["loss"][0], rk["loss"]
-    assert_identical_runs(r0, rk, c0, ck, f"fp8 products {products}, recompute {level}, {ranks} rank(s), ZeRO {stage}")
-    for log in (r0, rk):
-        for k in ("activations", "workspace"):
-            assert log["mem_pred"][k] == log["mem_meas"][k], (k, log["mem_pred"], log["mem_meas"])
+    r0, c0 = recompute_against_level_0(tmp_path, sets, ranks, stage, level, f"fp8 products {products}")
     names, _ = fp8_names(c0 / "rank_00000.h5")
     chosen = products.split(",")
     assert set(names) == tensors(range(4), chosen) | CLASSIFIER_TENSORS, sorted(names)
@@ -44,18 +38,9 @@ def test_fp8_products_change_the_run_and_its_memory_by_the_products_buffers(tmp_
     FP8 weight copy (C^2 and its transpose) in each of the 4 layers; qkv in bf16 keeps ln1's output in 4-byte
     CPU activations instead of bytes (3 C more a row) and has no weight copies (3 C^2, twice)."""
     N, C, L = 4 * 16, 32, 4
-    logs = {}
-    for name, products in (("all", "all"), ("named", "fcproj,fc,attproj,qkv"), ("noatt", "qkv,fc,fcproj"),
-                           ("noqkv", "attproj,fc,fcproj"), ("mlp", "fc,fcproj")):
-        y = tiny_yaml(tmp_path, name=name, steps=30, extra=EXTRA)
-        p = run_train(["--yaml", y, "--set", "training.precision=fp8", "--set", f"training.fp8_products={products}"],
-                      env={"OMP_NUM_THREADS": "1"})
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-        logs[name] = read_log(tmp_path / f"runs/{name}/log.h5")
-        loss = logs[name]["loss"]
-        assert np.isfinite(loss).all() and loss[-5:].mean() < loss[:5].mean(), (name, loss)
-        for k in ("activations", "workspace"):
-            assert logs[name]["mem_pred"][k] == logs[name]["mem_meas"][k], (name, k)
+    logs = run_fp8_variants(tmp_path, "fp8_products", (("all", "all"), ("named", "fcproj,fc,attproj,qkv"),
+                                                       ("noatt", "qkv,fc,fcproj"), ("noqkv", "attproj,fc,fcproj"),
+                                                       ("mlp", "fc,fcproj")))
     assert logs["all"]["loss"].tobytes() == logs["named"]["loss"].tobytes()
     for other in ("noatt", "noqkv", "mlp"):
         assert logs["all"]["loss"].tobytes() != logs[other]["loss"].tobytes(), f"all and {other} ran the same"
@@ -109,13 +94,4 @@ def test_the_dry_run_names_the_products_in_each_precision(tmp_path):
     ("qkv,", "error: config: training.fp8_products: 'qkv,' is not a set of block products"),
 ])
 def test_bad_fp8_products_are_refused_naming_the_key(tmp_path, value, message):
-    y = tiny_yaml(tmp_path, name="bad", extra=EXTRA)
-    p = run_train(["--yaml", y, "--set", "training.precision=fp8", "--set", f"training.fp8_products={value}"])
-    assert p.returncode != 0 and p.stderr.startswith(message), p.stderr
-    assert not (tmp_path / "runs/bad").exists()
-
-
-def test_fp8_products_need_fp8(tmp_path):
-    y = tiny_yaml(tmp_path, name="bf", extra=EXTRA)
-    p = run_train(["--yaml", y, "--set", "training.precision=bf16", "--set", "training.fp8_products=fc"])
-    assert p.returncode != 0 and "training.fp8_products: needs training.precision: fp8 (it is bf16)" in p.stderr, p.stderr
+    assert_refused(tmp_path, ["training.precision=fp8", f"training.fp8_products={value}"], message)
