@@ -127,9 +127,8 @@ double predicted_step_s(const Plan& p, double host_s_per_param) {
   const double passes = p.master_weights == optim::MasterKind::F32 && (m.master > 0 || p.zero.offload) ? 2 : 3;
   double update = (2 * (double(m.master) + code * double(m.optim)) + passes * dtype_size(p.act) * n) / kHbm;
   if (p.zero.offload && p.device != "cpu") {  // the state is in host memory: the host's pass and PCIe
-    const double host = double(host_offload_bytes(p));
-    const double pass = host_s_per_param > 0 ? host_s_per_param * n : (2 * code * host + passes * dtype_size(p.act) * n) / kHostBw;
-    update = pass + 2 * dtype_size(p.act) * n / kPcie;
+    const double t = host_s_per_param > 0 ? host_s_per_param : kHostSecondsPerParam[int(p.zero.state)];
+    update = t * n + 2 * dtype_size(p.act) * n / kPcie;
   }
   return p.grad_accum * (double(p.micro_batch) * p.seq_len * token * (1 + kRecomputeExtra[p.recompute]) + micro) +
          update;
@@ -240,7 +239,8 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
       }
   if (offload_fits)
     r.host_text = measure_host ? "offload's host update measured here, a parameter: " + r.host_text
-                               : "offload's host update: the model's kHostBw (a dry run; a run measures this host's)";
+                               : "offload's host update: kHostSecondsPerParam, measured on an H100 machine (a dry run; a "
+                                 "run measures this host's)";
   if (r.fitting.empty()) return r;
   double fastest = r.fitting.front().step_s;
   for (const FitCandidate& k : r.fitting) fastest = std::min(fastest, k.step_s);

@@ -63,23 +63,19 @@
 //     again, a third of a step's products.
 //   kInt8CodeCost 2: int8 state's code conversions (a search among 256 code values per value) taken to
 //     cost as much as its bytes (not measured).
-//   offload: update = (2 * (master + code * optim bytes, on the host) + passes * compute-dtype bytes * n) / kHostBw
-//            + 2 * compute-dtype bytes * n / kPcie (gradients down, parameters up; not counted as overlapped)
-//   kHostBw 1.70e10 B/s: measured, GPT-2 1558M with bf16 state and fp32 master weights offloaded (33.1 GB
-//     of the formula's bytes) took 2.04-2.11 s a step of host update (/train/offload_ms, fp8 and bf16 runs;
-//     less the PCIe term, 1.95 s) on an H100 machine's 16 cores with the x86-64-v3 host loop (bench/RESULTS.md,
-//     2026-12-07; the whole step 2342 ms, predicted 2360). Hosts differ: another H100 machine the same day
-//     took 1786 ms a step. (With the x86-64-v2 loop it was 2.63 s, 1.31e10; the constant first taken from
-//     PyTorch's fused CPU AdamW, 1.42e11, put offload at 12 GiB at 656 ms a step where it took 2957.)
+//   offload: update = t * n + 2 * compute-dtype bytes * n / kPcie (the host's pass over the parameters this
+//            rank updates; gradients down, parameters up; not counted as overlapped), t the seconds a
+//            parameter of the host's update takes on the machine that runs it: a run (not a dry run) on a
+//            GPU measures it for each offloaded combination that fits the budget (host_update_s_per_param
+//            over kHostProbeParams synthetic parameters, once per state type and master kind, about
+//            0.1-0.3 s each on 16 cores), a dry run takes kHostSecondsPerParam by state type.
+//   kHostSecondsPerParam {0.94, 1.26, 4.03} ns (fp32, bf16, int8 state): measured so on an H100 machine's
+//     16 cores with fp32 master weights (compensated: 0.95, 1.27, 4.09; bench/RESULTS.md, 2026-12-07, noon);
+//     there the 12 GiB choice (fp32 state offloaded, micro-batch 8 x 2) was predicted at 1858 ms a step and
+//     took 1934. The loop is compute-bound: a byte model (fitted before, 1.70e10 B/s) had the states' order
+//     wrong, bf16 state's conversions costing more than the bytes they save. Hosts differ: the same choice
+//     took 1.3x as long on another lent H100 machine, which is why a run measures its own.
 //     kPcie 5.5e10 B/s: page-locked copies one way on that machine.
-//   A run (not a dry run) on a GPU measures instead: each offloaded combination that fits the budget
-//   takes update = t * n + the PCIe term, t the seconds a parameter of its host update took on this
-//   machine's threads (host_update_s_per_param over kHostProbeParams synthetic parameters, once per state
-//   type and master kind, about 0.1-0.3 s each on 16 cores): hosts differ (two lent H100 machines 1.3x
-//   apart), and the loop is compute-bound, so the byte model has the states' order wrong: on an H100
-//   machine's 16 cores fp32 state took 0.94 ns a parameter, bf16 1.26, int8 4.03 (fp32 master weights;
-//   bench/RESULTS.md, 2026-12-07, noon), and the 12 GiB choice moved from bf16 to fp32 state, predicted
-//   1858 ms a step against 1934 measured.
 // The budget: memory_limit_gb (or the GPU's memory) bounds the whole process, so on a GPU the
 // combinations' predicted allocations must fit it less kCudaRuntimeBytes.
 //   kCudaRuntimeBytes 1.5 GiB: a GPU process's device memory outside the trainer's allocations (the CUDA
@@ -107,7 +103,8 @@ inline constexpr MasterWeights kMasterOptions[] = {MasterWeights::fp32, MasterWe
 inline constexpr double kHbm = 3e12, kRate = 7.16e14, kRateFp8 = 1.19e15, kActBytes = 157, kMicroBytes = 18.4;
 inline constexpr double kRecomputeExtra[] = {0.0, 0.018, 0.035, 1.0 / 3.0};
 inline constexpr double kInt8CodeCost = 2, kPrecisionBand = 0.10;
-inline constexpr double kHostBw = 1.70e10, kPcie = 5.5e10;
+inline constexpr double kHostSecondsPerParam[] = {0.94e-9, 1.26e-9, 4.03e-9};  // by optim::StateType
+inline constexpr double kPcie = 5.5e10;
 inline constexpr size_t kHostProbeParams = size_t(1) << 24;  // 16M: 224-448 MiB of host memory touched
 inline constexpr double kCudaRuntimeBytes = 1.5 * double(1ull << 30);
 // The smaller logits chunk memory_fit also tries (training.logits_chunk), where the config leaves the key
@@ -121,7 +118,7 @@ inline constexpr int kFitLogitsChunk = 1024;
 double allocation_budget(double budget, const std::string& device);
 
 // Predicted seconds of one optimizer step of the plan on one rank (the model above); host_s_per_param > 0:
-// training.offload's host update measured on this machine (seconds a parameter), else kHostBw's model.
+// training.offload's host update measured on this machine (seconds a parameter), else kHostSecondsPerParam.
 double predicted_step_s(const Plan& plan, double host_s_per_param = 0);
 
 struct FitCandidate {

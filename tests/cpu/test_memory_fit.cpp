@@ -287,11 +287,14 @@ TEST(MemoryFit, StepModelMatchesItsCalibration) {
   EXPECT_NEAR(ms("d48", 1, 16, 2, "bf16"), 468.0, 4.7);
   EXPECT_NEAR(ms("d12", 64, 1, 0, "bf16"), 107.0, 1.1);
   EXPECT_NEAR(ms("d48", 16, 1, 0, "fp8"), 224.7, 2.2);
-  // the optimizer offloaded (memory_fit's choice in 12 GiB with master weights kept): 2342 ms measured with
-  // the x86-64-v3 host loop, of which the host's update 2057 (bench/RESULTS.md, 2026-12-07); the device's
-  // share is the model's, hence 5%
-  EXPECT_NEAR(ms("d48", 8, 2, 3, "fp8", {{"training.optimizer_state", "bf16"}, {"training.offload", "optimizer"}}),
-              2342.0, 117.0);
+  // the optimizer offloaded (memory_fit's choice in 12 GiB with master weights kept, on the machine whose host
+  // rates kHostSecondsPerParam holds): 1933.5 ms measured, of which the host's update 1524-1757
+  // (bench/RESULTS.md, 2026-12-07, noon); the device's share is the model's, hence 5%
+  EXPECT_NEAR(ms("d48", 8, 2, 3, "fp8", {{"training.optimizer_state", "fp32"}, {"training.offload", "optimizer"}}),
+              1933.5, 97.0);
+  // and there fp32 state is the faster to update on the host: its bytes cost less than bf16's conversions
+  EXPECT_LT(ms("d48", 8, 2, 3, "fp8", {{"training.optimizer_state", "fp32"}, {"training.offload", "optimizer"}}),
+            ms("d48", 8, 2, 3, "fp8", {{"training.optimizer_state", "bf16"}, {"training.offload", "optimizer"}}));
   // and orders what it is for: fewer micro-steps faster, recompute slower, full-block recompute by ~1/3
   EXPECT_LT(ms("d48", 16, 1, 0, "bf16"), ms("d48", 8, 2, 0, "bf16"));
   EXPECT_LT(ms("d48", 16, 1, 1, "bf16"), ms("d48", 16, 1, 3, "bf16"));
@@ -317,7 +320,7 @@ TEST(MemoryFit, OffloadWeighsTheHostUpdateMeasuredHere) {
   EXPECT_NEAR(slow - fast, 3e-9 * n, 1e-9 * (slow - fast));
   const double device = fast - 1e-9 * n - pcie;  // the same share however the host runs
   EXPECT_GT(device, 0);
-  EXPECT_NEAR(model - device - pcie, (2 * double(host_offload_bytes(p)) + 2 * 2 * n) / kHostBw, 1e-6 * model);
+  EXPECT_NEAR(model - device - pcie, kHostSecondsPerParam[int(p.zero.state)] * n, 1e-6 * model);  // a dry run's
   apply_override(c, {"training.offload", "none"});
   const Plan q = make_plan(c, 1, true);
   EXPECT_EQ(predicted_step_s(q, 4e-9), predicted_step_s(q));
