@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <new>
 #include <stdexcept>
 
 #include "base/format.hpp"
@@ -118,7 +117,9 @@ void add_hypers(std::vector<HyperInfo>& all) {
 // Host memory aligned as the device's allocations (the update's vector paths), its pages written
 struct HostArray {
   explicit HostArray(size_t bytes) : p(bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr) {
-    if (bytes && !p) throw std::bad_alloc();
+    if (bytes && !p)
+      throw Error(kExitOutOfMemory, "out of host memory: timing the optimizer's host update (training.offload) needs " +
+                                        std::to_string(bytes) + " more bytes");
     const int64_t chunks = int64_t((bytes + kChunk - 1) / kChunk);
 #pragma omp parallel for schedule(static)  // the pages placed as the update's threads touch them
     for (int64_t c = 0; c < chunks; ++c)

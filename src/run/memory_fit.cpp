@@ -178,7 +178,7 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
   // a GPU), where an offloaded combination fits; a dry run takes the model's constant
   const bool measure_host = !dry_run && base.device == "cuda";
   std::map<std::pair<optim::StateType, optim::MasterKind>, double> host_s;
-  auto host_rate = [&](const Plan& p) {
+  auto host_rate = [&](const Plan& p, MasterWeights master) {
     const auto key = std::make_pair(p.zero.state, p.master_weights);
     auto it = host_s.find(key);
     if (it != host_s.end()) return it->second;
@@ -186,11 +186,8 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
     const double s = host_update_s_per_param(*opt, p.master_weights, kHostProbeParams);
     char ns[32];
     std::snprintf(ns, sizeof ns, "%.3g", s * 1e9);
-    r.host_text += std::string(r.host_text.empty() ? "" : ", ") + optim::state_type_name(p.zero.state) + " state with " +
-                   (p.master_weights == optim::MasterKind::F32           ? "fp32"
-                    : p.master_weights == optim::MasterKind::Compensated ? "compensated"
-                                                                         : "no") +
-                   " master " + ns + " ns";
+    r.host_text += std::string(r.host_text.empty() ? "" : ", ") + optim::state_type_name(p.zero.state) +
+                   " state (master " + name_of(master) + ") " + ns + " ns";
     return host_s[key] = s;
   };
   bool offload_fits = false;
@@ -231,7 +228,7 @@ FitResult rank_fits(const Config& cfg, int world, bool dry_run) {
             FitCandidate k{state, level, mo, off, release, B, p.grad_accum, chunk, predict_memory(p), 0};
             const bool fits = double(k.memory.total()) <= r.budget;
             const bool offloaded = off == Offload::optimizer && p.zero.offload;
-            k.step_s = predicted_step_s(p, offloaded && fits && measure_host ? host_rate(p) : 0);
+            k.step_s = predicted_step_s(p, offloaded && fits && measure_host ? host_rate(p, mo) : 0);
             offload_fits |= offloaded && fits;
             if (r.considered++ == 0 || k.memory.total() < r.smallest.memory.total()) r.smallest = k;
             if (fits) r.fitting.push_back(k);
