@@ -71,6 +71,9 @@ for state in ("bf16", "int8"):
     CASES[f"2ranks-zero1-{state}-state"] = (2, ["training.zero_stage=1", f"training.optimizer_state={state}"])
 # compensated master weights (bf16 parameters and residuals; the CPU's fp32 parameters keep no copy)
 CASES["compensated"] = (1, ["training.master_weights=compensated"])
+# Lion with fp32 and int8 state (its kernel's arithmetic names every operation, for offload's host twin)
+CASES["lion"] = (1, ["training.optimizer=lion", "training.lr=3.0e-4"])
+CASES["lion-int8-state"] = (1, ["training.optimizer=lion", "training.lr=3.0e-4", "training.optimizer_state=int8"])
 CASES["fp8-recompute3"] = (1, ["training.precision=fp8", "training.fp8_classifier=false", "training.recompute=3"])
 
 

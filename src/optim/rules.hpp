@@ -6,7 +6,8 @@
 //
 // Adding an optimizer: a struct here with the same members (kSlotSigned: whether each slot's values take
 // both signs, which picks its int8 code; kHypers: its own hyperparameters; apply's last template parameter
-// the arithmetic, and apply_as<A>), a line in GPT_OPTIMIZER_RULES, and a test (tests/cpu/test_optim.cpp
+// the arithmetic, and apply_as<A>; its Compiled form names every operation with A::mul and A::mul_add, so
+// that training.offload's host update computes the kernel's bits), a line in GPT_OPTIMIZER_RULES, and a test (tests/cpu/test_optim.cpp
 // against a NumPy-written reference). Everything else (the config's `training.optimizer` values and docs,
 // a `training.<name>` key per hyperparameter with its default, range and docs, ZeRO's sharding of the
 // slots, the memory prediction, checkpoints) derives from the struct.
@@ -66,6 +67,13 @@ struct Fused {
     return std::fma(a, b, c);
 #endif
   }
+};
+
+// The device's Compiled arithmetic computed on the host (training.offload's update, optim::step_host): each
+// product rounded on its own, each multiply-add fused, as Compiled is on the GPU. A rule whose Compiled form
+// names every operation (Lion; AdamW has its own forms) gets the kernel's bits from it on the host.
+struct CompiledOnDevice : Fused {
+  static constexpr bool kFused = false;
 };
 
 // A hyperparameter a rule reads besides lr and weight_decay (which every rule reads: the schedule's rate
@@ -155,19 +163,15 @@ struct Lion {
   template <class A = Compiled>
   GPT_RULE_HD static float apply(float w, float g, float* s, const Hyper& h) {
     const float beta1 = h.p[kBeta1], beta2 = h.p[kBeta2];
-    if constexpr (A::kFused) {
-      const float c = A::mul_add(beta1, s[0], A::mul(1.0f - beta1, g));
-      s[0] = A::mul_add(beta2, s[0], A::mul(1.0f - beta2, g));
-      const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
-      return A::mul_add(-h.lr, A::mul_add(h.weight_decay, w, u), w);
-    } else {
-      // The direction with each product rounded on its own on every side (nvcc would contract one into the
-      // add): its sign moves a whole step, so the GPU must see the CPU's c, an exact zero included.
-      const float c = Fused::mul(beta1, s[0]) + Fused::mul(1.0f - beta1, g);
-      s[0] = beta2 * s[0] + (1.0f - beta2) * g;
-      const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
-      return w - h.lr * (u + h.weight_decay * w);
-    }
+    // The direction: Fused rounds it once as a multiply-add. Compiled rounds each product on its own on
+    // every side (a contraction on the GPU only would move the sign, a whole step, off the CPU's c, an
+    // exact zero included). Every operation is named, so the host can compute the kernel's bits
+    // (CompiledOnDevice).
+    const float c = A::kFused ? A::mul_add(beta1, s[0], A::mul(1.0f - beta1, g))
+                              : A::mul(beta1, s[0]) + A::mul(1.0f - beta1, g);
+    s[0] = A::mul_add(beta2, s[0], A::mul(1.0f - beta2, g));
+    const float u = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+    return A::mul_add(-h.lr, A::mul_add(h.weight_decay, w, u), w);
   }
   template <class A>
   GPT_RULE_HD static float apply_as(float w, float g, float* s, const Hyper& h) {
