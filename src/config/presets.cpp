@@ -73,6 +73,22 @@ std::vector<bool> parse_layer_set(const std::string& text, int n_layer, const st
   return set;
 }
 
+std::string layer_set_text(const std::vector<bool>& layers) {
+  if (std::find(layers.begin(), layers.end(), false) == layers.end()) return "all";
+  std::string text;
+  for (size_t l = 0; l < layers.size();) {
+    if (!layers[l]) {
+      ++l;
+      continue;
+    }
+    size_t hi = l;
+    while (hi + 1 < layers.size() && layers[hi + 1]) ++hi;
+    text += (text.empty() ? "" : ",") + std::to_string(l) + (hi > l ? "-" + std::to_string(hi) : "");
+    l = hi + 1;
+  }
+  return text.empty() ? "none" : text;
+}
+
 unsigned parse_product_set(const std::string& text, const std::string& key) {
   if (text == "all") return kAllBlockProducts;
   const std::string form = " (give `all`, or some of qkv, attproj, fc, fcproj joined by commas, e.g. `qkv,fc,fcproj`)";
@@ -89,6 +105,14 @@ unsigned parse_product_set(const std::string& text, const std::string& key) {
     at = end + 1;
   }
   return set;
+}
+
+std::string product_set_text(unsigned set) {
+  if ((set & kAllBlockProducts) == kAllBlockProducts) return "all";
+  std::string text;
+  for (unsigned p = 0; p < std::size(kBlockProducts); ++p)
+    if (set >> p & 1u) text += (text.empty() ? "" : ",") + std::string(kBlockProducts[p]);
+  return text.empty() ? "none" : text;
 }
 
 std::vector<SpecAttr> spec_attrs(const ModelDims& d) {

@@ -23,12 +23,19 @@ ModelDims resolve_dims(const ModelConfig& m);
 // layer of n_layer; throws an input error naming `key` on malformed text or a layer outside the model.
 std::vector<bool> parse_layer_set(const std::string& text, int n_layer, const std::string& key);
 
+// The set's canonical text, which parse_layer_set reads back: "all", "none", or ascending numbers and ranges
+// ("0-3,5").
+std::string layer_set_text(const std::vector<bool>& layers);
+
 // A block's four products, in the block's order (the bits of a product set; training.fp8_products names them).
 inline constexpr const char* kBlockProducts[] = {"qkv", "attproj", "fc", "fcproj"};
 inline constexpr unsigned kAllBlockProducts = 0xF;
 // A set of block products as text ("all", or names of kBlockProducts joined by ','), as one bit per product
 // (bit p: kBlockProducts[p]); throws an input error naming `key` on an unknown or repeated name or an empty set.
 unsigned parse_product_set(const std::string& text, const std::string& key);
+// The set's canonical text, which parse_product_set reads back: "all", or names in the block's order; "none"
+// for the empty set (which the key does not accept).
+std::string product_set_text(unsigned set);
 
 // The model's structure as named integers: what a checkpoint records (one attribute each) and a resume
 // compares, so that a new structural choice is recorded and checked by being listed here. `absent`: the

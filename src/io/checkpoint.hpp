@@ -26,6 +26,7 @@
 #include "parallel/comm.hpp"
 #include "io/data.hpp"
 #include "model/fp8_scaling.hpp"
+#include "model/spec.hpp"
 #include "io/manifest.hpp"
 #include "io/raw_io.hpp"
 #include "io/snapshot.hpp"
@@ -42,6 +43,9 @@ struct TrainState {
   std::string data_files;    // what data.train matched (run/resume.hpp's data_files_text); "" when not recorded
   int64_t world = 0;         // on load: the world size that wrote it
   Fp8Scaling::State fp8;     // precision fp8: the scales and amax histories by name; empty otherwise
+  // which products ran in FP8 (model/spec.hpp: precision_attrs); on load empty for a checkpoint written
+  // before it was recorded
+  std::vector<PrecisionAttr> precision;
 };
 
 // A checkpoint that loads but does not fit this run (another model, or see check_resumable): an error,

@@ -122,6 +122,10 @@ void open_checkpoint(OldCheckpoint& c, const ParamLayout& L, TrainState& st, int
   st.data_files = H5Aexists(f0, "data_files") > 0 ? h5::get_attr_str(f0, "data_files") : std::string();
   st.fp8 = read_fp8_state(f0, int(h5::get_attr_i64(f0, "n_layer")), "checkpoint '" + c.dir + "'");  // fp8 only
   st.world = c.files[0].world;
+  // absent from checkpoints written before the precision was recorded
+  st.precision.clear();
+  for (const char* name : kPrecisionAttrs)
+    if (H5Aexists(f0, name) > 0) st.precision.push_back({name, h5::get_attr_str(f0, name)});
   for (auto& o : c.files)
     if (h5::get_attr_i64(o.f, "step") != st.step)
       throw input_error("checkpoint '" + c.dir + "' mixes steps: '" + o.path + "' is from another step");

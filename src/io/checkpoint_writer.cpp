@@ -41,6 +41,7 @@ std::vector<Region> lay_out_rank_file(const std::string& path, const TrainState&
   h5::set_attr(f, "config_yaml", st.config_yaml);
   h5::set_attr(f, "data_files", st.data_files);
   h5::set_attr(f, "n_buckets", int64_t(L.n_buckets()));
+  for (const PrecisionAttr& a : st.precision) h5::set_attr(f, a.name, a.value);  // which products were FP8
   // precision fp8: the scales and amax histories by name (the same on every rank; small, through HDF5)
   if (!st.fp8.empty()) write_fp8_state(f, st.fp8);
   // contiguous, placed now, never filled: the bytes land at H5Dget_offset, written by pwrite

@@ -10,6 +10,8 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -57,6 +59,30 @@ struct PrecisionPolicy {
     return fp8_linear && std::find(fp8_layer.begin(), fp8_layer.end(), false) == fp8_layer.end();
   }
 };
+
+// The policy as the text of its keys, each canonical (presets.hpp: layer_set_text, product_set_text): what a
+// checkpoint records (one string attribute each) and a resume compares. fp8_layers is "none" without FP8
+// block products; fp8_weights_kept is left out (it changes memory, not a number).
+struct PrecisionAttr {
+  const char* name;  // the attribute; training.<name> is its key
+  std::string value;
+};
+inline constexpr const char* kPrecisionAttrs[] = {"fp8_layers", "fp8_products", "fp8_classifier", "fp8_gelu_epilogue"};
+inline std::vector<PrecisionAttr> precision_attrs(const PrecisionPolicy& p, int n_layer) {
+  std::vector<bool> layers(size_t(n_layer), false);
+  for (int l = 0; l < n_layer; ++l) layers[size_t(l)] = p.layer_fp8(l);
+  const std::string values[] = {p.fp8_linear ? layer_set_text(layers) : "none", product_set_text(p.fp8_products),
+                                p.fp8_classifier ? "true" : "false", p.fp8_gelu_epilogue ? "true" : "false"};
+  std::vector<PrecisionAttr> attrs;
+  for (size_t i = 0; i < std::size(kPrecisionAttrs); ++i) attrs.push_back({kPrecisionAttrs[i], values[i]});
+  return attrs;
+}
+// The value of attribute `name` in attrs ("" where absent)
+inline std::string precision_attr(const std::vector<PrecisionAttr>& attrs, const std::string& name) {
+  for (const PrecisionAttr& a : attrs)
+    if (name == a.name) return a.value;
+  return "";
+}
 
 struct ModelSpec {
   ModelSpec() = default;

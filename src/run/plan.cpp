@@ -51,6 +51,20 @@ void check_capabilities(const Config& cfg, Plan& p) {
   }
 }
 
+PrecisionPolicy precision_policy(const TrainingConfig& t, int n_layer) {
+  PrecisionPolicy p;
+  if (t.precision == Precision::fp8) {
+    // every layer: no mask (the same policy as before the key); none: no FP8 block product at all
+    std::vector<bool> layers = parse_layer_set(t.fp8_layers, n_layer, "training.fp8_layers");
+    p.fp8_linear = std::find(layers.begin(), layers.end(), true) != layers.end();
+    if (p.fp8_linear && std::find(layers.begin(), layers.end(), false) != layers.end()) p.fp8_layer = std::move(layers);
+    p.fp8_products = parse_product_set(t.fp8_products, "training.fp8_products");
+  }
+  p.fp8_classifier = t.precision == Precision::fp8 && t.fp8_classifier;
+  p.fp8_gelu_epilogue = t.fp8_gelu_epilogue;
+  return p;
+}
+
 Plan make_plan(const Config& cfg, int world, bool dry_run) {
   validate(cfg, world);
   const TrainingConfig& t = cfg.training;
@@ -60,16 +74,7 @@ Plan make_plan(const Config& cfg, int world, bool dry_run) {
   p.caps = p.device == "cpu" ? cpu_device_caps() : cuda_device_caps(0);
   check_capabilities(cfg, p);
   p.act = (p.device == "cuda" && t.precision != Precision::fp32) ? DType::BF16 : DType::F32;
-  if (t.precision == Precision::fp8) {
-    // every layer: no mask (the same policy as before the key); none: no FP8 block product at all
-    std::vector<bool> layers = parse_layer_set(t.fp8_layers, p.model.dims.n_layer, "training.fp8_layers");
-    p.model.precision.fp8_linear = std::find(layers.begin(), layers.end(), true) != layers.end();
-    if (p.model.precision.fp8_linear && std::find(layers.begin(), layers.end(), false) != layers.end())
-      p.model.precision.fp8_layer = std::move(layers);
-    p.model.precision.fp8_products = parse_product_set(t.fp8_products, "training.fp8_products");
-  }
-  p.model.precision.fp8_classifier = t.precision == Precision::fp8 && t.fp8_classifier;
-  p.model.precision.fp8_gelu_epilogue = t.fp8_gelu_epilogue;
+  p.model.precision = precision_policy(t, p.model.dims.n_layer);
   p.fp8_recipe.grad = t.fp8_grad_format;
   p.fp8_recipe.history = t.fp8_amax_history;
   p.fp8_recipe.margin = t.fp8_margin;

@@ -44,6 +44,9 @@ struct Plan {
 // Validates the config (every key, every combination) and derives the plan; throws input_error. A
 // dry run plans for the configured device even where there is none (device: cuda on a CPU node).
 Plan make_plan(const Config& cfg, int world, bool dry_run = false);
+// Which products compute in FP8 (training.precision and its fp8_* keys) for a model of n_layer layers
+// (fp8_weights_kept left at its default: the plan decides it); throws an input error naming a bad key.
+PrecisionPolicy precision_policy(const TrainingConfig& t, int n_layer);
 // The config against what the plan's device can do (plan.caps): an input error naming the key, or (the
 // device unknown: a dry run on a node without it) a note in plan.device_note. make_plan calls it.
 void check_capabilities(const Config& cfg, Plan& plan);

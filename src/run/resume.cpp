@@ -115,15 +115,23 @@ std::string check_resumable(const Config& now, const Plan& plan, const TrainStat
                (old.training.fp8_classifier ? "true" : "false") + " to keep them as they were)";
   // other layers in FP8: the scales of layers new to FP8 calibrate as a new tensor's do; those of layers
   // now in bf16 are left behind
-  if (old.training.precision == Precision::fp8 && now.training.precision == Precision::fp8 &&
-      old.training.fp8_layers != now.training.fp8_layers)
-    warning += std::string(warning.empty() ? "" : "\n") + "note: training.fp8_layers was '" + old.training.fp8_layers +
-               "' in " + what + " and is '" + now.training.fp8_layers + "' now: the block products of the layers it " +
+  // The sets as the checkpoint recorded them (from its config where it predates the record), both sides
+  // canonical: "0-2" and "all" on three layers are the same set.
+  const int n_layer = plan.model.dims.n_layer;
+  const std::vector<PrecisionAttr> was_p = ck.precision.empty() ? precision_attrs(precision_policy(old.training, n_layer), n_layer)
+                                                                : ck.precision,
+                                   is_p = precision_attrs(plan.model.precision, n_layer);
+  const std::string layers_was = precision_attr(was_p, "fp8_layers"), layers_is = precision_attr(is_p, "fp8_layers");
+  const std::string products_was = precision_attr(was_p, "fp8_products"),
+                    products_is = precision_attr(is_p, "fp8_products");
+  if (old.training.precision == Precision::fp8 && now.training.precision == Precision::fp8 && layers_was != layers_is)
+    warning += std::string(warning.empty() ? "" : "\n") + "note: training.fp8_layers was '" + layers_was + "' in " +
+               what + " and is '" + layers_is + "' now: the block products of the layers it " +
                "adds run in FP8 from here, their scales calibrated first; those it drops run in bf16";
   if (old.training.precision == Precision::fp8 && now.training.precision == Precision::fp8 &&
-      old.training.fp8_products != now.training.fp8_products)
-    warning += std::string(warning.empty() ? "" : "\n") + "note: training.fp8_products was '" +
-               old.training.fp8_products + "' in " + what + " and is '" + now.training.fp8_products +
+      products_was != products_is)
+    warning += std::string(warning.empty() ? "" : "\n") + "note: training.fp8_products was '" + products_was +
+               "' in " + what + " and is '" + products_is +
                "' now: the products it adds run in FP8 from here, their scales calibrated first; those it drops run "
                "in bf16";
   // master weights held another way: the checkpoint's fp32 master values are taken as this kind holds them

@@ -83,6 +83,7 @@ void Trainer::setup() {
   st_.seed = cfg_.run.seed;
   st_.config_yaml = config_to_yaml(resolved_);
   st_.data_files = data_files_;
+  st_.precision = precision_attrs(plan_.model.precision, plan_.model.dims.n_layer);
   if (resume_) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto accept = [&](const TrainState& old) {
@@ -106,6 +107,7 @@ void Trainer::setup() {
     }
     st_.config_yaml = config_to_yaml(resolved_);
     st_.data_files = data_files_;
+    st_.precision = precision_attrs(plan_.model.precision, plan_.model.dims.n_layer);
   }
   if (!resumed_) timed("initialisation", [&] { init_params(); });
   if (cfg_.checkpoint.every > 0) timed("checkpoint memory", [&] { ckpt_.prepare(*engine_, *layout_); });

@@ -437,3 +437,22 @@ TEST(Model, plan_refuses_fp8_on_a_gpu_without_fp8_cores) {
   EXPECT_TRUE(p.device_note.empty());
 }
 
+
+// A layer or product set's canonical text reads back as the same set, and two spellings of one set have
+// one text (what a checkpoint records and a resume compares).
+TEST(Model, layer_and_product_sets_have_one_canonical_text) {
+  std::mt19937 rng(7);
+  for (int n = 1; n <= 9; ++n)
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<bool> set(static_cast<size_t>(n));
+      for (size_t l = 0; l < set.size(); ++l) set[l] = rng() & 1u;
+      const std::string text = layer_set_text(set);
+      EXPECT_EQ(parse_layer_set(text, n, "k"), set) << text;
+    }
+  EXPECT_EQ(layer_set_text(parse_layer_set("3,1-2,5", 6, "k")), "1-3,5");
+  EXPECT_EQ(layer_set_text(parse_layer_set("0-5", 6, "k")), "all");
+  EXPECT_EQ(layer_set_text(parse_layer_set("none", 6, "k")), "none");
+  for (unsigned s = 1; s <= kAllBlockProducts; ++s) EXPECT_EQ(parse_product_set(product_set_text(s), "k"), s);
+  EXPECT_EQ(product_set_text(parse_product_set("fcproj,qkv,fc", "k")), "qkv,fc,fcproj");
+  EXPECT_EQ(product_set_text(parse_product_set("fc,attproj,fcproj,qkv", "k")), "all");
+}

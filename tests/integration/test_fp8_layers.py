@@ -105,6 +105,38 @@ def test_a_resume_under_other_fp8_layers_says_so_and_calibrates_the_new_ones(tmp
     assert list(log["step"]) == list(range(1, 9)) and np.isfinite(log["loss"]).all()
 
 
+def test_a_checkpoint_records_its_precision_and_a_resume_compares_sets_not_spellings(tmp_path):
+    y = tiny_yaml(tmp_path, name="p", steps=6, ckpt_every=2, extra=EXTRA)
+    fp8 = ["--set", "training.precision=fp8"]
+    run_train(["--yaml", y] + fp8 + ["--set", "training.fp8_layers=2,1", "--set", "training.fp8_products=fcproj,fc,qkv"],
+              check=True)
+    ck = tmp_path / "runs/p/checkpoints"
+    with h5py.File(ck / "step_00000006/rank_00000.h5", "r") as f:
+        rec = {k: f.attrs[k].decode() if isinstance(f.attrs[k], bytes) else f.attrs[k]
+               for k in ("fp8_layers", "fp8_products", "fp8_classifier", "fp8_gelu_epilogue")}
+    assert rec == {"fp8_layers": "1-2", "fp8_products": "qkv,fc,fcproj", "fp8_classifier": "true",
+                   "fp8_gelu_epilogue": "false"}, rec
+
+    def resume(steps, layers, products):
+        p = run_train(["--yaml", y, "--resume", "--set", f"training.steps={steps}"] + fp8 +
+                      ["--set", f"training.fp8_layers={layers}", "--set", f"training.fp8_products={products}"])
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        return p.stderr
+
+    # the same sets spelled otherwise: no note
+    assert "note: training.fp8_" not in resume(8, "1-2", "qkv,fc,fcproj")
+    # a checkpoint written before the precision was recorded: the sets come from its config, canonical too
+    with h5py.File(ck / "step_00000008/rank_00000.h5", "r+") as f:
+        for k in rec:
+            del f.attrs[k]
+    assert "note: training.fp8_" not in resume(10, "1,2", "fc,qkv,fcproj")
+    err = resume(12, "0-3", "qkv,fc,fcproj")
+    assert "note: training.fp8_layers was '1-2' in the checkpoint of step 10 and is 'all' now" in err, err[-2000:]
+    assert "note: training.fp8_products" not in err, err[-2000:]
+    log = read_log(tmp_path / "runs/p/log.h5")
+    assert list(log["step"]) == list(range(1, 13)) and np.isfinite(log["loss"]).all()
+
+
 def test_the_dry_run_names_the_layers_in_each_precision(tmp_path):
     y = tiny_yaml(tmp_path, name="d", extra=EXTRA)
     p = run_train(["--yaml", y, "--dry-run", "--set", "training.precision=fp8", "--set", "training.fp8_layers=0,2-3"],
