@@ -21,7 +21,7 @@ struct LayerNormFwdArgs {
   const X* a = nullptr;       // (N, C)
   const X* b = nullptr;       // (N, C)
   const X* w = nullptr;       // (C)
-  const X* bias = nullptr;    // (C); unused (may be null) with rms
+  const X* bias = nullptr;    // (C); null: none (model.bias false); unused with rms
   int N = 0, C = 0;
   bool rms = false;           // RMSNorm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); mean not written
   // FP8 output instead of `out` (precision fp8): fp8(y * *fp8_scale) bytes (N, C), max |y| into *fp8_amax
@@ -37,7 +37,7 @@ template <class X>
 struct LayerNormBwdArgs {
   X* dinp = nullptr;            // (N, C) accumulated
   X* dw = nullptr;              // (C) accumulated
-  X* db = nullptr;              // (C) accumulated; unused (may be null) with rms
+  X* db = nullptr;              // (C) accumulated; null: no bias (rms, model.bias false)
   const X* dout = nullptr;      // (N, C)
   const X* inp = nullptr;       // (N, C)
   const X* w = nullptr;         // (C)

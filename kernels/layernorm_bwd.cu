@@ -401,7 +401,7 @@ void layernorm_bwd(const LayerNormBwdArgs<X>& a, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
   // dw, db += the sum of the blocks' partial rows (dw's C columns, then db's; RMSNorm: dw's only); then
   // dinp's column sums
-  const int ld = sums * a.C, cols = a.rms ? a.C : 2 * a.C;
+  const int ld = sums * a.C, cols = a.db ? 2 * a.C : a.C;  // no db: RMSNorm, or model.bias false
   add_partial_rows_kernel<X><<<partial_rows_grid(cols), dim3(32, 32), 0, s>>>(a.dw, a.db, a.C, a.scratch,
                                                                              grid.blocks, cols, ld);
   CUDA_CHECK_LAUNCH();

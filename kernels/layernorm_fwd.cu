@@ -35,6 +35,14 @@ __device__ __forceinline__ void fwd_var(const Vec<X, V>& x, float mean, float& v
     var += d * d;
   }
 }
+// A LayerNorm without a bias (model.bias false) adds -0: y + -0 is y for every y, -0 included.
+template <class X, int V>
+__device__ __forceinline__ Vec<X, V> negative_zeros() {
+  Vec<X, V> z;
+#pragma unroll
+  for (int j = 0; j < V; ++j) z.v[j] = from_f<X>(-0.0f);
+  return z;
+}
 // y: LayerNorm's (x - mean) * rstd * w + b, or RMSNorm's x * rstd * w (no bias: adding a zero would turn
 // the -0 of a zero input under a negative weight into +0, which the CPU reference keeps)
 template <bool RMS>
@@ -77,7 +85,7 @@ template <class X, int V, int K, bool RESID, bool Q, bool RMS>
 __global__ void __launch_bounds__(kFwdWarps * 32) layernorm_fwd_kernel(LayerNormFwdArgs<X> a) {
   auto bias = [&](int c) {  // RMSNorm has none (fwd_y does not read it)
     if constexpr (RMS) return Vec<X, V>{};
-    else return ldv<X, V>(a.bias + c);
+    else return a.bias ? ldv<X, V>(a.bias + c) : negative_zeros<X, V>();
   };
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kFwdWarps + threadIdx.x / 32;
@@ -186,7 +194,7 @@ void layernorm_fwd(const LayerNormFwdArgs<X>& a, cudaStream_t s) {
   constexpr int V = kVec16<X>;
   const bool resid = a.residual != nullptr;
   bool vec = a.C % V == 0 && is_aligned(a.out_fp8 ? (const void*)a.out_fp8 : a.out, a.out_fp8 ? 8 : 16) &&
-             is_aligned(a.w, 16) && (a.rms || is_aligned(a.bias, 16));
+             is_aligned(a.w, 16) && (a.rms || !a.bias || is_aligned(a.bias, 16));
   if (resid)
     vec = vec && is_aligned(a.residual, 16) && is_aligned(a.a, 16) && is_aligned(a.b, 16);
   else

@@ -42,7 +42,7 @@ inline size_t cudnn_attention_bytes(size_t N, int C, int NH) { return N * (size_
 
 // A normalisation forward over rows of C features, eps 1e-5: x = a, or with b non-null residual = a + b
 // (written) and x = residual; then
-//   layernorm: y = (x - mean(x)) * rstd * w + bias, rstd = 1 / sqrt(var(x) + eps)
+//   layernorm: y = (x - mean(x)) * rstd * w + bias, rstd = 1 / sqrt(var(x) + eps)  (bias nullable: none)
 //   rmsnorm:   y = x * rstd * w,                    rstd = 1 / sqrt(mean(x^2) + eps)  (mean, bias unused)
 // mean, rstd (N) fp32, kept for the backward (mean nullable for rmsnorm). y goes to `out` in the
 // activation dtype, or with q.data non-null into q.data (N, C) as FP8 with q's scale (max |y| folded into
@@ -61,7 +61,7 @@ struct NormFwd {
   int N = 0, C = 0;
 };
 // Its backward from the forward's input x (inp) and statistics: accumulates dinp (N, C), dw (C) and db
-// (C; layernorm only). With dinp_colsum (C, fp32) non-null it is overwritten with the column sums of dinp
+// (C; nullable: no bias, as rmsnorm has none). With dinp_colsum (C, fp32) non-null it is overwritten with the column sums of dinp
 // after the update: the bias gradient of the product that wrote the residual stream here (passed on to that
 // product's matmul_bwd as dout_colsum).
 struct NormBwd {

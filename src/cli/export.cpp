@@ -51,9 +51,9 @@ int run_export(int argc, char** argv) {
     check_output_path(out, "--out", "export", force, dir, format == "hf");
     cfg = checkpoint_config(dir);
     layout = std::make_unique<ParamLayout>(resolve_dims(cfg.model));
-    if (cfg.model.norm != NormKind::layernorm)
-      throw input_error("export: the checkpoint's model has model.norm " + std::string(name_of(cfg.model.norm)) +
-                        "; llm.c model files and Hugging Face GPT-2 folders hold GPT-2's LayerNorm only (the "
+    if (const std::string other = non_gpt2_structure(cfg.model); !other.empty())
+      throw input_error("export: the checkpoint's model has " + other +
+                        "; llm.c model files and Hugging Face GPT-2 folders hold GPT-2's structure only (the "
                         "checkpoint itself is what this model is kept in)");
     // the tokenizer is checked before anything is written: a bad --vocab leaves no half-written folder
     if (format == "hf")

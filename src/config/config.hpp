@@ -80,6 +80,7 @@ struct ModelConfig {
   int vocab_size = 50257;
   int max_seq_len = 1024;
   NormKind norm = NormKind::layernorm;
+  bool bias = true;
   std::string init_from = "";
   float init_std = 0.02f;
 };

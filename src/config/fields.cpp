@@ -47,6 +47,10 @@ std::vector<Field> fields_of(Config& c) {
        "layernorm (GPT-2: mean and variance, weight and bias) / rmsnorm (root mean square, weight only: no bias "
        "tensors). Every norm of the model; rmsnorm models are not GPT-2 and are not written as llm.c or Hugging "
        "Face GPT-2 files"},
+      {"model.bias", &m.bias,
+       "bias vectors in the block's four products and in the norms (GPT-2's); `false`: none anywhere, the "
+       "products' outputs and the norms' without an added vector (fewer parameters and no bias gradients). "
+       "Models without them are not GPT-2 and are not written as llm.c or Hugging Face GPT-2 files"},
       {"model.init_from", &m.init_from,
        "weights to start from: an llm.c model file (fp32 or bf16) or a Hugging Face GPT-2 folder (config.json, "
        "model.safetensors; e.g. `./train export --format hf`)"},

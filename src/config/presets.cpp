@@ -43,6 +43,7 @@ ModelDims resolve_dims(const ModelConfig& m) {
   d.padded_vocab = (m.vocab_size + 127) / 128 * 128;
   d.max_seq_len = m.max_seq_len;
   d.norm = m.norm;
+  d.bias = m.bias;
   return d;
 }
 
@@ -115,6 +116,10 @@ std::string product_set_text(unsigned set) {
   return text.empty() ? "none" : text;
 }
 
+namespace {
+constexpr const char* kBoolNames[] = {"false", "true"};
+}  // namespace
+
 std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
   return {{"n_layer", d.n_layer},
           {"n_head", d.n_head},
@@ -123,7 +128,18 @@ std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
           {"padded_vocab", d.padded_vocab},
           {"max_seq_len", d.max_seq_len},
           {"norm", int64_t(d.norm), int64_t(NormKind::layernorm), EnumNames<NormKind>::names,
-           int(std::size(EnumNames<NormKind>::names))}};
+           int(std::size(EnumNames<NormKind>::names))},
+          {"bias", int64_t(d.bias), 1, kBoolNames, 2}};
+}
+
+std::string structure_text(const ModelDims& d) {
+  return std::string(name_of(d.norm)) + (d.bias ? "" : ", no biases");
+}
+
+std::string non_gpt2_structure(const ModelConfig& m) {
+  if (m.norm != NormKind::layernorm) return std::string("model.norm ") + name_of(m.norm);
+  if (!m.bias) return "model.bias false";
+  return "";
 }
 
 std::string SpecAttr::text(int64_t v) const {

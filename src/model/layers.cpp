@@ -3,9 +3,20 @@
 namespace gpt {
 
 namespace {
-const TensorInfo& layer_tensor(const ParamLayout& L, int layer, const char* name) {
-  return L.bucket(layer >= 0 ? L.layer_bucket(layer) : L.final_bucket()).tensor(name);
+const Bucket& layer_bucket(const ParamLayout& L, int layer) {
+  return L.bucket(layer >= 0 ? L.layer_bucket(layer) : L.final_bucket());
 }
+const TensorInfo& layer_tensor(const ParamLayout& L, int layer, const char* name) {
+  return layer_bucket(L, layer).tensor(name);
+}
+// A bias's offset, or kNoBias where the model has none (model.bias false; a norm's under rmsnorm)
+constexpr size_t kNoBias = ~size_t(0);
+size_t bias_offset(const ParamLayout& L, int layer, const char* name) {
+  for (const TensorInfo& t : layer_bucket(L, layer).tensors)
+    if (t.name == std::string(name)) return t.offset;
+  return kNoBias;
+}
+void* bias_at(const BucketView& v, size_t offset) { return offset == kNoBias ? nullptr : v.at(offset); }
 }  // namespace
 
 // ---- Fp8Product
@@ -39,7 +50,7 @@ Linear::Linear(const ParamLayout& L, int layer, const char* weight, const char* 
     : in_(in), out_(out) {
   const TensorInfo& wt = layer_tensor(L, layer, weight);
   w_ = wt.offset;
-  b_ = layer_tensor(L, layer, bias).offset;
+  b_ = bias_offset(L, layer, bias);
   const char* product = wt.spec->product;
   q_ = Fp8Product(p.fp8, [&](const char* role) { return fp8_tensor_name(layer, product, role); }, out, in);
 }
@@ -65,7 +76,7 @@ void Linear::cast_input(const LayerCtx& c, const Fp8Tensor& x, void* keep_t, Inp
 void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
                      void* pre_gelu, bool train, void* keep_t) const {
   MatmulFwd op;
-  op.out = out, op.bias = w.at(b_), op.pre_gelu = pre_gelu, op.N = c.N, op.IC = in_, op.OC = out_;
+  op.out = out, op.bias = bias_at(w, b_), op.pre_gelu = pre_gelu, op.N = c.N, op.IC = in_, op.OC = out_;
   if (!q_.on()) {
     if (in.gelu) throw Error(kExitFailure, "internal error: only an FP8 product applies GELU to its input");
     op.inp = values(in.x), op.w = values(w.at(w_));
@@ -80,7 +91,7 @@ void Linear::forward_gelu_q(const LayerCtx& c, const BucketView& w, uint64_t par
   if (!q_.on() || !pre_gelu)
     throw Error(kExitFailure, "internal error: an FP8 GELU output needs an FP8 product with GELU");
   MatmulFwd op;
-  op.out = scratch, op.out_q = out_q, op.bias = w.at(b_), op.pre_gelu = pre_gelu, op.N = c.N, op.IC = in_, op.OC = out_;
+  op.out = scratch, op.out_q = out_q, op.bias = bias_at(w, b_), op.pre_gelu = pre_gelu, op.N = c.N, op.IC = in_, op.OC = out_;
   op.inp = fp8_bytes(input_fp8(c, w, params_version, in, train, nullptr)), op.w = fp8_bytes(q_.weight(false));
   c.be.matmul_fwd(op);
 }
@@ -96,7 +107,7 @@ void Linear::recompute_saved(const LayerCtx& c, void* keep_t, Input in) const {
 void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& g, void* dinp, const void* dout,
                       Saved in, const float* dout_colsum, const void* gelu_dinp, const void* gelu_dout) const {
   MatmulBwd op;
-  op.dinp = dinp, op.dw = g.at(w_), op.dbias = g.at(b_), op.N = c.N, op.IC = in_, op.OC = out_;
+  op.dinp = dinp, op.dw = g.at(w_), op.dbias = bias_at(g, b_), op.N = c.N, op.IC = in_, op.OC = out_;
   if (!q_.on()) {
     if (gelu_dout) throw Error(kExitFailure, "internal error: a bf16 product cannot apply GELU's derivative to dout");
     op.dout = values(dout), op.inp = values(in.x), op.w = values(w.at(w_));
@@ -112,7 +123,7 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
     x_t = c.q_inp_t;
   }
   const Fp8Tensor d = q_.grad(c.q_in);
-  f.cast(d, c.q_dout_t, dout, gelu_dout, dout_colsum ? nullptr : c.colsum, c.N, out_);
+  f.cast(d, c.q_dout_t, dout, gelu_dout, dout_colsum || !op.dbias ? nullptr : c.colsum, c.N, out_);
   op.dout = fp8_bytes(d), op.w = fp8_bytes(q_.weight_t(c));
   op.dout_t = d, op.dout_t.data = c.q_dout_t;
   op.inp = fp8_bytes(input_q(const_cast<void*>(x_t), true));
@@ -125,8 +136,9 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
 Norm::Norm(const ParamLayout& L, int layer, const char* weight, const char* bias, int C)
     : kind_(L.dims().norm),
       w_(layer_tensor(L, layer, weight).offset),
-      b_(kind_ == NormKind::layernorm ? layer_tensor(L, layer, bias).offset : 0),
-      C_(C) {}
+      b_(bias_offset(L, layer, bias)),
+      C_(C),
+      sums_(L.dims().bias) {}
 
 void Norm::forward(const LayerCtx& c, const BucketView& w, void* out, float* mean, float* rstd, void* residual,
                    const void* a, const void* b, const Fp8Tensor* q) const {
@@ -140,7 +152,7 @@ void Norm::forward(const LayerCtx& c, const BucketView& w, void* out, float* mea
   }
   op.mean = kind_ == NormKind::layernorm ? mean : nullptr, op.rstd = rstd;
   op.residual = b ? residual : nullptr, op.a = a, op.b = b;
-  op.w = w.at(w_), op.bias = kind_ == NormKind::layernorm ? w.at(b_) : nullptr, op.N = c.N, op.C = C_;
+  op.w = w.at(w_), op.bias = bias_at(w, b_), op.N = c.N, op.C = C_;
   c.be.norm_fwd(op);
 }
 
@@ -148,10 +160,10 @@ void Norm::backward(const LayerCtx& c, const BucketView& w, const BucketView& g,
                     const void* inp, const float* mean, const float* rstd, float* dinp_colsum) const {
   NormBwd op;
   op.kind = kind_;
-  op.dinp = dinp, op.dw = g.at(w_), op.db = kind_ == NormKind::layernorm ? g.at(b_) : nullptr;
+  op.dinp = dinp, op.dw = g.at(w_), op.db = bias_at(g, b_);
   op.dout = dout, op.inp = inp, op.w = w.at(w_);
   op.mean = kind_ == NormKind::layernorm ? mean : nullptr, op.rstd = rstd;
-  op.N = c.N, op.C = C_, op.dinp_colsum = dinp_colsum;
+  op.N = c.N, op.C = C_, op.dinp_colsum = sums_ ? dinp_colsum : nullptr;  // no product has a bias to sum for
   c.be.norm_bwd(op);
 }
 

@@ -175,7 +175,7 @@ class Linear {
   void recompute_saved(const LayerCtx& c, void* keep_t, Input in) const;
 
  private:
-  size_t w_, b_;  // offsets in the bucket
+  size_t w_, b_;  // offsets in the bucket (b_: none without a bias, model.bias false)
   int in_, out_;
   Fp8Tensor input_fp8(const LayerCtx& c, const BucketView& w, uint64_t params_version, Input in, bool train,
                       void* keep_t) const;
@@ -186,7 +186,7 @@ class Linear {
 };
 
 // The model's normalisation (model.norm) over C features: out = LayerNorm(x) * w + b, or RMSNorm(x) * w
-// (the bias tensor is not in the table then); mean (layernorm), rstd (N) fp32.
+// (the bias tensor is not in the table then, nor with model.bias false); mean (layernorm), rstd (N) fp32.
 class Norm {
  public:
   Norm(const ParamLayout& L, int layer, const char* weight, const char* bias, int C);
@@ -201,8 +201,9 @@ class Norm {
 
  private:
   NormKind kind_;
-  size_t w_, b_;  // b_ unused by rmsnorm
+  size_t w_, b_;  // b_: none without a bias (rmsnorm; model.bias false)
   int C_;
+  bool sums_;     // the input gradient's column sums wanted: the products have biases (model.bias)
 };
 
 // Causal self-attention over qkv (B, T, 3, NH, HS) -> out (B, T, NH, HS); lse (B, NH, T) fp32 kept.

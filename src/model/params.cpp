@@ -6,8 +6,9 @@ namespace gpt {
 
 namespace {
 // GPT-2. Within each bucket, decayed matrices first (see params.hpp); llm.c's order is its own column.
+using B = ParamSpec::Bias;
 const std::vector<ParamSpec> kParams = {
-    // name       scope             rows      cols      init            decay  vocab  product    llmc  Hugging Face name                         Conv1D layernorm only
+    // name       scope             rows      cols      init            decay  vocab  product    llmc  Hugging Face name                         Conv1D bias (of)
     {"wte",      Scope::embedding, Dim::Vp,  Dim::C,   Init::normal,   true,  true,  nullptr,   0,  "transformer.wte.weight",               false},
     {"wpe",      Scope::embedding, Dim::T,   Dim::C,   Init::normal,   true,  false, nullptr,   1,  "transformer.wpe.weight",               false},
     {"qkvw",     Scope::layer,     Dim::C3,  Dim::C,   Init::normal,   true,  false, "qkv",     4,  "transformer.h.{l}.attn.c_attn.weight", true},
@@ -15,15 +16,15 @@ const std::vector<ParamSpec> kParams = {
     {"fcw",      Scope::layer,     Dim::C4,  Dim::C,   Init::normal,   true,  false, "fc",      10, "transformer.h.{l}.mlp.c_fc.weight",    true},
     {"fcprojw",  Scope::layer,     Dim::C,   Dim::C4,  Init::residual, true,  false, "fcproj",  12, "transformer.h.{l}.mlp.c_proj.weight",  true},
     {"ln1w",     Scope::layer,     Dim::C,   Dim::one, Init::ones,     false, false, nullptr,   2,  "transformer.h.{l}.ln_1.weight",        false},
-    {"ln1b",     Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   3,  "transformer.h.{l}.ln_1.bias",          false, true},
-    {"qkvb",     Scope::layer,     Dim::C3,  Dim::one, Init::zeros,    false, false, nullptr,   5,  "transformer.h.{l}.attn.c_attn.bias",   false},
-    {"attprojb", Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   7,  "transformer.h.{l}.attn.c_proj.bias",   false},
+    {"ln1b",     Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   3,  "transformer.h.{l}.ln_1.bias",          false, B::norm},
+    {"qkvb",     Scope::layer,     Dim::C3,  Dim::one, Init::zeros,    false, false, nullptr,   5,  "transformer.h.{l}.attn.c_attn.bias",   false, B::product},
+    {"attprojb", Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   7,  "transformer.h.{l}.attn.c_proj.bias",   false, B::product},
     {"ln2w",     Scope::layer,     Dim::C,   Dim::one, Init::ones,     false, false, nullptr,   8,  "transformer.h.{l}.ln_2.weight",        false},
-    {"ln2b",     Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   9,  "transformer.h.{l}.ln_2.bias",          false, true},
-    {"fcb",      Scope::layer,     Dim::C4,  Dim::one, Init::zeros,    false, false, nullptr,   11, "transformer.h.{l}.mlp.c_fc.bias",      false},
-    {"fcprojb",  Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   13, "transformer.h.{l}.mlp.c_proj.bias",    false},
+    {"ln2b",     Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   9,  "transformer.h.{l}.ln_2.bias",          false, B::norm},
+    {"fcb",      Scope::layer,     Dim::C4,  Dim::one, Init::zeros,    false, false, nullptr,   11, "transformer.h.{l}.mlp.c_fc.bias",      false, B::product},
+    {"fcprojb",  Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   13, "transformer.h.{l}.mlp.c_proj.bias",    false, B::product},
     {"lnfw",     Scope::final,     Dim::C,   Dim::one, Init::ones,     false, false, nullptr,   14, "transformer.ln_f.weight",              false},
-    {"lnfb",     Scope::final,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   15, "transformer.ln_f.bias",                false, true},
+    {"lnfb",     Scope::final,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   15, "transformer.ln_f.bias",                false, B::norm},
 };
 
 int dim_value(Dim x, const ModelDims& d) {
@@ -59,7 +60,7 @@ ParamLayout::ParamLayout(const ModelDims& d) : d_(d) {
     Bucket b;
     b.scope = scope;
     for (const ParamSpec& s : kParams) {
-      if (s.scope != scope || (s.layernorm_only && d.norm != NormKind::layernorm)) continue;
+      if (s.scope != scope || !s.in(d)) continue;
       TensorInfo t{&s, s.name, b.size, 0, {dim_value(s.rows, d)}, s.decay, 0};
       if (s.cols != Dim::one) t.shape.push_back(dim_value(s.cols, d));
       t.numel = 1;

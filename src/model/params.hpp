@@ -41,7 +41,11 @@ struct ParamSpec {
   int llmc_rank;            // position in llm.c's tensor-major file order
   const char* hf;           // Hugging Face GPT2LMHeadModel name, "{l}" standing for the layer
   bool hf_transposed;       // Hugging Face stores it (in, out) (Conv1D) against this trainer's (out, in)
-  bool layernorm_only = false;  // a LayerNorm bias: not in the model under model.norm rmsnorm
+  // a bias vector: of a product (in the model with model.bias) or of a norm (with model.bias and LayerNorm)
+  enum class Bias : uint8_t { none, product, norm } bias = Bias::none;
+  bool in(const ModelDims& d) const {  // whether the model has this tensor
+    return bias == Bias::none || (d.bias && (bias == Bias::product || d.norm == NormKind::layernorm));
+  }
 };
 
 // The table itself, in layout order.

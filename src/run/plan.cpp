@@ -266,7 +266,7 @@ void print_plan(const Config& cfg, const Plan& plan) {
                 "| FLOPs per token    %.3g\n"
                 "| optimizer          %s (state: %s)\n",
                 plan.model.dims.n_layer, plan.model.dims.n_head, plan.model.dims.n_embd, plan.model.dims.vocab_size, plan.model.dims.padded_vocab,
-                name_of(plan.model.dims.norm), plan.n_params, plan.device.c_str(), plan.model.precision.any_fp8() ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
+                structure_text(plan.model.dims).c_str(), plan.n_params, plan.device.c_str(), plan.model.precision.any_fp8() ? (plan.act == DType::BF16 ? "bf16, fp8 products" : "fp32, fp8 products emulated") : dtype_name(plan.act), plan.world, plan.zero.stage,
                 plan.micro_batch, plan.seq_len, plan.grad_accum, plan.world,
                 (long long)plan.tokens_per_step, plan.flops_per_token, plan.optimizer.c_str(),
                 optimizer_state_text(plan.optimizer, plan.zero.state).c_str());

@@ -52,9 +52,10 @@ struct FullStore : ParamStore {
   }
 };
 
-ModelDims small_dims(NormKind norm = NormKind::layernorm) {
+ModelDims small_dims(NormKind norm = NormKind::layernorm, bool bias = true) {
   ModelConfig m;
   m.norm = norm;
+  m.bias = bias;
   m.n_layer = 2;
   m.n_head = 2;
   m.n_embd = 16;
@@ -73,9 +74,9 @@ std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
 }  // namespace
 
 // every model.norm: the whole model's analytic gradients against central differences
-static void check_gradients_against_finite_differences(NormKind norm) {
+static void check_gradients_against_finite_differences(NormKind norm, bool bias = true) {
   auto be = make_cpu_backend(BackendOptions{});
-  const ModelDims d = small_dims(norm);
+  const ModelDims d = small_dims(norm, bias);
   ParamLayout L(d);
   const int B = 2, T = 5;
   GPT model(d, L, *be, B, T, 0);
@@ -135,7 +136,24 @@ TEST(Model, rmsnorm_layout_has_no_norm_biases) {
   // ln1b and ln2b of every layer and lnfb: C values each
   EXPECT_TRUE(ln.n_params() - rms.n_params() == size_t(2 * d.n_layer + 1) * d.n_embd);
   for (int b = 0; b < rms.n_buckets(); ++b)
-    for (auto& t : rms.bucket(b).tensors) EXPECT_TRUE(!t.spec->layernorm_only) << t.name;
+    for (auto& t : rms.bucket(b).tensors) EXPECT_TRUE(t.spec->bias != ParamSpec::Bias::norm) << t.name;
+}
+
+TEST(Model, gradients_match_finite_differences_without_biases) {
+  check_gradients_against_finite_differences(NormKind::layernorm, false);
+  check_gradients_against_finite_differences(NormKind::rmsnorm, false);
+}
+
+TEST(Model, a_layout_without_biases_has_no_bias_tensors) {
+  for (NormKind k : {NormKind::layernorm, NormKind::rmsnorm}) {
+    const ParamLayout with(small_dims(k)), without(small_dims(k, false));
+    const ModelDims& d = with.dims();
+    // each layer's qkv (3C), attproj (C), fc (4C), fcproj (C) biases; LayerNorm's 2 a layer and the final's
+    const size_t norms = k == NormKind::layernorm ? size_t(2 * d.n_layer + 1) * d.n_embd : 0;
+    EXPECT_EQ(with.n_params() - without.n_params(), size_t(9 * d.n_embd) * d.n_layer + norms);
+    for (int b = 0; b < without.n_buckets(); ++b)
+      for (auto& t : without.bucket(b).tensors) EXPECT_TRUE(t.spec->bias == ParamSpec::Bias::none) << t.name;
+  }
 }
 
 TEST(Model, accumulated_micro_batches_equal_one_large_batch) {

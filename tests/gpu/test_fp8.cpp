@@ -206,8 +206,10 @@ TEST(GpuFp8, transpose_and_norms_match_the_cpu_emulation) {
   };
   const auto x = sixteenths(values(size_t(N) * C, 1.0f)), y = sixteenths(values(size_t(N) * C, 1.0f));
   const auto w = values(C, 0.5f), bias = values(C, 0.5f);
-  for (NormKind k : {NormKind::layernorm, NormKind::rmsnorm}) {
-    const std::string kn = k == NormKind::layernorm ? "layernorm" : "rmsnorm";
+  // every kind, and LayerNorm without its bias (model.bias false)
+  for (auto [k, with_bias] : {std::pair{NormKind::layernorm, true}, {NormKind::layernorm, false}, {NormKind::rmsnorm, false}}) {
+    const bool has_bias = k == NormKind::layernorm && with_bias;
+    const std::string kn = k == NormKind::layernorm ? (has_bias ? "layernorm" : "layernorm_nobias") : "rmsnorm";
     std::vector<std::vector<uint8_t>> ln(2), lnr(2), tr(2);
     for (int side = 0; side < 2; ++side) {
       Backend& b = side ? *two.gpu : *two.cpu;
@@ -217,7 +219,7 @@ TEST(GpuFp8, transpose_and_norms_match_the_cpu_emulation) {
       Meta m(b, 32.0f);
       NormFwd op;
       op.kind = k, op.q = m.t(out, Fp8Format::E4M3), op.mean = k == NormKind::layernorm ? stats : nullptr;
-      op.rstd = stats + N, op.a = dx, op.w = dw, op.bias = k == NormKind::layernorm ? db : nullptr, op.N = N, op.C = C;
+      op.rstd = stats + N, op.a = dx, op.w = dw, op.bias = has_bias ? db : nullptr, op.N = N, op.C = C;
       b.norm_fwd(op);
       ln[side] = bytes(b, out, size_t(N) * C);
       b.fp8()->transpose(t, out, N, C);

@@ -248,10 +248,11 @@ NormBwd norm_bwd_op(NormKind k, void* dinp, void* dw, void* db, const void* dout
   return op;
 }
 
-// Every norm kind, forward (plain and residual) and backward (with and without the column sums)
-void test_norm(Ctx& c, NormKind k, int N, int C) {
-  const bool ln = k == NormKind::layernorm;
-  const char* kn = ln ? "layernorm" : "rmsnorm";
+// Every norm kind, with its bias or without (model.bias false), forward (plain and residual) and backward
+// (with and without the column sums)
+void test_norm(Ctx& c, NormKind k, bool with_bias, int N, int C) {
+  const bool ln = k == NormKind::layernorm, has_bias = ln && with_bias;
+  const char* kn = ln ? (has_bias ? "layernorm" : "layernorm_nobias") : "rmsnorm";
   const size_t n = size_t(N) * C;
   const std::string sz = fmt("N=%d C=%d", N, C);
   const Vec inp = c.rnd(n, -2, 2), w = c.rnd(C, 0.5f, 1.5f), b = c.rnd(C, -0.5f, 0.5f);
@@ -261,8 +262,8 @@ void test_norm(Ctx& c, NormKind k, int N, int C) {
   void *gm = up(c.gpu, poison(N), false), *gr = up(c.gpu, poison(N), false);
   void *cm = up(c.cpu, Vec(N), false), *cr = up(c.cpu, Vec(N), false);
   const Tol tol = c.pick(kF32Exact, kBf16Elementwise);
-  c.gpu.norm_fwd(norm_fwd_op(k, go, gm, gr, nullptr, gi, nullptr, gw, gb, N, C));
-  c.cpu.norm_fwd(norm_fwd_op(k, co, cm, cr, nullptr, ci, nullptr, cw, cb, N, C));
+  c.gpu.norm_fwd(norm_fwd_op(k, go, gm, gr, nullptr, gi, nullptr, gw, has_bias ? gb : nullptr, N, C));
+  c.cpu.norm_fwd(norm_fwd_op(k, co, cm, cr, nullptr, ci, nullptr, cw, has_bias ? cb : nullptr, N, C));
   check(fmt("[%s] %s_fwd out %s", c.prec, kn, sz.c_str()), down(c.gpu, go, n), down(c.cpu, co, n), tol);
   if (ln)
     check(fmt("[%s] %s_fwd mean %s", c.prec, kn, sz.c_str()), down(c.gpu, gm, N, false), down(c.cpu, cm, N, false),
@@ -277,8 +278,8 @@ void test_norm(Ctx& c, NormKind k, int N, int C) {
   void *gro = up(c.gpu, poison(n)), *cro = up(c.cpu, Vec(n));
   void *grm = up(c.gpu, poison(N), false), *grr = up(c.gpu, poison(N), false);
   void *crm = up(c.cpu, Vec(N), false), *crr = up(c.cpu, Vec(N), false);
-  c.gpu.norm_fwd(norm_fwd_op(k, gro, grm, grr, gres, ga, gb2, gw, gb, N, C));
-  c.cpu.norm_fwd(norm_fwd_op(k, cro, crm, crr, cres, ca, cb2, cw, cb, N, C));
+  c.gpu.norm_fwd(norm_fwd_op(k, gro, grm, grr, gres, ga, gb2, gw, has_bias ? gb : nullptr, N, C));
+  c.cpu.norm_fwd(norm_fwd_op(k, cro, crm, crr, cres, ca, cb2, cw, has_bias ? cb : nullptr, N, C));
   check(fmt("[%s] residual_%s_fwd residual %s", c.prec, kn, sz.c_str()), down(c.gpu, gres, n),
         down(c.cpu, cres, n), tol);
   // the CPU normalises the unrounded sum; the GPU the stored (rounded) residual, as the backward sees
@@ -294,17 +295,17 @@ void test_norm(Ctx& c, NormKind k, int N, int C) {
   const Vec dout = c.rnd(n), dinp0 = c.rnd(n, -0.5f, 0.5f), dw0 = c.rnd(C, -0.5f, 0.5f), db0 = c.rnd(C, -0.5f, 0.5f);
   void *gdo = up(c.gpu, dout), *cdo = up(c.cpu, dout);
   void *cdi = up(c.cpu, dinp0), *cdw = up(c.cpu, dw0), *cdb = up(c.cpu, db0), *ccs = up(c.cpu, Vec(C), false);
-  c.cpu.norm_bwd(norm_bwd_op(k, cdi, cdw, cdb, cdo, ci, cw, cm, cr, N, C, ccs));
+  c.cpu.norm_bwd(norm_bwd_op(k, cdi, cdw, has_bias ? cdb : nullptr, cdo, ci, cw, cm, cr, N, C, ccs));
   const Vec rdi = down(c.cpu, cdi, n), rdw = down(c.cpu, cdw, C), rdb = down(c.cpu, cdb, C);
   const Tol tb = c.pick(kF32Exact, kBf16Backward);
   for (bool colsum : {false, true}) {
     void *gdi = up(c.gpu, dinp0), *gdw = up(c.gpu, dw0), *gdb = up(c.gpu, db0);
     void* gcs = colsum ? up(c.gpu, poison(C), false) : nullptr;
-    c.gpu.norm_bwd(norm_bwd_op(k, gdi, gdw, gdb, gdo, gi, gw, gm2, gr2, N, C, gcs));
+    c.gpu.norm_bwd(norm_bwd_op(k, gdi, gdw, has_bias ? gdb : nullptr, gdo, gi, gw, gm2, gr2, N, C, gcs));
     const char* with = colsum ? " +colsum" : "";
     check(fmt("[%s] %s_bwd%s dinp %s", c.prec, kn, with, sz.c_str()), down(c.gpu, gdi, n), rdi, tb);
     check(fmt("[%s] %s_bwd%s dw %s", c.prec, kn, with, sz.c_str()), down(c.gpu, gdw, C), rdw, tb);
-    // RMSNorm has no bias gradient: db stays as it was on both backends
+    // without a bias (RMSNorm's, model.bias false) db stays as it was on both backends
     check(fmt("[%s] %s_bwd%s db %s", c.prec, kn, with, sz.c_str()), down(c.gpu, gdb, C), rdb, tb);
     if (colsum)
       check(fmt("[%s] %s_bwd dinp column sums %s", c.prec, kn, sz.c_str()), down(c.gpu, gcs, C, false),
@@ -312,7 +313,7 @@ void test_norm(Ctx& c, NormKind k, int N, int C) {
     for (void* p : {gdi, gdw, gdb, gcs})
       if (p) c.gpu.free(p);
   }
-  if (!ln) check(fmt("[%s] %s_bwd leaves db %s", c.prec, kn, sz.c_str()), rdb, db0, kF32Exact);
+  if (!has_bias) check(fmt("[%s] %s_bwd leaves db %s", c.prec, kn, sz.c_str()), rdb, db0, kF32Exact);
   for (void* p : {gi, gw, gb, go, gm, gr, gm2, gr2, gdo}) c.gpu.free(p);
   for (void* p : {ci, cw, cb, co, cm, cr, cdo, cdi, cdw, cdb, ccs}) c.cpu.free(p);
 }
@@ -801,7 +802,9 @@ std::vector<OpCheck> op_checks() {
   // many iterations a block, a partial last one, 16 rows a block (4099 x 768, 1031 x 1600)
   for (auto [N, C] : {std::pair{97, 257}, {333, 64}, {300, 768}, {64, 1600}, {16, 2052}, {4099, 768}, {1031, 1600}})
     for (NormKind k : kNormKinds)
-      t.push_back({{"norm_fwd", "norm_bwd"}, [=](Ctx& c) { test_norm(c, k, N, C); }});
+      for (bool bias : {true, false})  // RMSNorm has none either way
+        if (bias || k == NormKind::layernorm)
+          t.push_back({{"norm_fwd", "norm_bwd"}, [=](Ctx& c) { test_norm(c, k, bias, N, C); }});
   auto matmul = [&](int N, int IC, int OC, bool bias, bool gelu) {
     t.push_back({{"matmul_fwd", "matmul_bwd"}, [=](Ctx& c) { test_matmul(c, N, IC, OC, bias, gelu); }});
   };

@@ -205,8 +205,10 @@ class CpuBackend final : public Backend {
       const float s = float(1.0 / std::sqrt(v + 1e-5));
       if (rms)
         for (int c = 0; c < C; ++c) o[size_t(i) * C + c] = float(double(xi[c]) * s) * wt[c];
-      else
+      else if (bs)
         for (int c = 0; c < C; ++c) o[size_t(i) * C + c] = float((xi[c] - m) * s) * wt[c] + bs[c];
+      else  // model.bias false
+        for (int c = 0; c < C; ++c) o[size_t(i) * C + c] = float((xi[c] - m) * s) * wt[c];
       if (op.mean) op.mean[i] = float(m);
       op.rstd[i] = s;
     }
@@ -250,7 +252,7 @@ class CpuBackend final : public Backend {
         sb += g[size_t(i) * C + c];
       }
       gw[c] += float(sw);
-      if (!rms) gb[c] += float(sb);
+      if (gb) gb[c] += float(sb);
     }
     if (op.dinp_colsum) column_sums(op.dinp_colsum, dx, N, C);
   }

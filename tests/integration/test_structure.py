@@ -1,0 +1,118 @@
+"""The model's structural choices against GPT-2's, end to end on the CPU: model.norm rmsnorm (in place of
+LayerNorm) and model.bias false (no bias vectors), alone and together. Each trains (in fp32 and FP8), its
+checkpoints resume bit for bit and carry the choice (a resume under another structure is named, exit 1,
+nothing changed), its parameter table lacks exactly the tensors it drops, and the GPT-2 file formats refuse
+it by name. A new structural choice gets these checks by a line in VARIANTS."""
+import numpy as np
+import pytest
+
+from conftest import read_log, run_train, tiny_yaml
+from test_resume_states import ok, refused, run, snapshot
+from test_zero import checkpoint_state, latest_checkpoint, run_ok
+
+# name: (overrides, what the refusals name, parameters of the tiny model (2 layers of width 32) it drops)
+C, L = 32, 2
+VARIANTS = {
+    "rmsnorm": (["model.norm=rmsnorm"], "model.norm rmsnorm", (2 * L + 1) * C),  # ln1b, ln2b, lnfb
+    "nobias": (["model.bias=false"], "model.bias false", L * 9 * C + (2 * L + 1) * C),  # qkv 3C, attproj C, fc 4C, fcproj C
+    "rmsnorm-nobias": (["model.norm=rmsnorm", "model.bias=false"], "model.norm rmsnorm", L * 9 * C + (2 * L + 1) * C),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp8"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_variant_trains_and_differs_from_gpt2(tmp_path, variant, precision):
+    sets = [f"training.precision={precision}"]
+    gpt2, _ = run_ok(tmp_path, 1, "gpt2", steps=30, sets=sets)
+    other, run_dir = run_ok(tmp_path, 1, "other", steps=30, sets=sets + VARIANTS[variant][0])
+    loss = np.asarray(other["loss"])
+    ref = np.asarray(gpt2["loss"])
+    # it learns (the synthetic corpus from ln(64) ~ 4.2), as far as GPT-2's structure does in as many steps
+    assert np.all(np.isfinite(loss)) and loss[-5:].mean() < loss[:3].mean() - 0.25, loss
+    assert abs(loss[-5:].mean() - ref[-5:].mean()) < 0.05 * ref[-5:].mean(), (loss, ref)
+    assert not np.array_equal(loss, ref)  # another model: not GPT-2 under another name
+    # the predicted memory is what was allocated (fewer tensors, fewer gradients)
+    for k in ("params", "activations"):
+        assert other["mem_pred"][k] == other["mem_meas"][k], (k, other["mem_pred"], other["mem_meas"])
+    assert other["mem_meas"]["params"] < gpt2["mem_meas"]["params"]
+    state, _, _ = checkpoint_state(latest_checkpoint(run_dir))
+    assert state, "no parameters in the checkpoint"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_variant_resumes_bit_for_bit(tmp_path, variant):
+    # a constant learning rate: the first half run alone (4 steps) follows the whole run's schedule
+    sets = VARIANTS[variant][0] + ["training.schedule=constant"]
+    whole, _ = run_ok(tmp_path, 1, "whole", steps=8, sets=sets)
+    y = tiny_yaml(tmp_path, name="parts", steps=8, ckpt_every=4)
+    args = [a for kv in sets for a in ("--set", kv)]
+    ok(run(["--yaml", y, *args, "--set", "training.steps=4"]))
+    ok(run(["--yaml", y, *args, "--resume"]))
+    parts = read_log(tmp_path / "runs/parts/log.h5")
+    assert list(parts["loss"]) == list(whole["loss"])
+
+
+@pytest.mark.parametrize("key,was,now", [("model.norm", "layernorm", "rmsnorm"), ("model.bias", "true", "false")])
+def test_a_resume_under_another_structure_is_named(tmp_path, key, was, now):
+    y = tiny_yaml(tmp_path, steps=6, ckpt_every=3)
+    ok(run(["--yaml", y, "--set", "training.steps=3"]))
+    before = snapshot(tmp_path / "runs/t")
+    refused(run(["--yaml", y, "--resume", "--set", f"{key}={now}"]), "holds another model",
+            f"{key} was {was} and is {now} now")
+    assert snapshot(tmp_path / "runs/t") == before
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_gpt2_files_refuse_a_variant(tmp_path, variant):
+    sets, named, _ = VARIANTS[variant]
+    _, run_dir = run_ok(tmp_path, 1, "r", steps=2, sets=sets)
+    for fmt in ("llmc", "hf"):
+        out = tmp_path / f"out_{fmt}"
+        p = run_train(["export", "--ckpt", str(run_dir), "--out", str(out), "--format", fmt])
+        assert p.returncode == 1 and named in p.stderr, p.stderr
+        assert not out.exists()
+    y = tiny_yaml(tmp_path, name="i", extra=f"model: {{init_from: '{tmp_path}/model.bin'}}")
+    p = run_train(["--yaml", str(y)] + [a for kv in sets for a in ("--set", kv)])
+    assert p.returncode == 1 and "model.init_from" in p.stderr and named in p.stderr, p.stderr
+
+
+def test_unknown_norm_is_refused(tmp_path):
+    p = run_train(["--yaml", str(tiny_yaml(tmp_path)), "--set", "model.norm=batchnorm"])
+    assert p.returncode == 1 and "model.norm" in p.stderr and "layernorm" in p.stderr, p.stderr
+
+
+def test_the_plan_names_the_structure_and_counts_its_parameters(tmp_path):
+    y = str(tiny_yaml(tmp_path))
+    count = lambda p: int(p.stdout.split("| parameters")[1].split()[0])
+    gpt2 = run_train(["--yaml", y, "--dry-run"])
+    assert gpt2.returncode == 0 and "), layernorm\n" in gpt2.stdout, gpt2.stdout[:800]
+    names = {"rmsnorm": "rmsnorm", "nobias": "layernorm, no biases", "rmsnorm-nobias": "rmsnorm, no biases"}
+    for variant, (sets, _, dropped) in VARIANTS.items():
+        p = run_train(["--yaml", y, "--dry-run"] + [a for kv in sets for a in ("--set", kv)])
+        assert p.returncode == 0, p.stderr
+        assert f"wide, vocab" in p.stdout and f"), {names[variant]}\n" in p.stdout, p.stdout[:800]
+        assert count(gpt2) - count(p) == dropped, (variant, count(gpt2), count(p))
+
+
+def has_gpu():
+    import shutil
+    import subprocess
+    smi = shutil.which("nvidia-smi")
+    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not has_gpu(), reason="SKIP: no CUDA device on this machine (GPU tests run on the GPU machine)")
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_variant_trains_on_the_gpu_as_on_the_cpu(tmp_path, variant):
+    """The CUDA kernels' variant (the norms without their bias, the products without theirs, FP8 included)
+    follows the CPU reference's loss curve, and allocates what its plan predicted."""
+    curves = {}
+    for dev, prec in [("cpu", "fp32"), ("cuda", "fp32"), ("cuda", "bf16"), ("cpu", "fp8"), ("cuda", "fp8")]:
+        log, _ = run_ok(tmp_path, 1, f"{dev}{prec}", steps=30,
+                        sets=VARIANTS[variant][0] + [f"training.device={dev}", f"training.precision={prec}"])
+        curves[dev + prec] = np.asarray(log["loss"])
+        assert np.all(np.isfinite(curves[dev + prec])), (dev, prec, curves[dev + prec])
+        assert log["mem_pred"]["params"] == log["mem_meas"]["params"], (dev, prec, log["mem_pred"], log["mem_meas"])
+    assert np.max(np.abs(curves["cudafp32"] - curves["cpufp32"])) < 0.05, (curves["cudafp32"], curves["cpufp32"])
+    assert np.max(np.abs(curves["cudabf16"] - curves["cpufp32"])) < 0.15, (curves["cudabf16"], curves["cpufp32"])
+    assert np.max(np.abs(curves["cudafp8"] - curves["cpufp8"])) < 0.15, (curves["cudafp8"], curves["cpufp8"])
