@@ -81,6 +81,7 @@ struct ModelConfig {
   int max_seq_len = 1024;
   NormKind norm = NormKind::layernorm;
   bool bias = true;
+  bool tied_head = true;
   std::string init_from = "";
   float init_std = 0.02f;
 };

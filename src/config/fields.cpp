@@ -51,6 +51,10 @@ std::vector<Field> fields_of(Config& c) {
        "bias vectors in the block's four products and in the norms (GPT-2's); `false`: none anywhere, the "
        "products' outputs and the norms' without an added vector (fewer parameters and no bias gradients). "
        "Models without them are not GPT-2 and are not written as llm.c or Hugging Face GPT-2 files"},
+      {"model.tied_head", &m.tied_head,
+       "the lm head is the token embedding's matrix (GPT-2's tying); `false`: a matrix of its own (`lmhead`, "
+       "padded vocabulary x width, initialised and decayed as the embedding), the embedding then a lookup only. "
+       "Untied models are not GPT-2 and are not written as llm.c or Hugging Face GPT-2 files"},
       {"model.init_from", &m.init_from,
        "weights to start from: an llm.c model file (fp32 or bf16) or a Hugging Face GPT-2 folder (config.json, "
        "model.safetensors; e.g. `./train export --format hf`)"},

@@ -44,6 +44,7 @@ ModelDims resolve_dims(const ModelConfig& m) {
   d.max_seq_len = m.max_seq_len;
   d.norm = m.norm;
   d.bias = m.bias;
+  d.tied_head = m.tied_head;
   return d;
 }
 
@@ -129,16 +130,18 @@ std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
           {"max_seq_len", d.max_seq_len},
           {"norm", int64_t(d.norm), int64_t(NormKind::layernorm), EnumNames<NormKind>::names,
            int(std::size(EnumNames<NormKind>::names))},
-          {"bias", int64_t(d.bias), 1, kBoolNames, 2}};
+          {"bias", int64_t(d.bias), 1, kBoolNames, 2},
+          {"tied_head", int64_t(d.tied_head), 1, kBoolNames, 2}};
 }
 
 std::string structure_text(const ModelDims& d) {
-  return std::string(name_of(d.norm)) + (d.bias ? "" : ", no biases");
+  return std::string(name_of(d.norm)) + (d.bias ? "" : ", no biases") + (d.tied_head ? "" : ", untied head");
 }
 
 std::string non_gpt2_structure(const ModelConfig& m) {
   if (m.norm != NormKind::layernorm) return std::string("model.norm ") + name_of(m.norm);
   if (!m.bias) return "model.bias false";
+  if (!m.tied_head) return "model.tied_head false";
   return "";
 }
 

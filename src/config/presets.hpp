@@ -14,13 +14,14 @@ struct ModelDims {
   int max_seq_len = 0;
   NormKind norm = NormKind::layernorm;  // model.norm
   bool bias = true;                      // model.bias: the products' and norms' bias vectors
+  bool tied_head = true;                 // model.tied_head: the lm head is wte
   int head_dim() const { return n_embd / n_head; }
 };
 
 // Where the model's structure is not GPT-2's (which llm.c model files and Hugging Face GPT-2 folders hold):
 // the first structural key that differs with its value ("model.norm rmsnorm"), or "" for GPT-2.
 std::string non_gpt2_structure(const ModelConfig& m);
-// The structural choices for the plan's model line: "layernorm", "rmsnorm, no biases"
+// The structural choices for the plan's model line: "layernorm", "rmsnorm, no biases, untied head"
 std::string structure_text(const ModelDims& d);
 
 // Resolves model.preset or the explicit dims; throws an input error naming the key.

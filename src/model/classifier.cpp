@@ -12,7 +12,7 @@ constexpr int kFp8RowGroup = 16;
 }  // namespace
 
 Classifier::Classifier(const ParamLayout& L, int chunk_rows, LayerPrecision p)
-    : wte_(L.bucket(0).tensor("wte").offset),
+    : wte_(L.bucket(0).tensor(L.dims().tied_head ? "wte" : "lmhead").offset),
       C_(L.dims().n_embd),
       V_(L.dims().vocab_size),
       Vp_(L.dims().padded_vocab),

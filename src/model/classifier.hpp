@@ -1,4 +1,5 @@
 // The lm head: GPT-2's output projection tied to the token embedding, logits (N, Vp) = x (N, C) @ wte^T
+// (with model.tied_head false the head's own matrix `lmhead` in wte's place, in the same bucket)
 // over the padded vocabulary, the fused softmax + cross-entropy, and in training its two gradient
 // products, dx = dlogits @ wte and dwte += dlogits^T @ x. It runs chunk by chunk, at most chunk_rows rows
 // of logits at a time, so the full-batch logits never exist.
@@ -52,7 +53,7 @@ class Classifier {
                   int row, float* out) const;
 
  private:
-  size_t wte_;  // offset in the embedding bucket
+  size_t wte_;  // offset in the embedding bucket: wte, or lmhead when untied
   int C_, V_, Vp_, chunk_;
   Fp8Product q_;  // wte (Vp, C)
 };

@@ -41,10 +41,17 @@ struct ParamSpec {
   int llmc_rank;            // position in llm.c's tensor-major file order
   const char* hf;           // Hugging Face GPT2LMHeadModel name, "{l}" standing for the layer
   bool hf_transposed;       // Hugging Face stores it (in, out) (Conv1D) against this trainer's (out, in)
-  // a bias vector: of a product (in the model with model.bias) or of a norm (with model.bias and LayerNorm)
-  enum class Bias : uint8_t { none, product, norm } bias = Bias::none;
-  bool in(const ModelDims& d) const {  // whether the model has this tensor
-    return bias == Bias::none || (d.bias && (bias == Bias::product || d.norm == NormKind::layernorm));
+  // which models have it: every one; with model.bias (a product's bias); with model.bias and LayerNorm (a
+  // norm's bias); with model.tied_head false (the head's own matrix)
+  enum class When : uint8_t { always, bias, norm_bias, untied_head } when = When::always;
+  bool in(const ModelDims& d) const {
+    switch (when) {
+      case When::always: return true;
+      case When::bias: return d.bias;
+      case When::norm_bias: return d.bias && d.norm == NormKind::layernorm;
+      case When::untied_head: return !d.tied_head;
+    }
+    return true;
   }
 };
 

@@ -52,10 +52,11 @@ struct FullStore : ParamStore {
   }
 };
 
-ModelDims small_dims(NormKind norm = NormKind::layernorm, bool bias = true) {
+ModelDims small_dims(NormKind norm = NormKind::layernorm, bool bias = true, bool tied_head = true) {
   ModelConfig m;
   m.norm = norm;
   m.bias = bias;
+  m.tied_head = tied_head;
   m.n_layer = 2;
   m.n_head = 2;
   m.n_embd = 16;
@@ -74,9 +75,9 @@ std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
 }  // namespace
 
 // every model.norm: the whole model's analytic gradients against central differences
-static void check_gradients_against_finite_differences(NormKind norm, bool bias = true) {
+static void check_gradients_against_finite_differences(NormKind norm, bool bias = true, bool tied_head = true) {
   auto be = make_cpu_backend(BackendOptions{});
-  const ModelDims d = small_dims(norm, bias);
+  const ModelDims d = small_dims(norm, bias, tied_head);
   ParamLayout L(d);
   const int B = 2, T = 5;
   GPT model(d, L, *be, B, T, 0);
@@ -136,12 +137,22 @@ TEST(Model, rmsnorm_layout_has_no_norm_biases) {
   // ln1b and ln2b of every layer and lnfb: C values each
   EXPECT_TRUE(ln.n_params() - rms.n_params() == size_t(2 * d.n_layer + 1) * d.n_embd);
   for (int b = 0; b < rms.n_buckets(); ++b)
-    for (auto& t : rms.bucket(b).tensors) EXPECT_TRUE(t.spec->bias != ParamSpec::Bias::norm) << t.name;
+    for (auto& t : rms.bucket(b).tensors) EXPECT_TRUE(t.spec->when != ParamSpec::When::norm_bias) << t.name;
 }
 
 TEST(Model, gradients_match_finite_differences_without_biases) {
   check_gradients_against_finite_differences(NormKind::layernorm, false);
   check_gradients_against_finite_differences(NormKind::rmsnorm, false);
+}
+
+TEST(Model, an_untied_head_has_its_own_matrix_and_gradient) {
+  check_gradients_against_finite_differences(NormKind::layernorm, true, false);
+  const ParamLayout tied(small_dims()), untied(small_dims(NormKind::layernorm, true, false));
+  const ModelDims& d = tied.dims();
+  EXPECT_EQ(untied.n_params() - tied.n_params(), size_t(d.vocab_size) * d.n_embd);
+  EXPECT_EQ(untied.bucket(0).tensor("lmhead").shape, untied.bucket(0).tensor("wte").shape);
+  // the same FLOPs a token: the embedding is a lookup either way
+  EXPECT_EQ(flops_per_token(tied, 8), flops_per_token(untied, 8));
 }
 
 TEST(Model, a_layout_without_biases_has_no_bias_tensors) {
@@ -152,7 +163,7 @@ TEST(Model, a_layout_without_biases_has_no_bias_tensors) {
     const size_t norms = k == NormKind::layernorm ? size_t(2 * d.n_layer + 1) * d.n_embd : 0;
     EXPECT_EQ(with.n_params() - without.n_params(), size_t(9 * d.n_embd) * d.n_layer + norms);
     for (int b = 0; b < without.n_buckets(); ++b)
-      for (auto& t : without.bucket(b).tensors) EXPECT_TRUE(t.spec->bias == ParamSpec::Bias::none) << t.name;
+      for (auto& t : without.bucket(b).tensors) EXPECT_TRUE(t.spec->when == ParamSpec::When::always) << t.name;
   }
 }
 

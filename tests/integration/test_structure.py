@@ -1,5 +1,5 @@
 """The model's structural choices against GPT-2's, end to end on the CPU: model.norm rmsnorm (in place of
-LayerNorm) and model.bias false (no bias vectors), alone and together. Each trains (in fp32 and FP8), its
+LayerNorm), model.bias false (no bias vectors) and model.tied_head false (the head's own matrix). Each trains (in fp32 and FP8), its
 checkpoints resume bit for bit and carry the choice (a resume under another structure is named, exit 1,
 nothing changed), its parameter table lacks exactly the tensors it drops, and the GPT-2 file formats refuse
 it by name. A new structural choice gets these checks by a line in VARIANTS."""
@@ -10,12 +10,14 @@ from conftest import read_log, run_train, tiny_yaml
 from test_resume_states import ok, refused, run, snapshot
 from test_zero import checkpoint_state, latest_checkpoint, run_ok
 
-# name: (overrides, what the refusals name, parameters of the tiny model (2 layers of width 32) it drops)
-C, L = 32, 2
+# name: (overrides, what the refusals name, parameters of the tiny model (2 layers of width 32, vocabulary
+# 64) it drops)
+C, L, V = 32, 2, 64
 VARIANTS = {
     "rmsnorm": (["model.norm=rmsnorm"], "model.norm rmsnorm", (2 * L + 1) * C),  # ln1b, ln2b, lnfb
     "nobias": (["model.bias=false"], "model.bias false", L * 9 * C + (2 * L + 1) * C),  # qkv 3C, attproj C, fc 4C, fcproj C
     "rmsnorm-nobias": (["model.norm=rmsnorm", "model.bias=false"], "model.norm rmsnorm", L * 9 * C + (2 * L + 1) * C),
+    "untied": (["model.tied_head=false"], "model.tied_head false", -V * C),  # the head's own matrix
 }
 
 
@@ -29,12 +31,12 @@ def test_a_variant_trains_and_differs_from_gpt2(tmp_path, variant, precision):
     ref = np.asarray(gpt2["loss"])
     # it learns (the synthetic corpus from ln(64) ~ 4.2), as far as GPT-2's structure does in as many steps
     assert np.all(np.isfinite(loss)) and loss[-5:].mean() < loss[:3].mean() - 0.25, loss
-    assert abs(loss[-5:].mean() - ref[-5:].mean()) < 0.05 * ref[-5:].mean(), (loss, ref)
+    assert loss[-5:].mean() < 1.05 * ref[-5:].mean(), (loss, ref)  # at least as far (an untied head goes further)
     assert not np.array_equal(loss, ref)  # another model: not GPT-2 under another name
     # the predicted memory is what was allocated (fewer tensors, fewer gradients)
     for k in ("params", "activations"):
         assert other["mem_pred"][k] == other["mem_meas"][k], (k, other["mem_pred"], other["mem_meas"])
-    assert other["mem_meas"]["params"] < gpt2["mem_meas"]["params"]
+    assert (other["mem_meas"]["params"] < gpt2["mem_meas"]["params"]) == (VARIANTS[variant][2] > 0)
     state, _, _ = checkpoint_state(latest_checkpoint(run_dir))
     assert state, "no parameters in the checkpoint"
 
@@ -52,7 +54,8 @@ def test_a_variant_resumes_bit_for_bit(tmp_path, variant):
     assert list(parts["loss"]) == list(whole["loss"])
 
 
-@pytest.mark.parametrize("key,was,now", [("model.norm", "layernorm", "rmsnorm"), ("model.bias", "true", "false")])
+@pytest.mark.parametrize("key,was,now", [("model.norm", "layernorm", "rmsnorm"), ("model.bias", "true", "false"),
+                                         ("model.tied_head", "true", "false")])
 def test_a_resume_under_another_structure_is_named(tmp_path, key, was, now):
     y = tiny_yaml(tmp_path, steps=6, ckpt_every=3)
     ok(run(["--yaml", y, "--set", "training.steps=3"]))
@@ -86,7 +89,8 @@ def test_the_plan_names_the_structure_and_counts_its_parameters(tmp_path):
     count = lambda p: int(p.stdout.split("| parameters")[1].split()[0])
     gpt2 = run_train(["--yaml", y, "--dry-run"])
     assert gpt2.returncode == 0 and "), layernorm\n" in gpt2.stdout, gpt2.stdout[:800]
-    names = {"rmsnorm": "rmsnorm", "nobias": "layernorm, no biases", "rmsnorm-nobias": "rmsnorm, no biases"}
+    names = {"rmsnorm": "rmsnorm", "nobias": "layernorm, no biases", "rmsnorm-nobias": "rmsnorm, no biases",
+             "untied": "layernorm, untied head"}
     for variant, (sets, _, dropped) in VARIANTS.items():
         p = run_train(["--yaml", y, "--dry-run"] + [a for kv in sets for a in ("--set", kv)])
         assert p.returncode == 0, p.stderr
