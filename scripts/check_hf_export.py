@@ -65,7 +65,7 @@ def numpy_logits(folder, ids):
         h = _layer_norm(x, p("ln_2.weight"), p("ln_2.bias"), eps)
         x = x + _gelu_tanh(h @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias")) @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
     x = _layer_norm(x, t["ln_f.weight"], t["ln_f.bias"], eps)
-    return x @ t["wte.weight"].T
+    return x @ t.get("lm_head.weight", t["wte.weight"]).T  # the head: its own matrix when untied
 
 
 def _fp32():

@@ -51,10 +51,12 @@ int run_export(int argc, char** argv) {
     check_output_path(out, "--out", "export", force, dir, format == "hf");
     cfg = checkpoint_config(dir);
     layout = std::make_unique<ParamLayout>(resolve_dims(cfg.model));
-    if (const std::string other = non_gpt2_structure(cfg.model); !other.empty())
-      throw input_error("export: the checkpoint's model has " + other +
-                        "; llm.c model files and Hugging Face GPT-2 folders hold GPT-2's structure only (the "
-                        "checkpoint itself is what this model is kept in)");
+    if (const std::string other = non_gpt2_structure(cfg.model, format == "hf"); !other.empty())
+      throw input_error("export: the checkpoint's model has " + other + "; " +
+                        (format == "hf" ? "Hugging Face GPT-2 folders hold GPT-2's structure (and an untied head)"
+                                        : "llm.c model files hold GPT-2's structure only (a Hugging Face folder, "
+                                          "--format hf, also holds an untied head)") +
+                        " (the checkpoint itself is what this model is kept in)");
     // the tokenizer is checked before anything is written: a bad --vocab leaves no half-written folder
     if (format == "hf")
       tokenizer = hf_tokenizer_source(layout->dims(), vocab, merges, cfg.eval.vocab, cfg.eval.merges);

@@ -54,7 +54,8 @@ std::vector<Field> fields_of(Config& c) {
       {"model.tied_head", &m.tied_head,
        "the lm head is the token embedding's matrix (GPT-2's tying); `false`: a matrix of its own (`lmhead`, "
        "padded vocabulary x width, initialised and decayed as the embedding), the embedding then a lookup only. "
-       "Untied models are not GPT-2 and are not written as llm.c or Hugging Face GPT-2 files"},
+       "Untied models are written as Hugging Face GPT-2 folders (tie_word_embeddings false, lm_head.weight), "
+       "not as llm.c model files"},
       {"model.init_from", &m.init_from,
        "weights to start from: an llm.c model file (fp32 or bf16) or a Hugging Face GPT-2 folder (config.json, "
        "model.safetensors; e.g. `./train export --format hf`)"},

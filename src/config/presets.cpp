@@ -138,10 +138,10 @@ std::string structure_text(const ModelDims& d) {
   return std::string(name_of(d.norm)) + (d.bias ? "" : ", no biases") + (d.tied_head ? "" : ", untied head");
 }
 
-std::string non_gpt2_structure(const ModelConfig& m) {
+std::string non_gpt2_structure(const ModelConfig& m, bool hf_folder) {
   if (m.norm != NormKind::layernorm) return std::string("model.norm ") + name_of(m.norm);
   if (!m.bias) return "model.bias false";
-  if (!m.tied_head) return "model.tied_head false";
+  if (!m.tied_head && !hf_folder) return "model.tied_head false";
   return "";
 }
 

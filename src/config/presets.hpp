@@ -18,9 +18,10 @@ struct ModelDims {
   int head_dim() const { return n_embd / n_head; }
 };
 
-// Where the model's structure is not GPT-2's (which llm.c model files and Hugging Face GPT-2 folders hold):
-// the first structural key that differs with its value ("model.norm rmsnorm"), or "" for GPT-2.
-std::string non_gpt2_structure(const ModelConfig& m);
+// Where the model's structure is more than a GPT-2 file holds: the first structural key with its value
+// ("model.norm rmsnorm"), or "" when the file can hold it. llm.c model files hold GPT-2 exactly; Hugging
+// Face GPT-2 folders (hf_folder) also an untied head (tie_word_embeddings false, lm_head.weight).
+std::string non_gpt2_structure(const ModelConfig& m, bool hf_folder);
 // The structural choices for the plan's model line: "layernorm", "rmsnorm, no biases, untied head"
 std::string structure_text(const ModelDims& d);
 

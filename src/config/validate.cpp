@@ -180,7 +180,8 @@ void validate(const Config& cfg, int world) {
   if (cfg.checkpoint.threads < 1 || cfg.checkpoint.threads > 64) bad("checkpoint.threads", "must be 1-64");
   if (!(cfg.checkpoint.stall_s > 0)) bad("checkpoint.stall_s", "must be > 0 seconds");
   if (!(m.init_std > 0)) bad("model.init_std", "must be > 0");
-  if (const std::string other = non_gpt2_structure(m); !m.init_from.empty() && !other.empty())
+  // (an untied head starts from a Hugging Face folder only: the llm.c file's reader says so)
+  if (const std::string other = non_gpt2_structure(m, true); !m.init_from.empty() && !other.empty())
     bad("model.init_from", "llm.c model files and Hugging Face GPT-2 folders hold GPT-2's structure; a model with " +
                                other + " cannot start from one");
 }

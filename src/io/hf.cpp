@@ -72,7 +72,7 @@ nlohmann::json hf_config(const ModelDims& d) {
           {"embd_pdrop", 0.0},
           {"attn_pdrop", 0.0},
           {"initializer_range", 0.02},
-          {"tie_word_embeddings", true},
+          {"tie_word_embeddings", d.tied_head},  // untied: lm_head.weight is in the folder
           // transformers 4.56 and later read `dtype` (and prefer it), earlier versions only `torch_dtype`
           {"dtype", "float32"},
           {"torch_dtype", "float32"}};
@@ -249,9 +249,14 @@ void check_hf_config(const std::string& dir, const ModelDims& d) {
   if (const auto* e = given("layer_norm_epsilon");
       e && !(e->is_number() && std::fabs(e->get<double>() - 1e-5) <= 1e-11))
     throw cannot("layer_norm_epsilon", "this trainer's LayerNorm adds 1e-5");
-  if (const auto* t = given("tie_word_embeddings"); t && *t != true)
-    throw cannot("tie_word_embeddings", "this trainer's output head is wte itself (tied), and an untied "
-                                        "lm_head.weight would be dropped");
+  // absent: GPT2Config's default, tied
+  if (const auto* t = given("tie_word_embeddings"); t && !t->is_boolean())
+    throw bad("tie_word_embeddings must be true or false, got " + t->dump());
+  else if (const bool tied = !t || *t == true; tied != d.tied_head)
+    throw bad(tied ? std::string("tie_word_embeddings is ") + (t ? "true" : "absent (GPT-2's default, true)") +
+                         " but model.tied_head is false: the folder has no lm_head.weight of its own to start from"
+                   : "tie_word_embeddings is false, but this trainer's output head is wte itself under model.tied_head "
+                     "true (set model.tied_head: false to start from the folder's own lm_head.weight)");
   if (const auto* n = given("n_inner"); n && !n->is_null() && !(n->is_number_integer() && *n == 4 * d.n_embd))
     throw cannot("n_inner", "this trainer's MLP has 4 n_embd = " + std::to_string(4 * d.n_embd) + " units");
   if (const auto* s = given("scale_attn_weights"); s && *s != true)

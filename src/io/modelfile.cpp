@@ -37,6 +37,10 @@ using File = std::unique_ptr<FILE, FileCloser>;
 // Opens an llm.c model file and checks its header against the model's dimensions; returns whether it
 // holds bf16 (else fp32), with the file positioned at the parameters.
 bool open_model_file(const std::string& path, const ModelDims& d, File& f) {
+  if (!d.tied_head)
+    throw input_error("model.init_from: '" + path + "' is not a Hugging Face folder, and llm.c model files hold "
+                      "GPT-2's tied head only: model.tied_head false starts from a Hugging Face GPT-2 folder with "
+                      "tie_word_embeddings false");
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw input_error("model.init_from: '" + path + "' is a folder without config.json (expected an llm.c model "
@@ -132,6 +136,7 @@ void write_model_file(const std::string& path, const ParamLayout& L, const std::
   std::unique_ptr<FILE, FileCloser> f(std::fopen(tmp_path.c_str(), "wb"));
   if (!f) throw input_error("cannot write '" + tmp_path + "'");
   const ModelDims& d = L.dims();
+  if (!d.tied_head) throw input_error("llm.c model files hold GPT-2's tied head only (model.tied_head false)");
   int32_t h[256] = {0};
   h[0] = kModelMagic;
   h[1] = bf16 ? kVersionBF16 : kVersionF32;

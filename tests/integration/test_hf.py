@@ -136,10 +136,9 @@ def edited_copy(trained, tmp_path, edit):
     ("activation_function", "gelu", 'activation_function is "gelu", but this trainer computes GELU\'s tanh'),
     ("activation_function", "relu", 'activation_function is "relu"'),
     ("layer_norm_epsilon", 1e-6, "layer_norm_epsilon is 1e-06, but this trainer's LayerNorm adds 1e-5"),
-    ("tie_word_embeddings", False, "tie_word_embeddings is false, but this trainer's output head is wte itself"),
     ("n_inner", 64, "n_inner is 64, but this trainer's MLP has 4 n_embd = 128 units"),
     ("scale_attn_by_inverse_layer_idx", True, "scale_attn_by_inverse_layer_idx is true"),
-])
+])  # (tie_word_embeddings false is an untied head: tests/integration/test_structure.py)
 def test_init_from_refuses_a_model_the_trainer_cannot_represent(trained, tmp_path, key, value, needle):
     hf = edited_copy(trained, tmp_path, lambda c: c.update({key: value}))
     y = tiny_yaml(tmp_path, name="r", steps=1, ckpt_every=1)

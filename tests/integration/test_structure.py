@@ -6,6 +6,10 @@ it by name. A new structural choice gets these checks by a line in VARIANTS."""
 import numpy as np
 import pytest
 
+import json
+import sys
+from pathlib import Path
+
 from conftest import read_log, run_train, tiny_yaml
 from test_resume_states import ok, refused, run, snapshot
 from test_zero import checkpoint_state, latest_checkpoint, run_ok
@@ -69,7 +73,8 @@ def test_a_resume_under_another_structure_is_named(tmp_path, key, was, now):
 def test_gpt2_files_refuse_a_variant(tmp_path, variant):
     sets, named, _ = VARIANTS[variant]
     _, run_dir = run_ok(tmp_path, 1, "r", steps=2, sets=sets)
-    for fmt in ("llmc", "hf"):
+    # a Hugging Face folder holds an untied head (below); llm.c files hold GPT-2 exactly
+    for fmt in ("llmc",) if variant == "untied" else ("llmc", "hf"):
         out = tmp_path / f"out_{fmt}"
         p = run_train(["export", "--ckpt", str(run_dir), "--out", str(out), "--format", fmt])
         assert p.returncode == 1 and named in p.stderr, p.stderr
@@ -77,6 +82,37 @@ def test_gpt2_files_refuse_a_variant(tmp_path, variant):
     y = tiny_yaml(tmp_path, name="i", extra=f"model: {{init_from: '{tmp_path}/model.bin'}}")
     p = run_train(["--yaml", str(y)] + [a for kv in sets for a in ("--set", kv)])
     assert p.returncode == 1 and "model.init_from" in p.stderr and named in p.stderr, p.stderr
+
+
+def test_an_untied_head_goes_through_a_hugging_face_folder(tmp_path):
+    """Exported with tie_word_embeddings false and its own lm_head.weight, whose logits a float64 NumPy GPT-2
+    over the folder reproduces; back through model.init_from bit for bit; refused by name where the folder
+    and the config disagree about the tying."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import check_hf_export
+    from safetensors.numpy import load_file
+    sets = ["model.tied_head=false"]
+    _, run_dir = run_ok(tmp_path, 1, "u", steps=5, sets=sets)
+    diff, tol, used = check_hf_export.compare(run_dir, reference="numpy")
+    assert used == "numpy" and diff <= tol, (diff, tol)
+    hf = tmp_path / "hf"
+    run_train(["export", "--ckpt", run_dir, "--format", "hf", "--out", hf], check=True)
+    assert json.loads((hf / "config.json").read_text())["tie_word_embeddings"] is False
+    t = load_file(str(hf / "model.safetensors"))
+    assert t["lm_head.weight"].shape == (V, C) and not np.array_equal(t["lm_head.weight"], t["transformer.wte.weight"])
+    # a run from the folder at lr 0 keeps the weights: its checkpoint exports to the same bytes
+    y = tiny_yaml(tmp_path, name="b", steps=1, ckpt_every=1)
+    run_train(["--yaml", y, "--set", sets[0], "--set", f"model.init_from={hf}", "--set", "training.lr=0"], check=True)
+    run_train(["export", "--ckpt", tmp_path / "runs/b", "--format", "hf", "--out", tmp_path / "hf2"], check=True)
+    assert (hf / "model.safetensors").read_bytes() == (tmp_path / "hf2/model.safetensors").read_bytes()
+    # the tying must agree: a tied model from this folder, an untied one from a tied folder
+    _, tied_run = run_ok(tmp_path, 1, "t", steps=1)
+    run_train(["export", "--ckpt", tied_run, "--format", "hf", "--out", tmp_path / "tied"], check=True)
+    for extra, src, needle in (([], hf, "tie_word_embeddings is false"),
+                               (sets, tmp_path / "tied", "no lm_head.weight of its own")):
+        p = run_train(["--yaml", tiny_yaml(tmp_path, name="x"), "--set", f"model.init_from={src}"] +
+                      [a for kv in extra for a in ("--set", kv)])
+        assert p.returncode == 1 and needle in p.stderr, p.stderr[-2000:]
 
 
 def test_unknown_norm_is_refused(tmp_path):
