@@ -87,6 +87,22 @@ struct NormalInit {
   float std = 0;
 };
 
+// A conversion of n values between fp32 and the activation dtype: to_act rounds fp32 to nearest (a copy
+// where the activation dtype is fp32), else widens back to fp32.
+struct Convert {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t n = 0;
+  bool to_act = true;
+};
+
+// dst (n) += src (n), activation dtype.
+struct AddInplace {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t n = 0;
+};
+
 // GELU (tanh form): out (n) = gelu_tanh(inp), activation dtype.
 struct GeluFwd {
   void* out = nullptr;
@@ -251,9 +267,12 @@ class Backend {
   virtual void op_profile_pause(bool paused) {}  // ops queued while paused are not timed
 
   // ---- conversions and elementwise
-  virtual void f32_to_act(void* dst, const float* src, size_t n) = 0;   // round to nearest
-  virtual void act_to_f32(float* dst, const void* src, size_t n) = 0;
-  virtual void add_inplace(void* dst, const void* src, size_t n) = 0;  // dst += src (act dtype)
+  virtual void convert(const Convert& op) = 0;
+  virtual void add_inplace(const AddInplace& op) = 0;
+  // The same, the arguments in a row
+  void f32_to_act(void* dst, const float* src, size_t n) { convert(Convert{dst, src, n, true}); }  // round to nearest
+  void act_to_f32(float* dst, const void* src, size_t n) { convert(Convert{dst, src, n, false}); }
+  void add_inplace(void* dst, const void* src, size_t n) { add_inplace(AddInplace{dst, src, n}); }  // dst += src
 
   // ---- model ops
   // The embeddings (EncoderFwd, EncoderBwd above)

@@ -792,7 +792,7 @@ struct OpCheck {
 
 std::vector<OpCheck> op_checks() {
   std::vector<OpCheck> t = {
-      {{"f32_to_act", "act_to_f32", "add_inplace"}, [](Ctx& c) { test_conversions(c, 1000003); }},
+      {{"convert", "add_inplace"}, [](Ctx& c) { test_conversions(c, 1000003); }},
       {{"encoder_fwd", "encoder_bwd"}, [](Ctx& c) { test_encoder(c, 2, 97, 257, 131); }},  // scalar path
       {{"encoder_fwd", "encoder_bwd"}, [](Ctx& c) { test_encoder(c, 4, 64, 768, 512); }},  // vector path, many repeated tokens
   };

@@ -128,14 +128,14 @@ class CpuBackend final : public Backend {
   void reset_peak() override { peak_in_use_ = in_use_; }
   size_t baseline_bytes() const override { return baseline_; }
 
-  void f32_to_act(void* dst, const float* src, size_t n) override { std::memmove(dst, src, n * 4); }
-  void act_to_f32(float* dst, const void* src, size_t n) override { std::memmove(dst, src, n * 4); }
-  void add_inplace(void* dst, const void* src, size_t n) override {
+  using Backend::add_inplace;
+  void convert(const Convert& op) override { std::memmove(op.dst, op.src, op.n * 4); }  // fp32 both ways
+  void add_inplace(const AddInplace& op) override {
     WallScope t(tally_, "add_inplace");
-    float* d = F(dst);
-    const float* s = cF(src);
+    float* d = F(op.dst);
+    const float* s = cF(op.src);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) d[i] += s[i];
+    for (size_t i = 0; i < op.n; ++i) d[i] += s[i];
   }
 
   void encoder_fwd(const EncoderFwd& op) override {

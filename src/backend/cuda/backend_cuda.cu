@@ -228,29 +228,23 @@ class CudaBackend final : public Backend {
   }
 
   // ---- conversions and elementwise
-  void f32_to_act(void* dst, const float* src, size_t n) override {
-    OpProfiler::Scope t(prof_, stream_, "f32_to_act");
+  using Backend::add_inplace;
+  void convert(const Convert& op) override {
+    OpProfiler::Scope t(prof_, stream_, op.to_act ? "f32_to_act" : "act_to_f32");
     dispatch([&](auto x) {
       if constexpr (std::is_same_v<decltype(x), float>)
-        copy_d2d(dst, src, n * sizeof(float));
+        copy_d2d(op.dst, op.src, op.n * sizeof(float));
+      else if (op.to_act)
+        kern::f32_to_bf16(static_cast<bf16*>(op.dst), static_cast<const float*>(op.src), op.n, stream_);
       else
-        kern::f32_to_bf16(static_cast<bf16*>(dst), src, n, stream_);
+        kern::bf16_to_f32(static_cast<float*>(op.dst), static_cast<const bf16*>(op.src), op.n, stream_);
     });
   }
-  void act_to_f32(float* dst, const void* src, size_t n) override {
-    OpProfiler::Scope t(prof_, stream_, "act_to_f32");
-    dispatch([&](auto x) {
-      if constexpr (std::is_same_v<decltype(x), float>)
-        copy_d2d(dst, src, n * sizeof(float));
-      else
-        kern::bf16_to_f32(dst, static_cast<const bf16*>(src), n, stream_);
-    });
-  }
-  void add_inplace(void* dst, const void* src, size_t n) override {
+  void add_inplace(const AddInplace& op) override {
     OpProfiler::Scope t(prof_, stream_, "add_inplace");
     dispatch([&](auto x) {
       using X = decltype(x);
-      kern::add_inplace<X>(static_cast<X*>(dst), static_cast<const X*>(src), n, stream_);
+      kern::add_inplace<X>(static_cast<X*>(op.dst), static_cast<const X*>(op.src), op.n, stream_);
     });
   }
 
