@@ -9,12 +9,13 @@ const Bucket& layer_bucket(const ParamLayout& L, int layer) {
 const TensorInfo& layer_tensor(const ParamLayout& L, int layer, const char* name) {
   return layer_bucket(L, layer).tensor(name);
 }
-// A bias's offset, or kNoBias where the model has none (model.bias false; a norm's under rmsnorm)
+// A bias's offset, or kNoBias where the table says this model has none (model.bias false; a norm's under
+// rmsnorm); a name the table lacks is an internal error, never a silently missing bias
 constexpr size_t kNoBias = ~size_t(0);
 size_t bias_offset(const ParamLayout& L, int layer, const char* name) {
-  for (const TensorInfo& t : layer_bucket(L, layer).tensors)
-    if (t.name == std::string(name)) return t.offset;
-  return kNoBias;
+  for (const ParamSpec& s : param_table())
+    if (name == std::string(s.name) && !s.in(L.dims())) return kNoBias;
+  return layer_tensor(L, layer, name).offset;
 }
 void* bias_at(const BucketView& v, size_t offset) { return offset == kNoBias ? nullptr : v.at(offset); }
 }  // namespace
