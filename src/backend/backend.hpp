@@ -61,9 +61,9 @@ struct NormFwd {
   int N = 0, C = 0;
 };
 // Its backward from the forward's input x (inp) and statistics: accumulates dinp (N, C), dw (C) and db
-// (C; nullable: no bias, as rmsnorm has none). With dinp_colsum (C, fp32) non-null it is overwritten with the column sums of dinp
-// after the update: the bias gradient of the product that wrote the residual stream here (passed on to that
-// product's matmul_bwd as dout_colsum).
+// (C; nullable: no bias, as rmsnorm has none). With dinp_colsum (C, fp32) non-null it is overwritten with
+// the column sums of dinp after the update: the bias gradient of the product that wrote the residual stream
+// here (passed on to that product's matmul_bwd as dout_colsum).
 struct NormBwd {
   NormKind kind = NormKind::layernorm;
   void* dinp = nullptr;

@@ -38,4 +38,15 @@ std::string yaml_float(float v) {
   return s;
 }
 
+std::string ranges_text(const std::vector<int>& sorted) {
+  std::string s;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    s += (s.empty() ? "" : ",") + std::to_string(sorted[i]) + (j > i ? "-" + std::to_string(sorted[j]) : "");
+    i = j + 1;
+  }
+  return s;
+}
+
 }  // namespace gpt

@@ -53,10 +53,10 @@ int run_export(int argc, char** argv) {
     layout = std::make_unique<ParamLayout>(resolve_dims(cfg.model));
     if (const std::string other = non_gpt2_structure(cfg.model, format == "hf"); !other.empty())
       throw input_error("export: the checkpoint's model has " + other + "; " +
-                        (format == "hf" ? "Hugging Face GPT-2 folders hold GPT-2's structure (and an untied head)"
-                                        : "llm.c model files hold GPT-2's structure only (a Hugging Face folder, "
-                                          "--format hf, also holds an untied head)") +
-                        " (the checkpoint itself is what this model is kept in)");
+                        (format == "hf" ? "Hugging Face GPT-2 folders hold GPT-2's structure, or with an untied head"
+                                        : "llm.c model files hold GPT-2's structure only (--format hf also holds an "
+                                          "untied head)") +
+                        ". The checkpoint itself is what this model is kept in");
     // the tokenizer is checked before anything is written: a bad --vocab leaves no half-written folder
     if (format == "hf")
       tokenizer = hf_tokenizer_source(layout->dims(), vocab, merges, cfg.eval.vocab, cfg.eval.merges);

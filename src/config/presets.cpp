@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/common.hpp"
+#include "base/format.hpp"
 
 namespace gpt {
 
@@ -77,18 +78,10 @@ std::vector<bool> parse_layer_set(const std::string& text, int n_layer, const st
 
 std::string layer_set_text(const std::vector<bool>& layers) {
   if (std::find(layers.begin(), layers.end(), false) == layers.end()) return "all";
-  std::string text;
-  for (size_t l = 0; l < layers.size();) {
-    if (!layers[l]) {
-      ++l;
-      continue;
-    }
-    size_t hi = l;
-    while (hi + 1 < layers.size() && layers[hi + 1]) ++hi;
-    text += (text.empty() ? "" : ",") + std::to_string(l) + (hi > l ? "-" + std::to_string(hi) : "");
-    l = hi + 1;
-  }
-  return text.empty() ? "none" : text;
+  std::vector<int> in;
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (layers[l]) in.push_back(int(l));
+  return in.empty() ? "none" : ranges_text(in);
 }
 
 unsigned parse_product_set(const std::string& text, const std::string& key) {

@@ -3,11 +3,8 @@
 namespace gpt {
 
 namespace {
-const Bucket& layer_bucket(const ParamLayout& L, int layer) {
-  return L.bucket(layer >= 0 ? L.layer_bucket(layer) : L.final_bucket());
-}
 const TensorInfo& layer_tensor(const ParamLayout& L, int layer, const char* name) {
-  return layer_bucket(L, layer).tensor(name);
+  return L.bucket(layer >= 0 ? L.layer_bucket(layer) : L.final_bucket()).tensor(name);
 }
 // A bias's offset, or kNoBias where the table says this model has none (model.bias false; a norm's under
 // rmsnorm); a name the table lacks is an internal error, never a silently missing bias

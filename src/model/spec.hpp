@@ -1,8 +1,9 @@
 // The model as one value: its structure and the precision of each of its products.
 //
-// ModelSpec::dims (config/presets.hpp) holds the sizes and the structural choices (model.norm, bias, tied_head): what the
-// parameter table, the layout, the initialisation, the FLOP count, the checkpoints (spec_attrs: one
-// attribute each, compared by a resume, and each bucket's tensor names), the exports and init_from read.
+// ModelSpec::dims (config/presets.hpp) holds the sizes and the structural choices (model.norm, bias,
+// tied_head): what the parameter table, the layout, the initialisation, the FLOP count, the checkpoints
+// (spec_attrs: one attribute each, compared by a resume, and each bucket's tensor names), the exports and
+// init_from read.
 // ModelSpec::precision says which products compute in FP8, per layer and per product: what the model
 // builds, the memory prediction counts and the step-time model weighs. The plan derives both from the
 // config (model.*; training.precision, fp8_layers, fp8_products, fp8_classifier, fp8_gelu_epilogue) and

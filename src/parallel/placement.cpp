@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <map>
 
+#include "base/format.hpp"
+
 namespace gpt {
 
 namespace {
@@ -16,18 +18,6 @@ long parse_count(const char* s) {
   errno = 0;
   const long v = std::strtol(s, &end, 10);
   return (errno || *end || v < 0) ? -1 : v;
-}
-
-// "0-3", "0,2,4": a sorted rank list with runs collapsed.
-std::string rank_ranges(const std::vector<int>& r) {
-  std::string s;
-  for (size_t i = 0; i < r.size();) {
-    size_t j = i;
-    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
-    s += (s.empty() ? "" : ",") + std::to_string(r[i]) + (j > i ? "-" + std::to_string(r[j]) : "");
-    i = j + 1;
-  }
-  return s;
 }
 
 }  // namespace
@@ -76,7 +66,7 @@ std::string describe_placement(const std::vector<RankPlace>& ranks) {
                   std::to_string(order.size()) + (order.size() == 1 ? " node: " : " nodes: ");
   for (size_t i = 0; i < order.size() && i < kNamed; ++i)
     s += (i ? ", " : "") + order[i] + " (" + (by_node[order[i]].size() == 1 ? "rank " : "ranks ") +
-         rank_ranges(by_node[order[i]]) + ")";
+         ranges_text(by_node[order[i]]) + ")";
   if (order.size() > kNamed) s += ", ... (" + std::to_string(order.size() - kNamed) + " more)";
   s += "; local rank from ";
   bool first = true;
@@ -116,7 +106,7 @@ std::string gpu_sharing_problem(const std::vector<RankGpu>& ranks) {
     }
     std::string shared;
     for (const auto& [id, rs] : by_gpu)
-      if (rs.size() > 1) shared += std::string(shared.empty() ? "" : ", ") + "ranks " + rank_ranges(rs) + " share GPU " + id;
+      if (rs.size() > 1) shared += std::string(shared.empty() ? "" : ", ") + "ranks " + ranges_text(rs) + " share GPU " + id;
     if (shared.empty() && none.empty()) continue;
     if (++nodes > 1) continue;
     const int gpus = std::max(visible, int(by_gpu.size()));
@@ -124,7 +114,7 @@ std::string gpu_sharing_problem(const std::vector<RankGpu>& ranks) {
     first = std::to_string(n) + " ranks on node " + node + ", which has " + std::to_string(gpus) +
             (gpus == 1 ? " GPU" : " GPUs") + " for them: " + shared +
             (none.empty() ? "" : std::string(shared.empty() ? "" : "; ") + (none.size() == 1 ? "rank " : "ranks ") +
-                                     rank_ranges(none) + (none.size() == 1 ? " has" : " have") + " none") +
+                                     ranges_text(none) + (none.size() == 1 ? " has" : " have") + " none") +
             ". NCCL takes one GPU per rank: start at most " + std::to_string(gpus) +
             (gpus == 1 ? " rank" : " ranks") + " per node (mpirun -np " + std::to_string(gpus) +
             " on one node), or set parallel.shared_gpu: host to run several ranks on each GPU, their collectives "

@@ -81,9 +81,13 @@ void Trainer::setup() {
     open_data();
   });
   st_.seed = cfg_.run.seed;
-  st_.config_yaml = config_to_yaml(resolved_);
-  st_.data_files = data_files_;
-  st_.precision = precision_attrs(plan_.model.precision, plan_.model.dims.n_layer);
+  // what this run's checkpoints record of it (a resume's load replaces the state's copy: said again after it)
+  const auto describe_run = [&] {
+    st_.config_yaml = config_to_yaml(resolved_);
+    st_.data_files = data_files_;
+    st_.precision = precision_attrs(plan_.model.precision, plan_.model.dims.n_layer);
+  };
+  describe_run();
   if (resume_) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto accept = [&](const TrainState& old) {
@@ -105,9 +109,7 @@ void Trainer::setup() {
       term_.note("resumed from step " + std::to_string(st_.step) + " of " + dir_ + ": " +
                  checkpoint_size_text(dir_, st_.step, seconds_since(t0)));
     }
-    st_.config_yaml = config_to_yaml(resolved_);
-    st_.data_files = data_files_;
-    st_.precision = precision_attrs(plan_.model.precision, plan_.model.dims.n_layer);
+    describe_run();
   }
   if (!resumed_) timed("initialisation", [&] { init_params(); });
   if (cfg_.checkpoint.every > 0) timed("checkpoint memory", [&] { ckpt_.prepare(*engine_, *layout_); });
