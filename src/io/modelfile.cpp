@@ -132,11 +132,11 @@ std::vector<float> read_model_file(const std::string& path, const ParamLayout& L
 }
 
 void write_model_file(const std::string& path, const ParamLayout& L, const std::vector<float>& logical, bool bf16) {
+  const ModelDims& d = L.dims();  // (checked before any file exists: nothing half-written is left)
+  if (!d.tied_head) throw input_error("llm.c model files hold GPT-2's tied head only (model.tied_head false)");
   const std::string tmp_path = path + ".tmp";
   std::unique_ptr<FILE, FileCloser> f(std::fopen(tmp_path.c_str(), "wb"));
   if (!f) throw input_error("cannot write '" + tmp_path + "'");
-  const ModelDims& d = L.dims();
-  if (!d.tied_head) throw input_error("llm.c model files hold GPT-2's tied head only (model.tied_head false)");
   int32_t h[256] = {0};
   h[0] = kModelMagic;
   h[1] = bf16 ? kVersionBF16 : kVersionF32;
