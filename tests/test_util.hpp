@@ -21,6 +21,32 @@ inline std::string data_dir() {
 }
 inline bool have_file(const std::string& path) { return std::ifstream(path).good(); }
 
+// Every normalisation the model can use (model.norm, and model.bias where the kind has a bias): the GPU op
+// tests check each at every shape (tests/gpu/test_ops.cpp) and its FP8 output (tests/gpu/test_fp8.cpp), so
+// a new kind gets both checks by its line here
+struct NormVariant {
+  NormKind kind;
+  bool bias;
+  const char* name;
+};
+inline constexpr NormVariant kNormVariants[] = {
+    {NormKind::layernorm, true, "layernorm"}, {NormKind::layernorm, false, "layernorm_nobias"}, {NormKind::rmsnorm, false, "rmsnorm"}};
+
+// An FP8 cast on b, Fp8Cast's fields in a row: v = x, or x * gelu'(gelu_in) with gelu_in non-null
+inline void fp8_cast(Backend& b, const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum,
+                     int N, int C) {
+  Fp8Cast op;
+  op.q = q, op.q_t = q_t, op.x = x, op.gelu_in = gelu_in, op.colsum = colsum, op.N = N, op.C = C;
+  if (gelu_in) op.act = Fp8Cast::Act::gelu_grad;
+  b.fp8_cast(op);
+}
+// v = gelu(pre)
+inline void fp8_cast_gelu(Backend& b, const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) {
+  Fp8Cast op;
+  op.q = q, op.q_t = q_t, op.x = pre, op.act = Fp8Cast::Act::gelu, op.N = N, op.C = C;
+  b.fp8_cast(op);
+}
+
 // GPU test programs: every test skipped, with the reason, on a machine without a CUDA device.
 class NeedsGpu : public ::testing::Environment {
  public:

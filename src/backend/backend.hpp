@@ -318,9 +318,14 @@ class Backend {
   // compute stream (cudaStream_t; nullptr on the CPU), queued after every op so far, timed as op `name`
   // by the op profile, and its kernels' failures turned into the program's errors like the ops' own.
   virtual void run_op(const char* name, const std::function<void(void* stream)>& fn) = 0;
-  // The FP8 ops (backend/fp8_ops.hpp), or nullptr where the backend has none (the CUDA backend in
-  // fp32 precision).
-  virtual Fp8Ops* fp8() { return nullptr; }
+
+  // ---- FP8 (backend/fp8_ops.hpp's descriptors): why this backend runs no FP8 op ("" when it does: the
+  // CPU's emulation, and CUDA in bf16 on FP8 tensor cores), then the ops, which throw where it runs none
+  virtual std::string supports_fp8() const { return "the " + name() + " backend has no FP8 ops"; }
+  virtual void fp8_cast(const Fp8Cast& op) = 0;
+  virtual void fp8_quantize(const Fp8Quantize& op) = 0;
+  virtual void fp8_transpose(const Fp8Transpose& op) = 0;
+  virtual void fp8_update_scales(const Fp8UpdateScales& op) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);

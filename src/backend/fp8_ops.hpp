@@ -1,9 +1,9 @@
-// FP8 ops (training.precision fp8): the four block products of every layer and, with
-// training.fp8_classifier, the classifier's three run on FP8 operands, one scale per tensor (delayed
-// scaling; the recipe and its state: model/fp8_scaling.hpp). The products are the backend's own
-// (Backend::matmul_fwd and matmul_bwd with FP8 operands); the ops here make their operands (casts,
-// transposes) and the scales; the classifier's FP8 gradient is Backend::classifier's `dlogits`. A backend offers them through
-// Backend::fp8(); conventions as in backend.hpp, and:
+// The FP8 ops' descriptors (training.precision fp8): the casts that make a product's FP8 operands, the
+// byte transpose, and the end of a step's delayed scaling (the recipe and its state:
+// model/fp8_scaling.hpp). The products themselves are Backend::matmul_fwd and matmul_bwd with FP8
+// `Operand`s; a norm writes FP8 through NormFwd::q, the classifier's gradient through
+// ClassifierLoss::dlogits. Backend runs each descriptor (fp8_cast, fp8_quantize, fp8_transpose,
+// fp8_update_scales) where supports_fp8() says it can. Conventions as in backend.hpp, and:
 // - `x` tensors are the backend's activation dtype; FP8 tensors are bytes (Fp8Tensor::data).
 // - Quantizing x gives q = fp8(x * scale) (nearest even, saturating at the format's largest value) and
 //   folds max |x| into *amax, in the kernel that writes q; the products multiply by scale_inv.
@@ -17,6 +17,7 @@
 
 namespace gpt {
 
+// An FP8 tensor as an op writes or reads it: its bytes and its scaling state (one scale per tensor)
 struct Fp8Tensor {
   void* data = nullptr;             // FP8 bytes
   const float* scale = nullptr;     // (1) multiplies x before the rounding to FP8
@@ -25,10 +26,52 @@ struct Fp8Tensor {
   Fp8Format fmt = Fp8Format::E4M3;
 };
 
+// A cast of v over rows of C features into q.data (N, C) and/or q_t (C, N) (either nullable):
+//   none:      v = x
+//   gelu:      v = gelu_tanh(x), x a product's output before GELU: GELU's output for the next product,
+//              the same bytes wherever it is made (the forward, or recomputation in the backward)
+//   gelu_grad: v = x * gelu_tanh'(gelu_in), x the gradient of GELU's output
+// colsum (C, fp32, nullable; not with gelu) is overwritten with the column sums of v before rounding: the
+// bias gradient of the product whose output gradient v is. GELU is computed as base/gelu_logistic.hpp
+// does, on every backend.
+struct Fp8Cast {
+  enum class Act { none, gelu, gelu_grad };
+  Fp8Tensor q;
+  void* q_t = nullptr;
+  const void* x = nullptr;
+  Act act = Act::none;
+  const void* gelu_in = nullptr;  // (N, C) gelu_grad's GELU input
+  float* colsum = nullptr;
+  int N = 0, C = 0;
+  // what is wrong with the descriptor's fields ("" when nothing): every backend checks it first
+  const char* invalid() const {
+    if (act == Act::gelu_grad && !gelu_in) return "gelu_grad without gelu_in";
+    if (act != Act::gelu_grad && gelu_in) return "gelu_in without gelu_grad";
+    if (act == Act::gelu && colsum) return "column sums of GELU's output";
+    if (!q.data && !q_t) return "no output";
+    return "";
+  }
+};
+
+// n consecutive elements x (no layout: a piece of a weight, quantized where it is kept) into q.data (n),
+// max |x| folded into *q.amax: the bytes an Fp8Cast of the whole tensor gives those elements.
+struct Fp8Quantize {
+  Fp8Tensor q;
+  const void* x = nullptr;
+  size_t n = 0;
+};
+
+// dst (C, N) = src (N, C), bytes
+struct Fp8Transpose {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  int N = 0, C = 0;
+};
+
 // The end of a step under delayed scaling, for n scaled tensors with H-deep amax histories: slot
 // `row` of the history takes this step's amax; a tensor whose amax exceeded maxval / scale (values were
 // clipped) adds 1 to *saturated; each scale becomes fp8::scale_for(max over the history); amax is reset.
-struct Fp8ScalesArgs {
+struct Fp8UpdateScales {
   float* amax = nullptr;         // (n)
   float* history = nullptr;      // (H, n)
   float* scale = nullptr;        // (n)
@@ -37,27 +80,6 @@ struct Fp8ScalesArgs {
   unsigned* saturated = nullptr; // (1) accumulated
   int n = 0, H = 0, row = 0;
   int margin = 0;                // headroom: each scale divided by 2^margin
-};
-
-class Fp8Ops {
- public:
-  virtual ~Fp8Ops() = default;
-  // Quantizes v = x (N, C), or v = x * gelu_tanh'(gelu_in) with gelu_in non-null, into q.data (N, C)
-  // and/or q_t (C, N) (either nullable). colsum (C, fp32, nullable) is overwritten with the column sums
-  // of v before rounding (the bias gradient of the product whose output gradient v is). GELU here and
-  // in cast_gelu is computed as base/gelu_logistic.hpp does, on every backend.
-  virtual void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
-                    int C) = 0;
-  // Quantizes v = gelu_tanh(pre) (pre (N, C): a product's output before GELU) into q.data (N, C) and/or
-  // q_t (C, N), as cast() does: GELU's output in FP8 for the next product, the same bytes wherever it is
-  // made (the forward, or recomputation in the backward).
-  virtual void cast_gelu(const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) = 0;
-  // Quantizes n consecutive elements x (no layout: a piece of a weight, cast where it is kept) into
-  // q.data (n), folding max |x| into *q.amax: the bytes cast() gives those elements.
-  virtual void quantize(const Fp8Tensor& q, const void* x, size_t n) = 0;
-  // dst (C, N) = src (N, C), bytes
-  virtual void transpose(void* dst, const void* src, int N, int C) = 0;
-  virtual void update_scales(const Fp8ScalesArgs& a) = 0;
 };
 
 }  // namespace gpt

@@ -1,14 +1,21 @@
-// The FP8 products behind Backend::matmul_fwd and matmul_bwd (their FP8 operands; backend.hpp) and the
-// classifier's loss with its FP8 gradient (Backend::classifier's dlogits), inside a backend: each backend's
-// FP8 ops implement them beside Fp8Ops, and only the backend's dispatch calls them.
+// A backend's FP8 ops inside it: the FP8 descriptors' ops (backend/fp8_ops.hpp), the products behind
+// Backend::matmul_fwd and matmul_bwd (their FP8 operands; backend.hpp) and the classifier's loss with its
+// FP8 gradient (Backend::classifier's dlogits). Each backend implements them once, and only its dispatch
+// calls them.
 #pragma once
 #include "backend/backend.hpp"
 #include "backend/fp8_ops.hpp"
 
 namespace gpt {
 
-class Fp8Products : public Fp8Ops {
+class Fp8Products {
  public:
+  virtual ~Fp8Products() = default;
+  // The descriptors' ops (Backend::fp8_cast, ...), checked by the dispatch below
+  virtual void cast(const Fp8Cast& op) = 0;
+  virtual void quantize(const Fp8Quantize& op) = 0;
+  virtual void transpose(const Fp8Transpose& op) = 0;
+  virtual void update_scales(const Fp8UpdateScales& op) = 0;
   // out (N, OC) = inp (N, IC) @ w (OC, IC)^T + bias (OC, nullable), fp32 accumulation, act dtype out.
   // With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu).
   virtual void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC,
@@ -35,6 +42,21 @@ class Fp8Products : public Fp8Ops {
                           float dloss, const Fp8Tensor& dlogits) = 0;
 };
 
+// A backend that owns FP8 products shows them to its op tests (tests/cpu/test_fp8.cpp, tests/gpu/test_fp8.cpp),
+// which check them below the dispatch; nothing else reaches them but through Backend's ops.
+class Fp8ProductsOwner {
+ public:
+  virtual Fp8Products* fp8_products() = 0;
+
+ protected:
+  ~Fp8ProductsOwner() = default;
+};
+inline Fp8Products& fp8_products(Backend& b) {
+  auto* owner = dynamic_cast<Fp8ProductsOwner*>(&b);
+  if (!owner || !owner->fp8_products()) throw Error(kExitFailure, "internal error: " + b.name() + " has no FP8 products");
+  return *owner->fp8_products();
+}
+
 // A backend's products and loss on FP8 operands, the same for every backend (f: the backend's FP8 products,
 // null where it has none). Each returns false where the op is on values (the backend's own path), else runs
 // it: the fused GELU output where the backend has it (else the product into op.out and a cast), the input
@@ -42,6 +64,10 @@ class Fp8Products : public Fp8Ops {
 inline Fp8Products& fp8_products_of(Fp8Products* f) {
   if (!f) throw Error(kExitFailure, "internal error: an FP8 op on a backend without FP8 products");
   return *f;
+}
+inline void fp8_cast(Fp8Products* products, const Fp8Cast& op) {
+  if (const char* why = op.invalid(); *why) throw Error(kExitFailure, std::string("internal error: an FP8 cast with ") + why);
+  fp8_products_of(products).cast(op);
 }
 inline bool fp8_matmul_fwd(Fp8Products* products, const MatmulFwd& op) {
   if (!op.inp.fp8() && !op.w.fp8()) {
@@ -57,7 +83,9 @@ inline bool fp8_matmul_fwd(Fp8Products* products, const MatmulFwd& op) {
   if (!op.pre_gelu) throw Error(kExitFailure, "internal error: an FP8 product's FP8 output needs GELU");
   if (f.matmul_fwd_gelu_q(op.out_q, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu)) return true;
   f.matmul_fwd(op.out, op.inp.q, op.w.q, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
-  f.cast(op.out_q, nullptr, op.out, nullptr, nullptr, op.N, op.OC);
+  Fp8Cast cast;
+  cast.q = op.out_q, cast.x = op.out, cast.N = op.N, cast.C = op.OC;
+  fp8_cast(products, cast);
   return true;
 }
 inline bool fp8_matmul_bwd(Fp8Products* products, const MatmulBwd& op) {

@@ -40,7 +40,6 @@ void Classifier::forward(const LayerCtx& c, const BucketView& w, const BucketVie
   }
   // FP8: logits from FP8 operands -> losses; training: dlogits as FP8 bytes -> dx (from wte transposed)
   // and dwte (from dlogits and x, both transposed)
-  Fp8Ops& f = c.f();
   q_.cast_weight(c, w, wte_, params_version);
   for (int r0 = 0; r0 < N; r0 += chunk_) {
     const int n = std::min(chunk_, N - r0);
@@ -61,8 +60,8 @@ void Classifier::forward(const LayerCtx& c, const BucketView& w, const BucketVie
     bwd.N = n, bwd.IC = C_, bwd.OC = Vp_;
     bwd.dinp = static_cast<char*>(a.dx) + e * size_t(r0) * C_, bwd.dout = fp8_bytes(d), bwd.w = fp8_bytes(q_.weight(true));
     c.be.matmul_bwd(bwd);
-    f.transpose(a.logits, a.dlogits_q, n, Vp_);  // (Vp, n) bytes over the dead logits
-    f.transpose(a.x_t, x.data, n, C_);
+    c.be.fp8_transpose({a.logits, a.dlogits_q, n, Vp_});  // (Vp, n) bytes over the dead logits
+    c.be.fp8_transpose({a.x_t, x.data, n, C_});
     bwd.dinp = nullptr, bwd.dw = g->at(wte_), bwd.dout_t = d, bwd.dout_t.data = a.logits;
     bwd.inp = fp8_bytes(input_q(a.x_t, false));
     c.be.matmul_bwd(bwd);

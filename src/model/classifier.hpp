@@ -8,7 +8,7 @@
 // (training.fp8_classifier) x arrives as FP8 bytes (the final LayerNorm writes it with input_q), wte's
 // FP8 copy and its transpose are cast once per change of the parameters or the scales (as Linear's
 // weights), the logits come out of the FP8 product in the activation dtype, and the loss kernel writes
-// their gradient directly in FP8 with its own scale (Fp8Ops::classifier: a separate cast would cost as
+// their gradient directly in FP8 with its own scale (ClassifierLoss::dlogits: a separate cast would cost as
 // much as the FP8 product saves at GPT-2 124M). The weight gradient takes both operands transposed (FP8
 // tensor cores take K-major operands only): the chunk's gradient bytes, transposed into the logits
 // buffer (the bf16 logits are dead by then), and the chunk's x bytes. Scaled tensors: "classifier.input"

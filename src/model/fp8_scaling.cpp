@@ -10,10 +10,9 @@ std::string fp8_tensor_name(int layer, const char* product, const char* role) {
 }
 
 Fp8Scaling::Fp8Scaling(Backend& be, const Fp8Recipe& r) : be_(be), r_(r) {
-  if (!be.fp8())
-    throw Error(kExitBadInput, "training.precision fp8: " + be.hardware() + " (" + be.name() +
-                                   " backend) has no FP8 products; they need a GPU of compute capability 8.9 or "
-                                   "later (Ada, Hopper), or the CPU emulation (training.device: cpu)");
+  if (const std::string why = be.supports_fp8(); !why.empty())
+    throw Error(kExitBadInput, "training.precision fp8: " + why + "; FP8 needs a GPU of compute capability 8.9 or "
+                                   "later (Ada, Hopper) in bf16, or the CPU emulation (training.device: cpu)");
 }
 
 Fp8Scaling::~Fp8Scaling() {
@@ -64,11 +63,11 @@ Fp8Tensor Fp8Scaling::tensor(int slot, void* data, bool record) {
 void Fp8Scaling::end_step(const ReduceMax& reduce_max) {
   allocate();
   if (reduce_max) reduce_max(amax_, names_.size());
-  Fp8ScalesArgs a;
+  Fp8UpdateScales a;
   a.amax = amax_, a.history = history_, a.scale = scale_, a.scale_inv = scale_inv_, a.maxval = maxval_;
   a.saturated = saturated_, a.n = int(names_.size()), a.H = r_.history, a.row = int(steps_ % r_.history);
   a.margin = r_.margin;
-  be_.fp8()->update_scales(a);
+  be_.fp8_update_scales(a);
   ++steps_;
   ++scales_version_;
 }

@@ -25,11 +25,13 @@ void Fp8Product::cast_weight(const LayerCtx& c, const BucketView& w, size_t offs
   void* keep_t = wt_ ? nullptr : weight(true).data;  // the transpose, when it is kept
   if (w.fp8) {
     c.be.copy_d2d(q.data, w.fp8 + offset, size_t(rows_) * cols_);
-    if (keep_t) c.f().transpose(keep_t, q.data, rows_, cols_);
+    if (keep_t) c.be.fp8_transpose({keep_t, q.data, rows_, cols_});
   } else if (w.fp8_only) {
     throw Error(kExitFailure, "internal error: an FP8 weight copy out of date without the store's FP8 bytes");
   } else {
-    c.f().cast(q, keep_t, w.at(offset), nullptr, nullptr, rows_, cols_);
+    Fp8Cast cast;
+    cast.q = q, cast.q_t = keep_t, cast.x = w.at(offset), cast.N = rows_, cast.C = cols_;
+    c.be.fp8_cast(cast);
   }
   key_ = key(params_version);
   if (owner_) *owner_ = this;
@@ -37,7 +39,7 @@ void Fp8Product::cast_weight(const LayerCtx& c, const BucketView& w, size_t offs
 
 Fp8Tensor Fp8Product::weight_t(const LayerCtx& c) const {
   if (!wt_) return weight(true);
-  c.f().transpose(wt_, weight(false).data, rows_, cols_);
+  c.be.fp8_transpose({wt_, weight(false).data, rows_, cols_});
   return fp8_->tensor(q_weight_, wt_);
 }
 
@@ -65,10 +67,10 @@ Fp8Tensor Linear::input_fp8(const LayerCtx& c, const BucketView& w, uint64_t par
 }
 
 void Linear::cast_input(const LayerCtx& c, const Fp8Tensor& x, void* keep_t, Input in) const {
-  if (in.gelu)
-    c.f().cast_gelu(x, keep_t, in.x, c.N, in_);
-  else
-    c.f().cast(x, keep_t, in.x, nullptr, nullptr, c.N, in_);
+  Fp8Cast cast;
+  cast.q = x, cast.q_t = keep_t, cast.x = in.x, cast.act = in.gelu ? Fp8Cast::Act::gelu : Fp8Cast::Act::none;
+  cast.N = c.N, cast.C = in_;
+  c.be.fp8_cast(cast);
 }
 
 void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
@@ -114,14 +116,17 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
     return;
   }
   if (gelu_dinp) throw Error(kExitFailure, "internal error: an FP8 product leaves GELU's derivative to the cast");
-  Fp8Ops& f = c.f();
   const void* x_t = in.x;
   if (!in.transposed) {
-    f.transpose(c.q_inp_t, in.x, c.N, in_);
+    c.be.fp8_transpose({c.q_inp_t, in.x, c.N, in_});
     x_t = c.q_inp_t;
   }
   const Fp8Tensor d = q_.grad(c.q_in);
-  f.cast(d, c.q_dout_t, dout, gelu_dout, dout_colsum || !op.dbias ? nullptr : c.colsum, c.N, out_);
+  Fp8Cast cast;
+  cast.q = d, cast.q_t = c.q_dout_t, cast.x = dout;
+  if (gelu_dout) cast.act = Fp8Cast::Act::gelu_grad, cast.gelu_in = gelu_dout;
+  cast.colsum = dout_colsum || !op.dbias ? nullptr : c.colsum, cast.N = c.N, cast.C = out_;
+  c.be.fp8_cast(cast);
   op.dout = fp8_bytes(d), op.w = fp8_bytes(q_.weight_t(c));
   op.dout_t = d, op.dout_t.data = c.q_dout_t;
   op.inp = fp8_bytes(input_q(const_cast<void*>(x_t), true));

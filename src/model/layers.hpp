@@ -31,7 +31,6 @@ struct LayerCtx {
   void* q_dout_t = nullptr;   // (4C, N) bytes: a product's output gradient, transposed
   void* q_inp_t = nullptr;    // (4C, N) bytes: a product's input, transposed
   float* colsum = nullptr;    // (4C): bias gradient of a product whose output gradient had no column sums
-  Fp8Ops& f() const { return *be.fp8(); }
 };
 
 // One bucket's parameters or gradients as the store handed them out, addressed by tensor offset.

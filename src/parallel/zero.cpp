@@ -274,7 +274,7 @@ const void* ZeroEngine::params(int b) {
 // ---- FP8 weights gathered as FP8
 void ZeroEngine::gather_fp8(int b, std::vector<Fp8WeightRange> weights) {
   const Bucket& bk = layout_.bucket(b);
-  if (!policy_.gather_fp8 || bk.scope != Scope::layer || !be_.fp8())
+  if (!policy_.gather_fp8 || bk.scope != Scope::layer || !be_.supports_fp8().empty())
     throw Error(kExitFailure, "internal error: FP8 weight gathers need ZeRO-3 with gather_fp8 and a layer bucket");
   size_t covered = 0, decayed = 0;
   for (const TensorInfo& t : bk.tensors)
@@ -300,7 +300,7 @@ void ZeroEngine::prefetch_fp8(int b, uint64_t key) {
     if (s1 <= s0) continue;
     Fp8Tensor q = w.q;
     q.data = buf + s0;
-    be_.fp8()->quantize(q, act_ptr(param_piece(b), s0 - lo), s1 - s0);
+    be_.fp8_quantize({q, act_ptr(param_piece(b), s0 - lo), s1 - s0});
   }
   comm_.all_gather_bytes(buf + lo, buf, shard);
   comm_.record(fp8_slot(b));

@@ -28,7 +28,7 @@ using namespace gpt;
 namespace {
 
 // The FP8 products themselves (Backend::matmul_fwd and matmul_bwd dispatch FP8 operands to them)
-Fp8Products& products(Backend& b) { return dynamic_cast<Fp8Products&>(*b.fp8()); }
+Fp8Products& products(Backend& b) { return fp8_products(b); }
 
 const Fp8Format kFormats[] = {Fp8Format::E4M3, Fp8Format::E5M2};
 
@@ -106,7 +106,7 @@ TEST(Fp8, cast_transpose_and_column_sums) {
   std::vector<uint8_t> q(x.size()), qt(x.size()), t2(x.size());
   std::vector<float> sums(C);
   Meta m(4.0f);
-  be->fp8()->cast(m.t(q.data(), Fp8Format::E4M3), qt.data(), x.data(), nullptr, sums.data(), N, C);
+  tests::fp8_cast(*be, m.t(q.data(), Fp8Format::E4M3), qt.data(), x.data(), nullptr, sums.data(), N, C);
   float amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(v));
   EXPECT_TRUE(m.v[2] == amax);
@@ -121,7 +121,7 @@ TEST(Fp8, cast_transpose_and_column_sums) {
     for (int r = 0; r < N; ++r) s += x[size_t(r) * C + c];
     EXPECT_NEAR(sums[c], s, 1e-4);
   }
-  be->fp8()->transpose(t2.data(), q.data(), N, C);
+  be->fp8_transpose({t2.data(), q.data(), N, C});
   EXPECT_TRUE(t2 == qt);
 }
 
@@ -195,7 +195,7 @@ TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast_or_gelu_in_the_cast) {
   std::vector<uint8_t> q1(gelu.size()), q2(gelu.size());
   products(*be).matmul_fwd(pre1.data(), ta, tw, bias.data(), N, IC, OC, nullptr);
   for (size_t i = 0; i < gelu.size(); ++i) gelu[i] = gelu_logistic(pre1[i]);
-  be->fp8()->cast(m1.t(q1.data(), Fp8Format::E4M3), nullptr, gelu.data(), nullptr, nullptr, N, OC);
+  tests::fp8_cast(*be, m1.t(q1.data(), Fp8Format::E4M3), nullptr, gelu.data(), nullptr, nullptr, N, OC);
   ASSERT_TRUE(products(*be).matmul_fwd_gelu_q(m2.t(q2.data(), Fp8Format::E4M3), ta, tw, bias.data(), N, IC, OC,
                                            pre2.data()));
   EXPECT_TRUE(q1 == q2);
@@ -206,7 +206,7 @@ TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast_or_gelu_in_the_cast) {
   // and transposed: the same bytes and amax
   Meta m3(4.0f);
   std::vector<uint8_t> q3(gelu.size()), q3t(gelu.size());
-  be->fp8()->cast_gelu(m3.t(q3.data(), Fp8Format::E4M3), q3t.data(), pre1.data(), N, OC);
+  tests::fp8_cast_gelu(*be, m3.t(q3.data(), Fp8Format::E4M3), q3t.data(), pre1.data(), N, OC);
   EXPECT_TRUE(q3 == q1);
   EXPECT_EQ(m3.v[2], m1.v[2]);
   for (int r = 0; r < N; ++r)
@@ -236,9 +236,9 @@ TEST(Fp8, gelu_in_the_casts_is_accurate_in_the_negative_tail) {
   const float one = 1.0f, g = -6.0f;
   uint8_t q = 0;
   Meta m(std::ldexp(1.0f, 40));
-  be->fp8()->cast(m.t(&q, Fp8Format::E5M2), nullptr, &one, &g, nullptr, 1, 1);
+  tests::fp8_cast(*be, m.t(&q, Fp8Format::E5M2), nullptr, &one, &g, nullptr, 1, 1);
   EXPECT_EQ(q, fp8_encode(float(ref(g, true) * std::ldexp(1.0, 40)), Fp8Format::E5M2));
-  be->fp8()->cast_gelu(m.t(&q, Fp8Format::E5M2), nullptr, &g, 1, 1);
+  tests::fp8_cast_gelu(*be, m.t(&q, Fp8Format::E5M2), nullptr, &g, 1, 1);
   EXPECT_EQ(q, fp8_encode(float(ref(g, false) * std::ldexp(1.0, 40)), Fp8Format::E5M2));
 }
 
@@ -280,10 +280,10 @@ TEST(Fp8, scale_update_counts_saturation_and_keeps_the_history) {
   float inv[n * fp8::kScaleInvStride] = {};
   const float maxval[n] = {448.0f, 448.0f};
   unsigned sat = 0;
-  Fp8ScalesArgs a;
+  Fp8UpdateScales a;
   a.amax = amax, a.history = hist, a.scale = scale, a.scale_inv = inv, a.maxval = maxval, a.saturated = &sat;
   a.n = n, a.H = H, a.row = 0;
-  be->fp8()->update_scales(a);
+  be->fp8_update_scales(a);
   EXPECT_TRUE(sat == 1);                           // 500 at scale 1 exceeded 448
   EXPECT_TRUE(hist[0] == 500.0f && hist[1] == 1.0f);
   EXPECT_TRUE(scale[0] == 0.5f);                   // 448 / 500
@@ -475,7 +475,7 @@ void dump(const std::string& dir) {
   for (Fp8Format f : kFormats) {
     std::vector<uint8_t> q(x.size());
     Meta m(1.0f);
-    be->fp8()->cast(m.t(q.data(), f), nullptr, x.data(), nullptr, nullptr, N, C);
+    tests::fp8_cast(*be, m.t(q.data(), f), nullptr, x.data(), nullptr, nullptr, N, C);
     std::ofstream(dir + "/q_" + fp8_format_name(f) + ".u8", std::ios::binary)
         .write(reinterpret_cast<const char*>(q.data()), q.size());
   }

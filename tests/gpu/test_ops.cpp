@@ -250,9 +250,10 @@ NormBwd norm_bwd_op(NormKind k, void* dinp, void* dw, void* db, const void* dout
 
 // Every norm kind, with its bias or without (model.bias false), forward (plain and residual) and backward
 // (with and without the column sums)
-void test_norm(Ctx& c, NormKind k, bool with_bias, int N, int C) {
-  const bool ln = k == NormKind::layernorm, has_bias = ln && with_bias;
-  const char* kn = ln ? (has_bias ? "layernorm" : "layernorm_nobias") : "rmsnorm";
+void test_norm(Ctx& c, const tests::NormVariant& v, int N, int C) {
+  const NormKind k = v.kind;
+  const bool ln = k == NormKind::layernorm, has_bias = v.bias;
+  const char* kn = v.name;
   const size_t n = size_t(N) * C;
   const std::string sz = fmt("N=%d C=%d", N, C);
   const Vec inp = c.rnd(n, -2, 2), w = c.rnd(C, 0.5f, 1.5f), b = c.rnd(C, -0.5f, 0.5f);
@@ -778,9 +779,6 @@ void guarded(F&& f) {
   }
 }
 
-// every normalisation the model can use (model.norm): each gets every check above
-constexpr NormKind kNormKinds[] = {NormKind::layernorm, NormKind::rmsnorm};
-
 // The checks, one row per op and shapes: the Backend ops a row covers (their names in backend.hpp;
 // run_op: device code run through the backend, an optimizer's update or the compensated split; none: a
 // collective, outside the Backend) and the check at those shapes. A new Backend op gets its check by a row here: tests/test_op_table.py fails
@@ -801,10 +799,8 @@ std::vector<OpCheck> op_checks() {
   // then an unaligned width with several vectors per thread (16 x 2052) and the pipelined backward with
   // many iterations a block, a partial last one, 16 rows a block (4099 x 768, 1031 x 1600)
   for (auto [N, C] : {std::pair{97, 257}, {333, 64}, {300, 768}, {64, 1600}, {16, 2052}, {4099, 768}, {1031, 1600}})
-    for (NormKind k : kNormKinds)
-      for (bool bias : {true, false})  // RMSNorm has none either way
-        if (bias || k == NormKind::layernorm)
-          t.push_back({{"norm_fwd", "norm_bwd"}, [=](Ctx& c) { test_norm(c, k, bias, N, C); }});
+    for (const tests::NormVariant& v : tests::kNormVariants)  // every normalisation the model can use
+      t.push_back({{"norm_fwd", "norm_bwd"}, [=](Ctx& c) { test_norm(c, v, N, C); }});
   auto matmul = [&](int N, int IC, int OC, bool bias, bool gelu) {
     t.push_back({{"matmul_fwd", "matmul_bwd"}, [=](Ctx& c) { test_matmul(c, N, IC, OC, bias, gelu); }});
   };

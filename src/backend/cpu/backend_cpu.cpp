@@ -71,7 +71,7 @@ void reset_resident_peak() {
   out << "5";
 }
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public Fp8ProductsOwner {
  public:
   explicit CpuBackend(bool op_profile)
       : tally_(op_profile), baseline_((reset_resident_peak(), resident_bytes("VmRSS"))),
@@ -212,7 +212,11 @@ class CpuBackend final : public Backend {
       if (op.mean) op.mean[i] = float(m);
       op.rstd[i] = s;
     }
-    if (op.q.data) fp8_->cast(op.q, nullptr, o, nullptr, nullptr, N, C);
+    if (op.q.data) {
+      Fp8Cast cast;
+      cast.q = op.q, cast.x = o, cast.N = N, cast.C = C;
+      fp8_cast(cast);
+    }
   }
   void norm_bwd(const NormBwd& op) override {
     const bool rms = op.kind == NormKind::rmsnorm;
@@ -437,7 +441,12 @@ class CpuBackend final : public Backend {
     *op.out = s;  // the CPU's memory: queued and done alike
     return 0;
   }
-  Fp8Ops* fp8() override { return fp8_.get(); }
+  std::string supports_fp8() const override { return ""; }  // emulated
+  Fp8Products* fp8_products() override { return fp8_.get(); }
+  void fp8_cast(const Fp8Cast& op) override { gpt::fp8_cast(fp8_.get(), op); }
+  void fp8_quantize(const Fp8Quantize& op) override { fp8_products_of(fp8_.get()).quantize(op); }
+  void fp8_transpose(const Fp8Transpose& op) override { fp8_products_of(fp8_.get()).transpose(op); }
+  void fp8_update_scales(const Fp8UpdateScales& op) override { fp8_products_of(fp8_.get()).update_scales(op); }
   void run_op(const char* name, const std::function<void(void*)>& fn) override {
     WallScope t(tally_, name);
     fn(nullptr);

@@ -34,28 +34,29 @@ class CpuFp8Ops final : public Fp8Products {
  public:
   CpuFp8Ops(Backend& be, OpTally& tally) : be_(be), tally_(tally) {}
 
-  void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
-            int C) override {
-    WallScope t(tally_, gelu_in ? "fp8_cast +dgelu" : "fp8_cast");
-    quantize(q, q_t, static_cast<const float*>(x), static_cast<const float*>(gelu_in), colsum, N, C);
-  }
-  void cast_gelu(const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) override {
-    WallScope t(tally_, "fp8_cast +gelu");
-    gelu_.resize(size_t(N) * C);
-    const float* x = static_cast<const float*>(pre);
+  void cast(const Fp8Cast& op) override {
+    WallScope t(tally_, op.act == Fp8Cast::Act::gelu_grad ? "fp8_cast +dgelu"
+                        : op.act == Fp8Cast::Act::gelu    ? "fp8_cast +gelu"
+                                                          : "fp8_cast");
+    const float* x = static_cast<const float*>(op.x);
+    if (op.act == Fp8Cast::Act::gelu) {
+      gelu_.resize(size_t(op.N) * op.C);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = gelu_logistic(x[i]);
-    quantize(q, q_t, gelu_.data(), nullptr, nullptr, N, C);
+      for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = gelu_logistic(x[i]);
+      x = gelu_.data();
+    }
+    quantize(op.q, op.q_t, x, static_cast<const float*>(op.gelu_in), op.colsum, op.N, op.C);
   }
-  void quantize(const Fp8Tensor& q, const void* x, size_t n) override {
+  void quantize(const Fp8Quantize& op) override {
     WallScope t(tally_, "fp8_cast");
-    if (n > size_t(INT_MAX)) throw Error(kExitFailure, "internal error: an FP8 quantize of more than 2^31 elements");
-    quantize(q, nullptr, static_cast<const float*>(x), nullptr, nullptr, 1, int(n));
+    if (op.n > size_t(INT_MAX)) throw Error(kExitFailure, "internal error: an FP8 quantize of more than 2^31 elements");
+    quantize(op.q, nullptr, static_cast<const float*>(op.x), nullptr, nullptr, 1, int(op.n));
   }
-  void transpose(void* dst, const void* src, int N, int C) override {
+  void transpose(const Fp8Transpose& op) override {
     WallScope t(tally_, "fp8_transpose");
-    const uint8_t* s = static_cast<const uint8_t*>(src);
-    uint8_t* d = static_cast<uint8_t*>(dst);
+    const uint8_t* s = static_cast<const uint8_t*>(op.src);
+    uint8_t* d = static_cast<uint8_t*>(op.dst);
+    const int N = op.N, C = op.C;
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < C; ++c)
       for (int r = 0; r < N; ++r) d[size_t(c) * N + r] = s[size_t(r) * C + c];
@@ -72,7 +73,9 @@ class CpuFp8Ops final : public Fp8Products {
   bool matmul_fwd_gelu_q(const Fp8Tensor& out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N,
                          int IC, int OC, void* pre_gelu) override {
     matmul_fwd(pre_gelu, inp, w, bias, N, IC, OC, nullptr);
-    cast_gelu(out, nullptr, pre_gelu, N, OC);
+    Fp8Cast gelu;
+    gelu.q = out, gelu.x = pre_gelu, gelu.act = Fp8Cast::Act::gelu, gelu.N = N, gelu.C = OC;
+    cast(gelu);
     return true;
   }
   void matmul_dinp(void* dinp, const Fp8Tensor& dout, const Fp8Tensor& w_t, int N, int IC, int OC,
@@ -127,7 +130,7 @@ class CpuFp8Ops final : public Fp8Products {
     }
     fold_amax(dlogits.amax, amax);
   }
-  void update_scales(const Fp8ScalesArgs& a) override {
+  void update_scales(const Fp8UpdateScales& a) override {
     for (int i = 0; i < a.n; ++i) {
       if (a.amax[i] * a.scale[i] > a.maxval[i]) ++*a.saturated;
       a.history[size_t(a.row) * a.n + i] = a.amax[i];

@@ -49,7 +49,7 @@ using kern::bf16;
 
 cudaDataType_t lib_dtype(DType t) { return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public Fp8ProductsOwner {
  public:
   explicit CudaBackend(const BackendOptions& o) : prof_(o.op_profile) {
     int local_rank = o.local_rank;
@@ -464,7 +464,16 @@ class CudaBackend final : public Backend {
     copy_d2h(&h, sumsq_, sizeof(double));
     return h;
   }
-  Fp8Ops* fp8() override { return fp8_.get(); }
+  std::string supports_fp8() const override {
+    if (fp8_) return "";
+    if (dtype_ != DType::BF16) return "FP8 products take bf16 activations, not " + std::string(dtype_name(dtype_));
+    return hardware() + " has no FP8 tensor cores (compute capability 8.9 or later: Ada, Hopper)";
+  }
+  Fp8Products* fp8_products() override { return fp8_.get(); }
+  void fp8_cast(const Fp8Cast& op) override { gpt::fp8_cast(fp8_.get(), op); }
+  void fp8_quantize(const Fp8Quantize& op) override { fp8_products_of(fp8_.get()).quantize(op); }
+  void fp8_transpose(const Fp8Transpose& op) override { fp8_products_of(fp8_.get()).transpose(op); }
+  void fp8_update_scales(const Fp8UpdateScales& op) override { fp8_products_of(fp8_.get()).update_scales(op); }
   void run_op(const char* name, const std::function<void(void*)>& fn) override {
     OpProfiler::Scope t(prof_, stream_, name);
     kernel_boundary([&] { fn(stream_); });

@@ -17,32 +17,28 @@ class CudaFp8Ops final : public Fp8Products {
  public:
   explicit CudaFp8Ops(const CudaFp8Context& c) : c_(c) {}
 
-  void cast(const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum, int N,
-            int C) override {
-    OpProfiler::Scope t(*c_.prof, c_.stream, gelu_in ? "fp8_cast +dgelu" : (colsum ? "fp8_cast +dbias" : "fp8_cast"));
-    kern::Fp8CastArgs<bf16> a = cast_args(q, q_t, x, N, C);
-    if (gelu_in) a.act = kern::Fp8CastAct::kGeluGrad, a.gelu_in = static_cast<const bf16*>(gelu_in);
-    a.colsum = colsum;
-    if (colsum) a.scratch = static_cast<float*>(c_.scratch(kern::fp8_cast_scratch_bytes(N, C)));
+  void cast(const Fp8Cast& op) override {
+    const bool dgelu = op.act == Fp8Cast::Act::gelu_grad, gelu = op.act == Fp8Cast::Act::gelu;
+    OpProfiler::Scope t(*c_.prof, c_.stream,
+                        dgelu ? "fp8_cast +dgelu" : gelu ? "fp8_cast +gelu" : (op.colsum ? "fp8_cast +dbias" : "fp8_cast"));
+    kern::Fp8CastArgs<bf16> a = cast_args(op.q, op.q_t, op.x, op.N, op.C);
+    if (dgelu) a.act = kern::Fp8CastAct::kGeluGrad, a.gelu_in = static_cast<const bf16*>(op.gelu_in);
+    if (gelu) a.act = kern::Fp8CastAct::kGelu;
+    a.colsum = op.colsum;
+    if (op.colsum) a.scratch = static_cast<float*>(c_.scratch(kern::fp8_cast_scratch_bytes(op.N, op.C)));
     kernel_boundary([&] { kern::fp8_cast<bf16>(a, c_.stream); });
   }
-  void cast_gelu(const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) override {
-    OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_cast +gelu");
-    kern::Fp8CastArgs<bf16> a = cast_args(q, q_t, pre, N, C);
-    a.act = kern::Fp8CastAct::kGelu;
-    kernel_boundary([&] { kern::fp8_cast<bf16>(a, c_.stream); });
-  }
-  void quantize(const Fp8Tensor& q, const void* x, size_t n) override {
+  void quantize(const Fp8Quantize& op) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_cast");
     kernel_boundary([&] {
-      kern::fp8_quantize(static_cast<uint8_t*>(q.data), static_cast<const bf16*>(x), n, q.scale, q.amax, q.fmt,
-                         c_.stream);
+      kern::fp8_quantize(static_cast<uint8_t*>(op.q.data), static_cast<const bf16*>(op.x), op.n, op.q.scale,
+                         op.q.amax, op.q.fmt, c_.stream);
     });
   }
-  void transpose(void* dst, const void* src, int N, int C) override {
+  void transpose(const Fp8Transpose& op) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_transpose");
     kernel_boundary([&] {
-      kern::fp8_transpose(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), N, C, c_.stream);
+      kern::fp8_transpose(static_cast<uint8_t*>(op.dst), static_cast<const uint8_t*>(op.src), op.N, op.C, c_.stream);
     });
   }
   void matmul_fwd(void* out, const Fp8Tensor& inp, const Fp8Tensor& w, const void* bias, int N, int IC, int OC,
@@ -99,7 +95,7 @@ class CudaFp8Ops final : public Fp8Products {
     a.q.fmt = dlogits.fmt;
     kernel_boundary([&] { kern::classifier<bf16>(a, c_.stream); });
   }
-  void update_scales(const Fp8ScalesArgs& a) override {
+  void update_scales(const Fp8UpdateScales& a) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, "fp8_update_scales");
     kern::Fp8ScalesLaunch l;
     l.amax = a.amax, l.history = a.history, l.scale = a.scale, l.scale_inv = a.scale_inv, l.maxval = a.maxval;

@@ -1,4 +1,4 @@
-// The CUDA backend's FP8 ops (backend/fp8_ops.hpp), over kernels/fp8_cast, the
+// The CUDA backend's FP8 ops (backend/fp8_products.hpp), over kernels/fp8_cast, the
 // classifier's FP8 gradient (kernels/classifier) and kernels/matmul_fp8. Built by the CUDA backend in
 // bf16 precision, on its stream, cuBLASLt handle, profiler and scratch.
 #pragma once
