@@ -10,7 +10,7 @@
 
 #include "fp8_cast.cuh"
 
-#include "base/gelu_logistic.hpp"
+#include "base/activation.hpp"
 
 namespace gpt::kern {
 
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
   // Two inputs (GELU's derivative) come into shared memory by cp.async rather than into registers: the
   // registers that held them allowed 2 blocks an SM (95 a thread), shared memory allows 4 (an H200: the
   // cast 23% faster at GPT-2 124M's and 1558M's fc shapes). One input stays in registers (faster so).
-  constexpr bool kStaged = ACT == Fp8CastAct::kGeluGrad;
+  constexpr bool kStaged = ACT == Fp8CastAct::kGeluGrad || ACT == Fp8CastAct::kRelu2Grad;
   __shared__ uint8_t qs[kTileR][kTileC + kPad];
   __shared__ float part[SUMS ? kWarps : 1][SUMS ? kTileC : 1];
   __shared__ __align__(16) X staged[kStaged ? 2 : 1][kStaged ? kTileR : 1][kStaged ? kTileC : 8];
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
     if (r < a.N && c < a.C) {
       if constexpr (kStaged) {
         copy16_async(&staged[0][tr][tc], a.x + size_t(r) * a.C + c);
-        copy16_async(&staged[1][tr][tc], a.gelu_in + size_t(r) * a.C + c);
+        copy16_async(&staged[1][tr][tc], a.act_in + size_t(r) * a.C + c);
       } else {
         xv[p] = ldv<X, 8>(a.x + size_t(r) * a.C + c);
       }
@@ -130,6 +130,8 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(Fp8CastArgs<X> a) {
           v[j] = to_f(x.v[k]);
           if constexpr (ACT == Fp8CastAct::kGelu) v[j] = gelu_logistic(v[j]);
           if constexpr (ACT == Fp8CastAct::kGeluGrad) v[j] *= gelu_logistic_grad(to_f(g.v[k]));
+          if constexpr (ACT == Fp8CastAct::kRelu2) v[j] = relu2(v[j]);
+          if constexpr (ACT == Fp8CastAct::kRelu2Grad) v[j] *= relu2_grad(to_f(g.v[k]));
         }
         m = max(m, abs_bits(v[j]));
         if constexpr (SUMS) sum[k] += v[j];
@@ -242,11 +244,17 @@ size_t fp8_cast_scratch_bytes(int N, int C) { return size_t(ceil_div(N, kTileR))
 
 template <class X>
 void fp8_cast(const Fp8CastArgs<X>& a, cudaStream_t s) {
-  const bool grad = a.act == Fp8CastAct::kGeluGrad;
-  if (a.C % 8 || a.N % 8 || !is_aligned(a.x, 16) || (grad && (!a.gelu_in || !is_aligned(a.gelu_in, 16))))
+  const bool grad = a.act == Fp8CastAct::kGeluGrad || a.act == Fp8CastAct::kRelu2Grad;
+  if (a.C % 8 || a.N % 8 || !is_aligned(a.x, 16) || (grad && (!a.act_in || !is_aligned(a.act_in, 16))))
     throw KernelError(KernelError::Kind::kUnsupported, "fp8_cast: rows must be 16-byte vectors (C, N multiples of 8)");
   const dim3 grid = tiles(a.N, a.C);
-  if (grad && a.colsum)
+  if (a.act == Fp8CastAct::kRelu2Grad && a.colsum)
+    fp8_cast_kernel<X, Fp8CastAct::kRelu2Grad, true><<<grid, kThreads, 0, s>>>(a);
+  else if (a.act == Fp8CastAct::kRelu2Grad)
+    fp8_cast_kernel<X, Fp8CastAct::kRelu2Grad, false><<<grid, kThreads, 0, s>>>(a);
+  else if (a.act == Fp8CastAct::kRelu2)  // an activation's output has no column sums (Fp8Cast::invalid)
+    fp8_cast_kernel<X, Fp8CastAct::kRelu2, false><<<grid, kThreads, 0, s>>>(a);
+  else if (grad && a.colsum)
     fp8_cast_kernel<X, Fp8CastAct::kGeluGrad, true><<<grid, kThreads, 0, s>>>(a);
   else if (grad)
     fp8_cast_kernel<X, Fp8CastAct::kGeluGrad, false><<<grid, kThreads, 0, s>>>(a);

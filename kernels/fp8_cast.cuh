@@ -1,5 +1,5 @@
 // FP8 casts (fp8_cast.cu): a tensor quantized with its per-tensor scale, row-major and/or transposed in
-// one pass, its amax folded in, optionally through GELU or GELU's derivative and with its column sums (a
+// one pass, its amax folded in, optionally through the MLP's activation or its derivative and with its column sums (a
 // bias gradient); the byte transpose; the delayed-scaling update at a step's end. Scales and amaxes are
 // device pointers (base/fp8_math.hpp has the rule the scales follow).
 #pragma once
@@ -9,18 +9,25 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "base/common.hpp"
 #include "base/fp8_math.hpp"
 
 namespace gpt::kern {
 
-// What a cast quantizes: v = x; v = gelu_tanh(x) (x a product's output before GELU); or v = x *
-// gelu_tanh'(gelu_in) (x the gradient of GELU's output)
-enum class Fp8CastAct { kNone, kGelu, kGeluGrad };
+// What a cast quantizes: v = x; v = act(x) (x a product's output before the activation); or v = x *
+// act'(act_in) (x the gradient of the activation's output); act GELU (logistic form) or relu2
+// (base/activation.hpp)
+enum class Fp8CastAct { kNone, kGelu, kGeluGrad, kRelu2, kRelu2Grad };
+// The kernel's name for applying activation `a` (grad: its derivative), as Fp8Cast says it
+constexpr Fp8CastAct fp8_cast_act(Activation a, bool grad) {
+  if (a == Activation::relu2) return grad ? Fp8CastAct::kRelu2Grad : Fp8CastAct::kRelu2;
+  return grad ? Fp8CastAct::kGeluGrad : Fp8CastAct::kGelu;
+}
 template <class X>
 struct Fp8CastArgs {
   const X* x = nullptr;        // (N, C)
   Fp8CastAct act = Fp8CastAct::kNone;
-  const X* gelu_in = nullptr;  // (N, C) with kGeluGrad
+  const X* act_in = nullptr;   // (N, C) with kGeluGrad, kRelu2Grad: the activation's input
   uint8_t* out = nullptr;      // (N, C) or null
   uint8_t* out_t = nullptr;    // (C, N) or null
   const float* scale = nullptr;

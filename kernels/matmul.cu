@@ -19,7 +19,7 @@
 
 #include "matmul.cuh"
 
-#include "gelu.cuh"
+#include "activation.cuh"
 
 namespace gpt::kern {
 

@@ -9,7 +9,7 @@
 // 1558M) and the weight gradients' nothing measurable.
 #include <library_types.h>
 
-#include "gelu.cuh"
+#include "activation.cuh"
 #include "matmul_fp8.cuh"
 
 namespace gpt::kern {

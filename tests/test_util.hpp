@@ -32,18 +32,23 @@ struct NormVariant {
 inline constexpr NormVariant kNormVariants[] = {
     {NormKind::layernorm, true, "layernorm"}, {NormKind::layernorm, false, "layernorm_nobias"}, {NormKind::rmsnorm, false, "rmsnorm"}};
 
-// An FP8 cast on b, Fp8Cast's fields in a row: v = x, or x * gelu'(gelu_in) with gelu_in non-null
-inline void fp8_cast(Backend& b, const Fp8Tensor& q, void* q_t, const void* x, const void* gelu_in, float* colsum,
-                     int N, int C) {
+// Every activation the model can use (model.activation): the GPU op tests check each, alone, after a
+// product, and in the FP8 casts
+inline constexpr Activation kActivations[] = {Activation::gelu, Activation::relu2};
+
+// An FP8 cast on b, Fp8Cast's fields in a row: v = x, or x * act'(act_in) with act_in non-null
+inline void fp8_cast(Backend& b, const Fp8Tensor& q, void* q_t, const void* x, const void* act_in, float* colsum,
+                     int N, int C, Activation act = Activation::gelu) {
   Fp8Cast op;
-  op.q = q, op.q_t = q_t, op.x = x, op.gelu_in = gelu_in, op.colsum = colsum, op.N = N, op.C = C;
-  if (gelu_in) op.act = Fp8Cast::Act::gelu_grad;
+  op.q = q, op.q_t = q_t, op.x = x, op.act_in = act_in, op.colsum = colsum, op.N = N, op.C = C, op.act = act;
+  if (act_in) op.apply = Fp8Cast::Apply::act_grad;
   b.fp8_cast(op);
 }
-// v = gelu(pre)
-inline void fp8_cast_gelu(Backend& b, const Fp8Tensor& q, void* q_t, const void* pre, int N, int C) {
+// v = act(pre)
+inline void fp8_cast_act(Backend& b, const Fp8Tensor& q, void* q_t, const void* pre, int N, int C,
+                         Activation act = Activation::gelu) {
   Fp8Cast op;
-  op.q = q, op.q_t = q_t, op.x = pre, op.act = Fp8Cast::Act::gelu, op.N = N, op.C = C;
+  op.q = q, op.q_t = q_t, op.x = pre, op.apply = Fp8Cast::Apply::act, op.act = act, op.N = N, op.C = C;
   b.fp8_cast(op);
 }
 

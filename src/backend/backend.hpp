@@ -103,11 +103,19 @@ struct AddInplace {
   size_t n = 0;
 };
 
-// GELU (tanh form): out (n) = gelu_tanh(inp), activation dtype.
-struct GeluFwd {
+// The MLP's activation (base/activation.hpp; GELU in its tanh form): out (n) = act(inp), activation dtype
+struct ActivationFwd {
   void* out = nullptr;
   const void* inp = nullptr;
   size_t n = 0;
+  Activation act = Activation::gelu;
+};
+// Its derivative applied in place: d (n) *= act'(pre) (pre: the activation's input), activation dtype
+struct ActivationBwd {
+  void* d = nullptr;
+  const void* pre = nullptr;
+  size_t n = 0;
+  Activation act = Activation::gelu;
 };
 
 // The sum of squares of x (n, activation dtype) in double: queued into *out (one double of the backend's
@@ -138,8 +146,8 @@ inline Operand fp8_bytes(const Fp8Tensor& q) {
 }
 
 // A product's forward: out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, nullable), fp32 accumulation,
-// out in the activation dtype. With pre_gelu non-null: pre_gelu = that product, out = gelu_tanh(pre_gelu)
-// (a fused epilogue). FP8 operands may also take out_q (out_q.data non-null, with pre_gelu): GELU's output
+// out in the activation dtype. With pre_gelu non-null: pre_gelu = that product, out = act(pre_gelu) (a
+// fused epilogue for GELU; any other activation: the product, then activation_fwd). FP8 operands may also take out_q (out_q.data non-null, with pre_gelu): GELU's output
 // goes to the next product as FP8, out_q.data = fp8(gelu * out_q.scale), max |gelu| folded into
 // *out_q.amax, `out` then scratch (N, OC) that a backend without the fused product writes on the way.
 struct MatmulFwd {
@@ -148,10 +156,12 @@ struct MatmulFwd {
   Operand inp, w;
   const void* bias = nullptr;
   void* pre_gelu = nullptr;
+  Activation act = Activation::gelu;  // what pre_gelu's activation is
   int N = 0, IC = 0, OC = 0;
 };
 // A product's backward, for out = inp @ w^T + bias: dinp (N,IC) = dout @ w, overwritten (nullable:
-// skipped), with pre_gelu (N,IC; values only) non-null multiplied by gelu_tanh'(pre_gelu); dw (OC,IC) +=
+// skipped), with pre_gelu (N,IC; values only) non-null multiplied by act'(pre_gelu) (GELU: in the
+// epilogue; any other activation: activation_bwd after the product); dw (OC,IC) +=
 // dout^T @ inp (nullable: skipped); dbias (OC, nullable) += the column sums of dout, taken from
 // dout_colsum (OC, fp32) where the op that wrote dout summed them (FP8 operands: always).
 // Values: dout (N,OC), inp (N,IC), w (OC,IC). FP8 operands come as the tensor cores take them (K-major):
@@ -163,6 +173,7 @@ struct MatmulBwd {
   Operand dout, inp, w;
   Fp8Tensor dout_t;
   const void* pre_gelu = nullptr;
+  Activation act = Activation::gelu;  // what pre_gelu's activation is
   const float* dout_colsum = nullptr;
   int N = 0, IC = 0, OC = 0;
 };
@@ -302,8 +313,9 @@ class Backend {
   // Causal self-attention (AttentionFwd, AttentionBwd above)
   virtual void attention_fwd(const AttentionFwd& op) = 0;
   virtual void attention_bwd(const AttentionBwd& op) = 0;
-  // GELU's forward where no product's epilogue applies it (GeluFwd above)
-  virtual void gelu_fwd(const GeluFwd& op) = 0;
+  // The activation where no product's epilogue applies it, and its derivative (ActivationFwd/Bwd above)
+  virtual void activation_fwd(const ActivationFwd& op) = 0;
+  virtual void activation_bwd(const ActivationBwd& op) = 0;
   // The loss and its gradient (ClassifierLoss above); the positional form: the gradient over the logits
   virtual void classifier(const ClassifierLoss& op) = 0;
   void classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
@@ -327,6 +339,27 @@ class Backend {
   virtual void fp8_transpose(const Fp8Transpose& op) = 0;
   virtual void fp8_update_scales(const Fp8UpdateScales& op) = 0;
 };
+
+// A product whose activation no epilogue applies (every one but GELU), on any backend and operands: the
+// product into pre_gelu, then activation_fwd; the input gradient's product, then activation_bwd. Each
+// returns false where the product's own path applies it (GELU, or no activation), else has run the op.
+inline bool matmul_fwd_unfused(Backend& be, const MatmulFwd& op) {
+  if (!op.pre_gelu || op.act == Activation::gelu) return false;
+  if (op.out_q.data) throw Error(kExitFailure, "internal error: an FP8 output of an activation other than GELU");
+  MatmulFwd product = op;
+  product.out = op.pre_gelu, product.pre_gelu = nullptr;
+  be.matmul_fwd(product);
+  be.activation_fwd(ActivationFwd{op.out, op.pre_gelu, size_t(op.N) * op.OC, op.act});
+  return true;
+}
+inline bool matmul_bwd_unfused(Backend& be, const MatmulBwd& op) {
+  if (!op.pre_gelu || op.act == Activation::gelu) return false;
+  MatmulBwd product = op;
+  product.pre_gelu = nullptr;
+  be.matmul_bwd(product);
+  if (op.dinp) be.activation_bwd(ActivationBwd{op.dinp, op.pre_gelu, size_t(op.N) * op.IC, op.act});
+  return true;
+}
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);
 // Declared always; defined by the CUDA build (a stub that throws otherwise).

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/common.hpp"
 #include "base/fp8.hpp"
 
 namespace gpt {
@@ -27,27 +28,29 @@ struct Fp8Tensor {
 };
 
 // A cast of v over rows of C features into q.data (N, C) and/or q_t (C, N) (either nullable):
-//   none:      v = x
-//   gelu:      v = gelu_tanh(x), x a product's output before GELU: GELU's output for the next product,
-//              the same bytes wherever it is made (the forward, or recomputation in the backward)
-//   gelu_grad: v = x * gelu_tanh'(gelu_in), x the gradient of GELU's output
-// colsum (C, fp32, nullable; not with gelu) is overwritten with the column sums of v before rounding: the
-// bias gradient of the product whose output gradient v is. GELU is computed as base/gelu_logistic.hpp
-// does, on every backend.
+//   apply none:     v = x
+//   apply act:      v = act(x), x a product's output before the MLP's activation: the activation's output
+//                   for the next product, the same bytes wherever it is made (the forward, or
+//                   recomputation in the backward)
+//   apply act_grad: v = x * act'(act_in), x the gradient of the activation's output
+// colsum (C, fp32, nullable; not with `act`) is overwritten with the column sums of v before rounding:
+// the bias gradient of the product whose output gradient v is. The activation is computed as
+// base/activation.hpp's activation_cast does (GELU in its logistic form), on every backend.
 struct Fp8Cast {
-  enum class Act { none, gelu, gelu_grad };
+  enum class Apply { none, act, act_grad };
   Fp8Tensor q;
   void* q_t = nullptr;
   const void* x = nullptr;
-  Act act = Act::none;
-  const void* gelu_in = nullptr;  // (N, C) gelu_grad's GELU input
+  Apply apply = Apply::none;
+  Activation act = Activation::gelu;
+  const void* act_in = nullptr;  // (N, C) act_grad's activation input
   float* colsum = nullptr;
   int N = 0, C = 0;
   // what is wrong with the descriptor's fields ("" when nothing): every backend checks it first
   const char* invalid() const {
-    if (act == Act::gelu_grad && !gelu_in) return "gelu_grad without gelu_in";
-    if (act != Act::gelu_grad && gelu_in) return "gelu_in without gelu_grad";
-    if (act == Act::gelu && colsum) return "column sums of GELU's output";
+    if (apply == Apply::act_grad && !act_in) return "act_grad without act_in";
+    if (apply != Apply::act_grad && act_in) return "act_in without act_grad";
+    if (apply == Apply::act && colsum) return "column sums of an activation's output";
     if (!q.data && !q_t) return "no output";
     return "";
   }

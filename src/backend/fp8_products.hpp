@@ -5,6 +5,7 @@
 #pragma once
 #include "backend/backend.hpp"
 #include "backend/fp8_ops.hpp"
+#include "base/activation.hpp"
 
 namespace gpt {
 
@@ -64,6 +65,13 @@ inline Fp8Products& fp8_products(Backend& b) {
 inline Fp8Products& fp8_products_of(Fp8Products* f) {
   if (!f) throw Error(kExitFailure, "internal error: an FP8 op on a backend without FP8 products");
   return *f;
+}
+// A cast's name in the op profile: "fp8_cast", "fp8_cast +gelu" (the activation applied), "fp8_cast +dgelu"
+// (its derivative), "fp8_cast +dbias" (column sums only)
+inline const char* fp8_cast_op_name(const Fp8Cast& op) {
+  if (op.apply == Fp8Cast::Apply::act) return activation_op_names(op.act).cast;
+  if (op.apply == Fp8Cast::Apply::act_grad) return activation_op_names(op.act).cast_grad;
+  return op.colsum ? "fp8_cast +dbias" : "fp8_cast";
 }
 inline void fp8_cast(Fp8Products* products, const Fp8Cast& op) {
   if (const char* why = op.invalid(); *why) throw Error(kExitFailure, std::string("internal error: an FP8 cast with ") + why);

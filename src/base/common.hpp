@@ -18,6 +18,10 @@ inline const char* dtype_name(DType t) { return t == DType::F32 ? "fp32" : "bf16
 // RMSNorm (root mean square only, weight only).
 enum class NormKind : uint8_t { layernorm, rmsnorm };
 
+// The MLP's activation (model.activation): GELU, tanh form (GPT-2's), or relu2, the squared ReLU
+// max(x, 0)^2 (So et al., "Primer", 2021). Its math for every backend: base/activation.hpp.
+enum class Activation : uint8_t { gelu, relu2 };
+
 // Host-side conversions for files (llm.c bf16 models, safetensors): exact widening, and fp32 -> bf16
 // rounded to nearest even.
 inline float bf16_to_f32(uint16_t h) {

@@ -43,6 +43,7 @@ template <> struct EnumNames<MasterWeights> {
 template <> struct EnumNames<MemoryFit> { static constexpr const char* names[] = {"off", "auto"}; };
 template <> struct EnumNames<Offload> { static constexpr const char* names[] = {"none", "optimizer"}; };
 template <> struct EnumNames<NormKind> { static constexpr const char* names[] = {"layernorm", "rmsnorm"}; };
+template <> struct EnumNames<Activation> { static constexpr const char* names[] = {"gelu", "relu2"}; };
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
 template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>
@@ -80,6 +81,7 @@ struct ModelConfig {
   int vocab_size = 50257;
   int max_seq_len = 1024;
   NormKind norm = NormKind::layernorm;
+  Activation activation = Activation::gelu;
   bool bias = true;
   bool tied_head = true;
   std::string init_from = "";

@@ -47,6 +47,10 @@ std::vector<Field> fields_of(Config& c) {
        "layernorm (GPT-2: mean and variance, weight and bias) / rmsnorm (root mean square, weight only: no bias "
        "tensors). Every norm of the model; rmsnorm models are not GPT-2 and are not written as llm.c or Hugging "
        "Face GPT-2 files"},
+      {"model.activation", &m.activation,
+       "the MLP's activation: gelu (GPT-2's, tanh form) / relu2 (the squared ReLU, max(x, 0)^2, as Primer and "
+       "modded-nanogpt; no fused cuBLASLt epilogue, so `training.fp8_gelu_epilogue` needs gelu). relu2 models "
+       "are not GPT-2 and are not written as llm.c or Hugging Face GPT-2 files"},
       {"model.bias", &m.bias,
        "bias vectors in the block's four products and in the norms (GPT-2's); `false`: none anywhere, the "
        "products' outputs and the norms' without an added vector (fewer parameters and no bias gradients). "

@@ -44,6 +44,7 @@ ModelDims resolve_dims(const ModelConfig& m) {
   d.padded_vocab = (m.vocab_size + 127) / 128 * 128;
   d.max_seq_len = m.max_seq_len;
   d.norm = m.norm;
+  d.activation = m.activation;
   d.bias = m.bias;
   d.tied_head = m.tied_head;
   return d;
@@ -123,16 +124,20 @@ std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
           {"max_seq_len", d.max_seq_len},
           {"norm", int64_t(d.norm), int64_t(NormKind::layernorm), EnumNames<NormKind>::names,
            int(std::size(EnumNames<NormKind>::names))},
+          {"activation", int64_t(d.activation), int64_t(Activation::gelu), EnumNames<Activation>::names,
+           int(std::size(EnumNames<Activation>::names))},
           {"bias", int64_t(d.bias), 1, kBoolNames, 2},
           {"tied_head", int64_t(d.tied_head), 1, kBoolNames, 2}};
 }
 
 std::string structure_text(const ModelDims& d) {
-  return std::string(name_of(d.norm)) + (d.bias ? "" : ", no biases") + (d.tied_head ? "" : ", untied head");
+  return std::string(name_of(d.norm)) + (d.activation == Activation::gelu ? "" : std::string(", ") + name_of(d.activation)) +
+         (d.bias ? "" : ", no biases") + (d.tied_head ? "" : ", untied head");
 }
 
 std::string non_gpt2_structure(const ModelConfig& m, bool hf_folder) {
   if (m.norm != NormKind::layernorm) return std::string("model.norm ") + name_of(m.norm);
+  if (m.activation != Activation::gelu) return std::string("model.activation ") + name_of(m.activation);
   if (!m.bias) return "model.bias false";
   if (!m.tied_head && !hf_folder) return "model.tied_head false";
   return "";

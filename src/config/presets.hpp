@@ -13,6 +13,7 @@ struct ModelDims {
   int padded_vocab = 0;       // Vp: V rounded up to a multiple of 128
   int max_seq_len = 0;
   NormKind norm = NormKind::layernorm;  // model.norm
+  Activation activation = Activation::gelu;  // model.activation: the MLP's
   bool bias = true;                      // model.bias: the products' and norms' bias vectors
   bool tied_head = true;                 // model.tied_head: the lm head is wte
   int head_dim() const { return n_embd / n_head; }

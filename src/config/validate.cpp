@@ -143,6 +143,9 @@ void validate(const Config& cfg, int world) {
     if ((products & 8u) && !(products & 4u))  // kBlockProducts: fcproj, fc
       bad("training.fp8_products", "'" + t.fp8_products + "' has fcproj without fc: GELU's derivative is applied in "
                                    "fc's FP8 gradient cast, so fcproj in FP8 needs fc in FP8 too");
+    if (t.fp8_gelu_epilogue && cfg.model.activation != Activation::gelu)
+      bad("training.fp8_gelu_epilogue", std::string("true needs model.activation gelu (cuBLASLt's epilogue applies GELU "
+                                        "only); it is ") + name_of(cfg.model.activation));
     if (std::find(fp8_layers.begin(), fp8_layers.end(), true) == fp8_layers.end() && !t.fp8_classifier)
       bad("training.fp8_layers", "'" + t.fp8_layers + "' with training.fp8_classifier: false leaves no product in "
                                  "FP8 (for that, set training.precision: bf16)");

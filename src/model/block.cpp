@@ -108,7 +108,7 @@ void Block::backward(const LayerCtx& c, const BucketView& w, const BucketView& g
     if (fcproj_.fp8())
       fcproj_.recompute_saved(c, a.fch_gelu, {a.fch, false, true});
     else
-      c.be.gelu_fwd(GeluFwd{a.fch_gelu, a.fch, size_t(c.N) * 4 * C_});
+      c.be.activation_fwd(ActivationFwd{a.fch_gelu, a.fch, size_t(c.N) * 4 * C_, c.act});
   }
   // GELU's derivative: in fcproj's input-gradient epilogue where it has one (bf16), else in the cast of
   // fc's output gradient (FP8: cuBLASLt's DGELU epilogue on FP8 operands measured 5x slower than the plain

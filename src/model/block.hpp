@@ -1,6 +1,6 @@
 // One transformer block, written once for every precision:
 //   res2 = res_in + attproj(attention(qkv(ln1(res_in))))
-//   res3 = res2 + fcproj(gelu(fc(ln2(res2))))
+//   res3 = res2 + fcproj(gelu(fc(ln2(res2))))   (gelu: the model's activation, model.activation)
 // The residual add after the MLP and the next LayerNorm are the model's (model/gpt.cpp), so that each
 // LayerNorm is fused with the residual add before it.
 #pragma once

@@ -115,7 +115,7 @@ GPT::GPT(const ModelSpec& spec, const ParamLayout& layout, Backend& be, int B, i
   const PrecisionPolicy& policy = spec.precision;
   if (policy.any_fp8() && !fp8) throw Error(kExitFailure, "internal error: FP8 layers without their scaling state");
   const size_t BT = size_t(B) * T, C = d.n_embd, L = d.n_layer, NH = d.n_head, Vp = d.padded_vocab;
-  ctx_.B = B, ctx_.T = T, ctx_.N = int(BT), ctx_.recompute = recompute;
+  ctx_.B = B, ctx_.T = T, ctx_.N = int(BT), ctx_.recompute = recompute, ctx_.act = d_.activation;
   const Bucket& emb = layout.bucket(0);
   wte_ = emb.tensor("wte").offset;
   wpe_ = emb.tensor("wpe").offset;

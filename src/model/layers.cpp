@@ -68,15 +68,15 @@ Fp8Tensor Linear::input_fp8(const LayerCtx& c, const BucketView& w, uint64_t par
 
 void Linear::cast_input(const LayerCtx& c, const Fp8Tensor& x, void* keep_t, Input in) const {
   Fp8Cast cast;
-  cast.q = x, cast.q_t = keep_t, cast.x = in.x, cast.act = in.gelu ? Fp8Cast::Act::gelu : Fp8Cast::Act::none;
-  cast.N = c.N, cast.C = in_;
+  cast.q = x, cast.q_t = keep_t, cast.x = in.x, cast.apply = in.gelu ? Fp8Cast::Apply::act : Fp8Cast::Apply::none;
+  cast.act = c.act, cast.N = c.N, cast.C = in_;
   c.be.fp8_cast(cast);
 }
 
 void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_version, void* out, Input in,
                      void* pre_gelu, bool train, void* keep_t) const {
   MatmulFwd op;
-  op.out = out, op.bias = bias_at(w, b_), op.pre_gelu = pre_gelu, op.N = c.N, op.IC = in_, op.OC = out_;
+  op.out = out, op.bias = bias_at(w, b_), op.pre_gelu = pre_gelu, op.act = c.act, op.N = c.N, op.IC = in_, op.OC = out_;
   if (!q_.on()) {
     if (in.gelu) throw Error(kExitFailure, "internal error: only an FP8 product applies GELU to its input");
     op.inp = values(in.x), op.w = values(w.at(w_));
@@ -88,7 +88,7 @@ void Linear::forward(const LayerCtx& c, const BucketView& w, uint64_t params_ver
 
 void Linear::forward_gelu_q(const LayerCtx& c, const BucketView& w, uint64_t params_version, const Fp8Tensor& out_q,
                             Input in, void* pre_gelu, bool train, void* scratch) const {
-  if (!q_.on() || !pre_gelu)
+  if (!q_.on() || !pre_gelu || c.act != Activation::gelu)
     throw Error(kExitFailure, "internal error: an FP8 GELU output needs an FP8 product with GELU");
   MatmulFwd op;
   op.out = scratch, op.out_q = out_q, op.bias = bias_at(w, b_), op.pre_gelu = pre_gelu, op.N = c.N, op.IC = in_, op.OC = out_;
@@ -111,7 +111,7 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
   if (!q_.on()) {
     if (gelu_dout) throw Error(kExitFailure, "internal error: a bf16 product cannot apply GELU's derivative to dout");
     op.dout = values(dout), op.inp = values(in.x), op.w = values(w.at(w_));
-    op.pre_gelu = gelu_dinp, op.dout_colsum = dout_colsum;
+    op.pre_gelu = gelu_dinp, op.act = c.act, op.dout_colsum = dout_colsum;
     c.be.matmul_bwd(op);
     return;
   }
@@ -124,7 +124,7 @@ void Linear::backward(const LayerCtx& c, const BucketView& w, const BucketView& 
   const Fp8Tensor d = q_.grad(c.q_in);
   Fp8Cast cast;
   cast.q = d, cast.q_t = c.q_dout_t, cast.x = dout;
-  if (gelu_dout) cast.act = Fp8Cast::Act::gelu_grad, cast.gelu_in = gelu_dout;
+  if (gelu_dout) cast.apply = Fp8Cast::Apply::act_grad, cast.act_in = gelu_dout, cast.act = c.act;
   cast.colsum = dout_colsum || !op.dbias ? nullptr : c.colsum, cast.N = c.N, cast.C = out_;
   c.be.fp8_cast(cast);
   op.dout = fp8_bytes(d), op.w = fp8_bytes(q_.weight_t(c));

@@ -26,6 +26,7 @@ struct LayerCtx {
   Backend& be;
   int B = 0, T = 0, N = 0;  // N = B*T
   int recompute = 0;        // training.recompute
+  Activation act = Activation::gelu;  // model.activation: what "GELU" below stands for
   // FP8 scratch (one stream: no two ops use them at once), null without FP8 layers
   void* q_in = nullptr;       // (N, 4C) bytes: a product's row-major FP8 operand
   void* q_dout_t = nullptr;   // (4C, N) bytes: a product's output gradient, transposed
@@ -137,7 +138,8 @@ class Linear {
   Fp8WeightRange fp8_weight() const { return {w_, size_t(in_) * out_, q_.weight_scaling()}; }
 
   // The input as the forward got it: x in the activation dtype, or already FP8 (written with input_q).
-  // gelu (FP8 only): x is the previous product's output before GELU, applied in this product's cast.
+  // gelu (FP8 only): x is the previous product's output before GELU (the model's activation, c.act),
+  // applied in this product's cast.
   struct Input {
     const void* x;
     bool quantized;

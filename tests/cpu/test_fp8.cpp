@@ -206,7 +206,7 @@ TEST(Fp8, gelu_output_in_fp8_is_the_product_then_the_cast_or_gelu_in_the_cast) {
   // and transposed: the same bytes and amax
   Meta m3(4.0f);
   std::vector<uint8_t> q3(gelu.size()), q3t(gelu.size());
-  tests::fp8_cast_gelu(*be, m3.t(q3.data(), Fp8Format::E4M3), q3t.data(), pre1.data(), N, OC);
+  tests::fp8_cast_act(*be, m3.t(q3.data(), Fp8Format::E4M3), q3t.data(), pre1.data(), N, OC);
   EXPECT_TRUE(q3 == q1);
   EXPECT_EQ(m3.v[2], m1.v[2]);
   for (int r = 0; r < N; ++r)
@@ -238,7 +238,7 @@ TEST(Fp8, gelu_in_the_casts_is_accurate_in_the_negative_tail) {
   Meta m(std::ldexp(1.0f, 40));
   tests::fp8_cast(*be, m.t(&q, Fp8Format::E5M2), nullptr, &one, &g, nullptr, 1, 1);
   EXPECT_EQ(q, fp8_encode(float(ref(g, true) * std::ldexp(1.0, 40)), Fp8Format::E5M2));
-  tests::fp8_cast_gelu(*be, m.t(&q, Fp8Format::E5M2), nullptr, &g, 1, 1);
+  tests::fp8_cast_act(*be, m.t(&q, Fp8Format::E5M2), nullptr, &g, 1, 1);
   EXPECT_EQ(q, fp8_encode(float(ref(g, false) * std::ldexp(1.0, 40)), Fp8Format::E5M2));
 }
 

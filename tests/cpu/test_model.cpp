@@ -52,9 +52,11 @@ struct FullStore : ParamStore {
   }
 };
 
-ModelDims small_dims(NormKind norm = NormKind::layernorm, bool bias = true, bool tied_head = true) {
+ModelDims small_dims(NormKind norm = NormKind::layernorm, bool bias = true, bool tied_head = true,
+                     Activation act = Activation::gelu) {
   ModelConfig m;
   m.norm = norm;
+  m.activation = act;
   m.bias = bias;
   m.tied_head = tied_head;
   m.n_layer = 2;
@@ -74,10 +76,11 @@ std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
 
 }  // namespace
 
-// every model.norm: the whole model's analytic gradients against central differences
-static void check_gradients_against_finite_differences(NormKind norm, bool bias = true, bool tied_head = true) {
+// every model.norm (and model.activation): the whole model's analytic gradients against central differences
+static void check_gradients_against_finite_differences(NormKind norm, bool bias = true, bool tied_head = true,
+                                                       Activation act = Activation::gelu) {
   auto be = make_cpu_backend(BackendOptions{});
-  const ModelDims d = small_dims(norm, bias, tied_head);
+  const ModelDims d = small_dims(norm, bias, tied_head, act);
   ParamLayout L(d);
   const int B = 2, T = 5;
   GPT model(d, L, *be, B, T, 0);
@@ -126,6 +129,13 @@ static void check_gradients_against_finite_differences(NormKind norm, bool bias 
 }
 
 TEST(Model, gradients_match_finite_differences) { check_gradients_against_finite_differences(NormKind::layernorm); }
+
+// relu2 is once differentiable: its second derivative jumps at 0, which central differences straddle only
+// where a pre-activation lies within h of 0 (their error is then O(h) there, inside the tolerance)
+TEST(Model, relu2_gradients_match_finite_differences) {
+  check_gradients_against_finite_differences(NormKind::layernorm, true, true, Activation::relu2);
+  check_gradients_against_finite_differences(NormKind::rmsnorm, false, true, Activation::relu2);
+}
 
 TEST(Model, rmsnorm_gradients_match_finite_differences) {
   check_gradients_against_finite_differences(NormKind::rmsnorm);

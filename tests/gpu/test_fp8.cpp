@@ -13,6 +13,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/fp8_products.hpp"
+#include "base/activation.hpp"
 #include "test_util.hpp"
 #include "gpt_init.hpp"
 #include "config/config.hpp"
@@ -119,8 +120,14 @@ void check_cast() {
   // partial tiles in both directions: one row tile, then several (tiles are 128 x 64)
   for (auto [N, C] : {std::pair<int, int>{96, 200}, std::pair<int, int>{296, 136}})
   for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
-    for (const char* act : {"", " +dgelu", " +gelu"}) {  // v = x, x * gelu'(g), gelu(x)
-      const bool dgelu = act[2] == 'd', gelu = act[2] == 'g';
+    // v = x, then x * act'(g) and act(x) for every activation the model can use
+    std::vector<std::pair<Fp8Cast::Apply, Activation>> cases = {{Fp8Cast::Apply::none, Activation::gelu}};
+    for (Activation a : tests::kActivations)
+      cases.insert(cases.end(), {{Fp8Cast::Apply::act_grad, a}, {Fp8Cast::Apply::act, a}});
+    for (auto [apply, fn] : cases) {
+      const bool dgelu = apply == Fp8Cast::Apply::act_grad, gelu = apply == Fp8Cast::Apply::act;
+      // " +gelu", " +dgelu", ...: the op profile's name less "fp8_cast"
+      const std::string act = dgelu ? activation_op_names(fn).cast_grad + 8 : gelu ? activation_op_names(fn).cast + 8 : "";
       const auto x = values(size_t(N) * C, 6.0f), g = values(size_t(N) * C, 1.0f);
       const float scale = f == Fp8Format::E4M3 ? 16.0f : 256.0f;
       std::vector<std::vector<uint8_t>> q(2), qt(2);
@@ -132,9 +139,9 @@ void check_cast() {
         float* cs = static_cast<float*>(b.alloc(4 * C));
         Meta m(b, scale);
         if (gelu)
-          tests::fp8_cast_gelu(b, m.t(out, f), out_t, dx, N, C);
+          tests::fp8_cast_act(b, m.t(out, f), out_t, dx, N, C, fn);
         else
-          tests::fp8_cast(b, m.t(out, f), out_t, dx, dgelu ? dg : nullptr, cs, N, C);
+          tests::fp8_cast(b, m.t(out, f), out_t, dx, dgelu ? dg : nullptr, cs, N, C, fn);
         q[side] = bytes(b, out, size_t(N) * C);
         qt[side] = bytes(b, out_t, size_t(N) * C);
         b.fp8_transpose({out_t, out, N, C});  // rows of C % 16 == 8 bytes: the transpose's 8-byte loads
@@ -147,9 +154,11 @@ void check_cast() {
       }
       const std::string what = std::string("cast ") + std::to_string(N) + "x" + std::to_string(C) + " " +
                                fp8_format_name(f) + act;
-      // without GELU both sides round the same fp32 value (scales are powers of two): identical bytes
-      compare_bytes(what + " rows", q[0], q[1], *act ? 0.02 : 0.0);
-      compare_bytes(what + " transposed", qt[0], qt[1], *act ? 0.02 : 0.0);
+      // without GELU both sides round the same fp32 value (scales are powers of two; relu2 is products
+      // only): identical bytes
+      const double differ = !act.empty() && fn == Activation::gelu ? 0.02 : 0.0;
+      compare_bytes(what + " rows", q[0], q[1], differ);
+      compare_bytes(what + " transposed", qt[0], qt[1], differ);
       for (int r = 0; r < N; ++r)
         for (int c = 0; c < C; ++c) EXPECT_TRUE(qt[1][size_t(c) * N + r] == q[1][size_t(r) * C + c]);
       EXPECT_TRUE(std::fabs(amax[0] - amax[1]) <= 1e-5f * amax[0]) << what + ": amax differs";

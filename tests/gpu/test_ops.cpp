@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "base/activation.hpp"
 #include "test_util.hpp"
 #include "parallel/comm.hpp"
 #include "config/config.hpp"
@@ -319,16 +320,31 @@ void test_norm(Ctx& c, const tests::NormVariant& v, int N, int C) {
   for (void* p : {ci, cw, cb, co, cm, cr, cdo, cdi, cdw, cdb, ccs}) c.cpu.free(p);
 }
 
-void test_matmul(Ctx& c, int N, int IC, int OC, bool bias, bool gelu) {
-  const std::string sz = fmt("N=%d IC=%d OC=%d%s%s", N, IC, OC, bias ? " bias" : "", gelu ? " gelu" : "");
+// gelu: with the activation `act` on the output (forward) and its derivative on dinp (backward)
+void test_matmul(Ctx& c, int N, int IC, int OC, bool bias, bool gelu, Activation act = Activation::gelu) {
+  const std::string sz =
+      fmt("N=%d IC=%d OC=%d%s%s", N, IC, OC, bias ? " bias" : "", gelu ? (act == Activation::gelu ? " gelu" : " relu2") : "");
+  auto fwd = [&](Backend& b, void* out, const void* inp, const void* w, const void* bias_, void* pre) {
+    MatmulFwd op;
+    op.out = out, op.inp = values(inp), op.w = values(w), op.bias = bias_, op.pre_gelu = pre, op.act = act;
+    op.N = N, op.IC = IC, op.OC = OC;
+    b.matmul_fwd(op);
+  };
+  auto bwd = [&](Backend& b, void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w,
+                 const void* pre, const float* colsum) {
+    MatmulBwd op;
+    op.dinp = dinp, op.dw = dw, op.dbias = dbias, op.dout = values(dout), op.inp = values(inp), op.w = values(w);
+    op.pre_gelu = pre, op.act = act, op.dout_colsum = colsum, op.N = N, op.IC = IC, op.OC = OC;
+    b.matmul_bwd(op);
+  };
   const Vec inp = c.rnd(size_t(N) * IC), w = c.rnd(size_t(OC) * IC, -0.1f, 0.1f), b = c.rnd(OC);
   void *gi = up(c.gpu, inp), *gw = up(c.gpu, w), *gb = bias ? up(c.gpu, b) : nullptr;
   void *ci = up(c.cpu, inp), *cw = up(c.cpu, w), *cb = bias ? up(c.cpu, b) : nullptr;
   const size_t no = size_t(N) * OC;
   void *go = up(c.gpu, poison(no)), *co = up(c.cpu, Vec(no));
   void *gpg = gelu ? up(c.gpu, poison(no)) : nullptr, *cpg = gelu ? up(c.cpu, Vec(no)) : nullptr;
-  c.gpu.matmul_fwd(go, gi, gw, gb, N, IC, OC, gpg);
-  c.cpu.matmul_fwd(co, ci, cw, cb, N, IC, OC, cpg);
+  fwd(c.gpu, go, gi, gw, gb, gpg);
+  fwd(c.cpu, co, ci, cw, cb, cpg);
   const Tol tol = c.pick(kF32Tf32, kBf16Matmul);
   check(fmt("[%s] matmul_fwd out %s", c.prec, sz.c_str()), down(c.gpu, go, no), down(c.cpu, co, no), tol);
   if (gelu)
@@ -342,8 +358,8 @@ void test_matmul(Ctx& c, int N, int IC, int OC, bool bias, bool gelu) {
   void *gdw = up(c.gpu, dw0), *cdw = up(c.cpu, dw0);
   void *gdb = bias ? up(c.gpu, db0) : nullptr, *cdb = bias ? up(c.cpu, db0) : nullptr;
   void *gpre = gelu ? up(c.gpu, pre) : nullptr, *cpre = gelu ? up(c.cpu, pre) : nullptr;
-  c.gpu.matmul_bwd(gdi, gdw, gdb, gdo, gi, gw, N, IC, OC, gpre, nullptr);
-  c.cpu.matmul_bwd(cdi, cdw, cdb, cdo, ci, cw, N, IC, OC, cpre, nullptr);
+  bwd(c.gpu, gdi, gdw, gdb, gdo, gi, gw, gpre, nullptr);
+  bwd(c.cpu, cdi, cdw, cdb, cdo, ci, cw, cpre, nullptr);
   check(fmt("[%s] matmul_bwd dinp %s", c.prec, sz.c_str()), down(c.gpu, gdi, size_t(N) * IC),
         down(c.cpu, cdi, size_t(N) * IC), tol);
   check(fmt("[%s] matmul_bwd dw %s", c.prec, sz.c_str()), down(c.gpu, gdw, size_t(OC) * IC),
@@ -360,7 +376,7 @@ void test_matmul(Ctx& c, int N, int IC, int OC, bool bias, bool gelu) {
     void* gsums = up(c.gpu, sums, false);
     c.gpu.free(gdb);
     gdb = up(c.gpu, db0);
-    c.gpu.matmul_bwd(gdi, gdw, gdb, gdo, gi, gw, N, IC, OC, gpre, static_cast<float*>(gsums));
+    bwd(c.gpu, gdi, gdw, gdb, gdo, gi, gw, gpre, static_cast<float*>(gsums));
     check(fmt("[%s] matmul_bwd dbias from column sums %s", c.prec, sz.c_str()), down(c.gpu, gdb, OC), ref,
           c.pick(kF32Exact, kBf16Backward));
     c.gpu.free(gsums);
@@ -397,15 +413,23 @@ void test_attention(Ctx& c, int B, int T, int NH, int HS) {
   for (void* p : {cq, co, cl, co2, cl2, cdo, cdq}) c.cpu.free(p);
 }
 
-void test_gelu(Ctx& c, size_t n) {
-  const Vec x = c.rnd(n, -5, 5);
+// the activation and its derivative in place (exact zeros included: relu2 at and below 0)
+void test_activation(Ctx& c, Activation act, size_t n) {
+  const char* name = activation_op_name(act, false);
+  Vec x = c.rnd(n, -5, 5);
+  for (size_t i = 0; i < n; i += 97) x[i] = 0.0f;
+  const Vec d = c.rnd(n);
   void *g = up(c.gpu, x), *cc = up(c.cpu, x), *go = up(c.gpu, poison(n)), *co = up(c.cpu, Vec(n));
-  c.gpu.gelu_fwd(GeluFwd{go, g, n});
-  c.cpu.gelu_fwd(GeluFwd{co, cc, n});
-  check(fmt("[%s] gelu_fwd n=%zu", c.prec, n), down(c.gpu, go, n), down(c.cpu, co, n),
+  c.gpu.activation_fwd(ActivationFwd{go, g, n, act});
+  c.cpu.activation_fwd(ActivationFwd{co, cc, n, act});
+  check(fmt("[%s] %s n=%zu", c.prec, name, n), down(c.gpu, go, n), down(c.cpu, co, n), c.pick(kF32Exact, kBf16Elementwise));
+  void *gd = up(c.gpu, d), *cd = up(c.cpu, d);
+  c.gpu.activation_bwd(ActivationBwd{gd, g, n, act});
+  c.cpu.activation_bwd(ActivationBwd{cd, cc, n, act});
+  check(fmt("[%s] %s n=%zu", c.prec, activation_op_name(act, true), n), down(c.gpu, gd, n), down(c.cpu, cd, n),
         c.pick(kF32Exact, kBf16Elementwise));
-  for (void* p : {g, go}) c.gpu.free(p);
-  for (void* p : {cc, co}) c.cpu.free(p);
+  for (void* p : {g, go, gd}) c.gpu.free(p);
+  for (void* p : {cc, co, cd}) c.cpu.free(p);
 }
 
 void test_classifier(Ctx& c, int N, int V, int Vp) {
@@ -812,7 +836,14 @@ std::vector<OpCheck> op_checks() {
   matmul(4133, 64, 1600, true, false);  // many rows: the bias gradient's unrolled loop
   for (auto [B, T, NH, HS] : {std::array{2, 97, 3, 64}, {2, 256, 4, 64}, {1, 128, 2, 32}})
     t.push_back({{"attention_fwd", "attention_bwd"}, [=](Ctx& c) { test_attention(c, B, T, NH, HS); }});
-  t.push_back({{"gelu_fwd"}, [](Ctx& c) { test_gelu(c, 1000003); }});
+  for (Activation act : tests::kActivations) {  // every activation the model can use
+    t.push_back({{"activation_fwd", "activation_bwd"}, [=](Ctx& c) { test_activation(c, act, 1000003); }});
+    if (act == Activation::gelu) continue;  // GELU's products are the rows above
+    t.push_back({{"matmul_fwd", "matmul_bwd", "activation_fwd", "activation_bwd"},
+                 [=](Ctx& c) { test_matmul(c, 97, 264, 136, true, true, act); }});
+    t.push_back({{"matmul_fwd", "matmul_bwd", "activation_fwd", "activation_bwd"},
+                 [=](Ctx& c) { test_matmul(c, 256, 768, 3072, true, true, act); }});
+  }
   // a vocabulary in whole vectors; the scalar path; GPT-2's; a vector of real and padded columns, one of
   // padding only
   for (auto [N, V, Vp] : {std::array{97, 1000, 1024}, {33, 257, 259}, {16, 50257, 50304}, {41, 777, 792}})
@@ -952,7 +983,7 @@ void bench(const char* label, int B, int T, int C, int NH, int L) {
   add("attention_fwd", tm.ms([&] { g.attention_fwd(AttentionFwd{y, lse, x, B, T, NH, HS}); }), attn_f, 0, L);
   add("attention_bwd", tm.ms([&] { g.attention_bwd(AttentionBwd{z, y, x, y, lse, B, T, NH, HS}); }), 2.5 * attn_f, 0, L);
   add("add_inplace (N*C)", tm.ms([&] { g.add_inplace(y, x, size_t(N) * C); }), 0, 3 * n * c * es, 0);
-  add("gelu_fwd (N*4C)", tm.ms([&] { g.gelu_fwd(GeluFwd{y, x, size_t(N) * 4 * C}); }), 0, 2 * n * 4 * c * es, 0);
+  add("gelu_fwd (N*4C)", tm.ms([&] { g.activation_fwd(ActivationFwd{y, x, size_t(N) * 4 * C}); }), 0, 2 * n * 4 * c * es, 0);
   for (void* p : {x, y, z, pg, w, dw}) g.free(p);
 
   // embedding, LM head and loss, optimizer

@@ -42,7 +42,8 @@ def assert_identical_runs(a, b, ckpt_a, ckpt_b, what):
             assert same and u.shape == v.shape, f"{what}: {fn} {k} differs"
 
 
-PRECISIONS = {"fp32": [], "fp8": ["training.precision=fp8", "training.fp8_classifier=true"]}
+PRECISIONS = {"fp32": [], "fp8": ["training.precision=fp8", "training.fp8_classifier=true"],
+              "fp8-relu2": ["training.precision=fp8", "training.fp8_classifier=true", "model.activation=relu2"]}
 
 
 @pytest.mark.parametrize("ranks,stage", [(1, 0), (2, 3)])
@@ -117,7 +118,7 @@ checkpoint: {{every: 8}}
 
 @pytest.mark.skipif(not has_gpu(), reason="SKIP: no CUDA device on this machine (GPU tests run on the GPU machine)")
 @pytest.mark.parametrize("precision", ["bf16", "fp8", "fp8 layers 1-2", "fp8 products qkv,fc,fcproj",
-                                       "fp8 products attproj", "fp8 products fc"])
+                                       "fp8 products attproj", "fp8 products fc", "bf16 relu2", "fp8 relu2"])
 def test_gpu_recompute3_is_bit_identical_to_recompute0(tmp_path, precision):
     runs = {}
     for r in (0, 3):
@@ -130,6 +131,8 @@ def test_gpu_recompute3_is_bit_identical_to_recompute0(tmp_path, precision):
             sets.append("training.fp8_layers=1-2")
         if precision.startswith("fp8 products"):  # the others in bf16 (training.fp8_products)
             sets.append(f"training.fp8_products={precision.split()[2]}")
+        if precision.endswith("relu2"):  # an activation no product epilogue applies (model.activation)
+            sets.append("model.activation=relu2")
         p = run_train(["--yaml", y] + [a for kv in sets for a in ("--set", kv)], timeout=600)
         assert p.returncode == 0, f"{name} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
         runs[r] = (read_log(tmp_path / "runs" / name / "log.h5"), tmp_path / "runs" / name / "checkpoints/step_00000008")

@@ -19,6 +19,7 @@
 #include "backend/backend.hpp"
 #include "backend/cpu/fp8_cpu.hpp"
 #include "backend/cpu/gelu.hpp"
+#include "base/activation.hpp"
 #include "backend/cpu/xent.hpp"
 #include "base/random.hpp"
 #include "backend/op_tally.hpp"
@@ -263,9 +264,11 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
   using Backend::matmul_fwd;
   using Backend::matmul_bwd;
   void matmul_fwd(const MatmulFwd& op) override {
+    if (matmul_fwd_unfused(*this, op)) return;
     if (!fp8_matmul_fwd(fp8_.get(), op)) values_fwd(op.out, op.inp.x, op.w.x, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
   }
   void matmul_bwd(const MatmulBwd& op) override {
+    if (matmul_bwd_unfused(*this, op)) return;
     if (!fp8_matmul_bwd(fp8_.get(), op))
       values_bwd(op.dinp, op.dw, op.dbias, op.dout.x, op.inp.x, op.w.x, op.N, op.IC, op.OC, op.pre_gelu, op.dout_colsum);
   }
@@ -282,7 +285,7 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
       for (int i = 0; i < N; ++i)
         for (int o = 0; o < OC; ++o) dst[size_t(i) * OC + o] += bs[o];
     }
-    if (pre_gelu) gelu_fwd(GeluFwd{out, pre_gelu, size_t(N) * OC});
+    if (pre_gelu) activation_fwd(ActivationFwd{out, pre_gelu, size_t(N) * OC, Activation::gelu});
   }
   void values_bwd(void* dinp, void* dw, void* dbias, const void* dout, const void* inp, const void* w, int N, int IC,
                   int OC, const void* pre_gelu, const float* dout_colsum) {
@@ -293,11 +296,7 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1.0f, cF(dout) + size_t(lo) * OC, OC,
                     cF(w), IC, 0.0f, dx + size_t(lo) * IC, IC);
       });
-      if (pre_gelu) {
-        const float* pg = cF(pre_gelu);
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < size_t(N) * IC; ++i) dx[i] *= gelu_grad(pg[i]);
-      }
+      if (pre_gelu) activation_bwd(ActivationBwd{dinp, pre_gelu, size_t(N) * IC, Activation::gelu});
     }
     if (dw)
       split_rows(OC, [&](int lo, int hi) {  // dw rows [lo, hi) = dout[:, lo:hi]^T @ inp
@@ -397,12 +396,29 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
           }
         }
   }
-  void gelu_fwd(const GeluFwd& op) override {
-    WallScope t(tally_, "gelu_fwd");
+  void activation_fwd(const ActivationFwd& op) override {
+    WallScope t(tally_, activation_op_name(op.act, false));
     float* o = F(op.out);
     const float* x = cF(op.inp);
+    if (op.act == Activation::relu2) {
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < op.n; ++i) o[i] = relu2(x[i]);
+      return;
+    }
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < op.n; ++i) o[i] = gelu(x[i]);
+  }
+  void activation_bwd(const ActivationBwd& op) override {
+    WallScope t(tally_, activation_op_name(op.act, true));
+    float* d = F(op.d);
+    const float* x = cF(op.pre);
+    if (op.act == Activation::relu2) {
+#pragma omp parallel for schedule(static)
+      for (size_t i = 0; i < op.n; ++i) d[i] *= relu2_grad(x[i]);
+      return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < op.n; ++i) d[i] *= gelu_grad(x[i]);
   }
   using Backend::classifier;
   void classifier(const ClassifierLoss& op) override {

@@ -10,7 +10,7 @@
 
 #include "backend/cpu/gelu.hpp"
 #include "backend/cpu/xent.hpp"
-#include "base/gelu_logistic.hpp"
+#include "base/activation.hpp"
 
 namespace gpt {
 namespace {
@@ -35,22 +35,20 @@ class CpuFp8Ops final : public Fp8Products {
   CpuFp8Ops(Backend& be, OpTally& tally) : be_(be), tally_(tally) {}
 
   void cast(const Fp8Cast& op) override {
-    WallScope t(tally_, op.act == Fp8Cast::Act::gelu_grad ? "fp8_cast +dgelu"
-                        : op.act == Fp8Cast::Act::gelu    ? "fp8_cast +gelu"
-                                                          : "fp8_cast");
+    WallScope t(tally_, fp8_cast_op_name(op));
     const float* x = static_cast<const float*>(op.x);
-    if (op.act == Fp8Cast::Act::gelu) {
+    if (op.apply == Fp8Cast::Apply::act) {
       gelu_.resize(size_t(op.N) * op.C);
 #pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = gelu_logistic(x[i]);
+      for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = activation_cast(op.act, x[i]);
       x = gelu_.data();
     }
-    quantize(op.q, op.q_t, x, static_cast<const float*>(op.gelu_in), op.colsum, op.N, op.C);
+    quantize(op.q, op.q_t, x, static_cast<const float*>(op.act_in), op.act, op.colsum, op.N, op.C);
   }
   void quantize(const Fp8Quantize& op) override {
     WallScope t(tally_, "fp8_cast");
     if (op.n > size_t(INT_MAX)) throw Error(kExitFailure, "internal error: an FP8 quantize of more than 2^31 elements");
-    quantize(op.q, nullptr, static_cast<const float*>(op.x), nullptr, nullptr, 1, int(op.n));
+    quantize(op.q, nullptr, static_cast<const float*>(op.x), nullptr, Activation::gelu, nullptr, 1, int(op.n));
   }
   void transpose(const Fp8Transpose& op) override {
     WallScope t(tally_, "fp8_transpose");
@@ -74,7 +72,7 @@ class CpuFp8Ops final : public Fp8Products {
                          int IC, int OC, void* pre_gelu) override {
     matmul_fwd(pre_gelu, inp, w, bias, N, IC, OC, nullptr);
     Fp8Cast gelu;
-    gelu.q = out, gelu.x = pre_gelu, gelu.act = Fp8Cast::Act::gelu, gelu.N = N, gelu.C = OC;
+    gelu.q = out, gelu.x = pre_gelu, gelu.apply = Fp8Cast::Apply::act, gelu.N = N, gelu.C = OC;
     cast(gelu);
     return true;
   }
@@ -153,8 +151,9 @@ class CpuFp8Ops final : public Fp8Products {
       if (hi > lo) fn(lo, hi);
     }
   }
-  // v = x (* gelu'(g)) -> q.data (N, C) and/or q_t (C, N); amax and column sums of v
-  void quantize(const Fp8Tensor& q, void* q_t, const float* x, const float* g, float* colsum, int N, int C) {
+  // v = x (* act'(g)) -> q.data (N, C) and/or q_t (C, N); amax and column sums of v
+  void quantize(const Fp8Tensor& q, void* q_t, const float* x, const float* g, Activation act, float* colsum, int N,
+                int C) {
     uint8_t* out = static_cast<uint8_t*>(q.data);
     uint8_t* out_t = static_cast<uint8_t*>(q_t);
     const float s = *q.scale;
@@ -163,7 +162,7 @@ class CpuFp8Ops final : public Fp8Products {
     for (int r = 0; r < N; ++r)
       for (int c = 0; c < C; ++c) {
         const size_t i = size_t(r) * C + c;
-        const float v = g ? x[i] * gelu_logistic_grad(g[i]) : x[i];
+        const float v = g ? x[i] * activation_cast_grad(act, g[i]) : x[i];
         amax = std::isnan(v) ? INFINITY : std::max(amax, std::fabs(v));
         const uint8_t b = fp8_encode(v * s, q.fmt);
         if (out) out[i] = b;
@@ -176,7 +175,7 @@ class CpuFp8Ops final : public Fp8Products {
       double sum = 0;
       for (int r = 0; r < N; ++r) {
         const size_t i = size_t(r) * C + c;
-        sum += g ? x[i] * gelu_logistic_grad(g[i]) : x[i];
+        sum += g ? x[i] * activation_cast_grad(act, g[i]) : x[i];
       }
       colsum[c] = float(sum);
     }

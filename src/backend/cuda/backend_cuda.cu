@@ -28,13 +28,14 @@
 #include "backend/cuda/fp8_cuda.cuh"
 #include "backend/cuda/kernel_boundary.cuh"
 #include "backend/cuda/op_profiler.cuh"
+#include "base/activation.hpp"
 #include "base/random.hpp"
+#include "kernels/activation.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/check.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/conversions.cuh"
 #include "kernels/encoder.cuh"
-#include "kernels/gelu.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/normal_init.cuh"
@@ -322,9 +323,11 @@ class CudaBackend final : public Backend, public Fp8ProductsOwner {
   using Backend::matmul_fwd;
   using Backend::matmul_bwd;
   void matmul_fwd(const MatmulFwd& op) override {
+    if (matmul_fwd_unfused(*this, op)) return;
     if (!fp8_matmul_fwd(fp8_.get(), op)) values_fwd(op.out, op.inp.x, op.w.x, op.bias, op.N, op.IC, op.OC, op.pre_gelu);
   }
   void matmul_bwd(const MatmulBwd& op) override {
+    if (matmul_bwd_unfused(*this, op)) return;
     if (!fp8_matmul_bwd(fp8_.get(), op))
       values_bwd(op.dinp, op.dw, op.dbias, op.dout.x, op.inp.x, op.w.x, op.N, op.IC, op.OC, op.pre_gelu, op.dout_colsum);
   }
@@ -389,11 +392,18 @@ class CudaBackend final : public Backend, public Fp8ProductsOwner {
       }
     });
   }
-  void gelu_fwd(const GeluFwd& op) override {
-    OpProfiler::Scope t(prof_, stream_, "gelu_fwd");
+  void activation_fwd(const ActivationFwd& op) override {
+    OpProfiler::Scope t(prof_, stream_, activation_op_name(op.act, false));
     dispatch([&](auto x) {
       using X = decltype(x);
-      kern::gelu_fwd<X>(static_cast<X*>(op.out), static_cast<const X*>(op.inp), op.n, stream_);
+      kern::activation_fwd<X>(op.act, static_cast<X*>(op.out), static_cast<const X*>(op.inp), op.n, stream_);
+    });
+  }
+  void activation_bwd(const ActivationBwd& op) override {
+    OpProfiler::Scope t(prof_, stream_, activation_op_name(op.act, true));
+    dispatch([&](auto x) {
+      using X = decltype(x);
+      kern::activation_bwd_inplace<X>(op.act, static_cast<X*>(op.d), static_cast<const X*>(op.pre), op.n, stream_);
     });
   }
   using Backend::classifier;

@@ -18,12 +18,11 @@ class CudaFp8Ops final : public Fp8Products {
   explicit CudaFp8Ops(const CudaFp8Context& c) : c_(c) {}
 
   void cast(const Fp8Cast& op) override {
-    const bool dgelu = op.act == Fp8Cast::Act::gelu_grad, gelu = op.act == Fp8Cast::Act::gelu;
-    OpProfiler::Scope t(*c_.prof, c_.stream,
-                        dgelu ? "fp8_cast +dgelu" : gelu ? "fp8_cast +gelu" : (op.colsum ? "fp8_cast +dbias" : "fp8_cast"));
+    OpProfiler::Scope t(*c_.prof, c_.stream, fp8_cast_op_name(op));
     kern::Fp8CastArgs<bf16> a = cast_args(op.q, op.q_t, op.x, op.N, op.C);
-    if (dgelu) a.act = kern::Fp8CastAct::kGeluGrad, a.gelu_in = static_cast<const bf16*>(op.gelu_in);
-    if (gelu) a.act = kern::Fp8CastAct::kGelu;
+    if (op.apply == Fp8Cast::Apply::act_grad)
+      a.act = kern::fp8_cast_act(op.act, true), a.act_in = static_cast<const bf16*>(op.act_in);
+    if (op.apply == Fp8Cast::Apply::act) a.act = kern::fp8_cast_act(op.act, false);
     a.colsum = op.colsum;
     if (op.colsum) a.scratch = static_cast<float*>(c_.scratch(kern::fp8_cast_scratch_bytes(op.N, op.C)));
     kernel_boundary([&] { kern::fp8_cast<bf16>(a, c_.stream); });
