@@ -79,19 +79,21 @@ template <class X>
 void gelu_bwd_inplace(X* d, const X* pre, size_t n, cudaStream_t s) {
   act_bwd_inplace<Gelu>(d, pre, n, s);
 }
+// fn(A{}) with A the functor of activation `act`: the one place a new activation is dispatched
+template <class Fn>
+void with_activation(Activation act, Fn fn) {
+  if (act == Activation::relu2)
+    fn(Relu2{});
+  else
+    fn(Gelu{});
+}
 template <class X>
 void activation_fwd(Activation act, X* out, const X* inp, size_t n, cudaStream_t s) {
-  if (act == Activation::relu2)
-    act_fwd<Relu2>(out, inp, n, s);
-  else
-    act_fwd<Gelu>(out, inp, n, s);
+  with_activation(act, [&](auto a) { act_fwd<decltype(a)>(out, inp, n, s); });
 }
 template <class X>
 void activation_bwd_inplace(Activation act, X* d, const X* pre, size_t n, cudaStream_t s) {
-  if (act == Activation::relu2)
-    act_bwd_inplace<Relu2>(d, pre, n, s);
-  else
-    act_bwd_inplace<Gelu>(d, pre, n, s);
+  with_activation(act, [&](auto a) { act_bwd_inplace<decltype(a)>(d, pre, n, s); });
 }
 template void gelu_fwd<float>(float*, const float*, size_t, cudaStream_t);
 template void gelu_fwd<bf16>(bf16*, const bf16*, size_t, cudaStream_t);

@@ -396,29 +396,32 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
           }
         }
   }
+  // fn(value, derivative) of activation `act` on values (GELU in its tanh form): the one place a new
+  // activation is dispatched here
+  template <class Fn>
+  static void with_activation(Activation act, Fn fn) {
+    if (act == Activation::relu2)
+      fn([](float x) { return relu2(x); }, [](float x) { return relu2_grad(x); });
+    else
+      fn([](float x) { return gelu(x); }, [](float x) { return gelu_grad(x); });
+  }
   void activation_fwd(const ActivationFwd& op) override {
     WallScope t(tally_, activation_op_name(op.act, false));
     float* o = F(op.out);
     const float* x = cF(op.inp);
-    if (op.act == Activation::relu2) {
+    with_activation(op.act, [&](auto f, auto) {
 #pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < op.n; ++i) o[i] = relu2(x[i]);
-      return;
-    }
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < op.n; ++i) o[i] = gelu(x[i]);
+      for (size_t i = 0; i < op.n; ++i) o[i] = f(x[i]);
+    });
   }
   void activation_bwd(const ActivationBwd& op) override {
     WallScope t(tally_, activation_op_name(op.act, true));
     float* d = F(op.d);
     const float* x = cF(op.pre);
-    if (op.act == Activation::relu2) {
+    with_activation(op.act, [&](auto, auto grad) {
 #pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < op.n; ++i) d[i] *= relu2_grad(x[i]);
-      return;
-    }
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < op.n; ++i) d[i] *= gelu_grad(x[i]);
+      for (size_t i = 0; i < op.n; ++i) d[i] *= grad(x[i]);
+    });
   }
   using Backend::classifier;
   void classifier(const ClassifierLoss& op) override {
