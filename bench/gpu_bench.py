@@ -14,8 +14,9 @@ or "allacc" after fp8 for training.fp8_fast_accum forward or all (the default, d
 training.deterministic (bit-reproducible steps) or "prof" for a run with log.op_profile whose per-op table
 is kept (its step times include the profiler's events, so it does not count as a throughput figure), and
 "relu2" last for model.activation relu2 (the squared ReLU in place of GELU), e.g. 0, 1, 0fp8, 0fp8cls,
-0fp8clsepi, 0fp8clsfwdacc, 0det, 0fp8prof, 0fp8clsprof, 0relu2, 0fp8clsrelu2. --matmul-search S sets this trainer's training.matmul_search_s
-(seconds per matmul shape for cuBLASLt configurations beyond the heuristic's).
+0fp8clsepi, 0fp8clsfwdacc, 0det, 0fp8prof, 0fp8clsprof, 0relu2, 0fp8clsrelu2. --matmul-search S sets this
+trainer's training.matmul_search_s (seconds per matmul shape for cuBLASLt configurations beyond the
+heuristic's).
 
 PyTorch: the bf16 baseline, and with --torch-fp8 one more run per torchao float8 recipe (pytorch_gpt2.py
 --fp8 R: the blocks' Linear layers on FP8); --no-torch leaves out every PyTorch run, --no-torch-bf16 only

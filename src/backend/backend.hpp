@@ -147,9 +147,10 @@ inline Operand fp8_bytes(const Fp8Tensor& q) {
 
 // A product's forward: out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC, nullable), fp32 accumulation,
 // out in the activation dtype. With pre_gelu non-null: pre_gelu = that product, out = act(pre_gelu) (a
-// fused epilogue for GELU; any other activation: the product, then activation_fwd). FP8 operands may also take out_q (out_q.data non-null, with pre_gelu): GELU's output
-// goes to the next product as FP8, out_q.data = fp8(gelu * out_q.scale), max |gelu| folded into
-// *out_q.amax, `out` then scratch (N, OC) that a backend without the fused product writes on the way.
+// fused epilogue for GELU; any other activation: the product, then activation_fwd). FP8 operands may
+// also take out_q (out_q.data non-null, with pre_gelu and GELU): GELU's output goes to the next product as
+// FP8, out_q.data = fp8(gelu * out_q.scale), max |gelu| folded into *out_q.amax, `out` then scratch
+// (N, OC) that a backend without the fused product writes on the way.
 struct MatmulFwd {
   void* out = nullptr;
   Fp8Tensor out_q;

@@ -54,7 +54,8 @@ class Fp8ProductsOwner {
 };
 inline Fp8Products& fp8_products(Backend& b) {
   auto* owner = dynamic_cast<Fp8ProductsOwner*>(&b);
-  if (!owner || !owner->fp8_products()) throw Error(kExitFailure, "internal error: " + b.name() + " has no FP8 products");
+  if (!owner || !owner->fp8_products())
+    throw Error(kExitFailure, "internal error: " + b.name() + " has no FP8 products");
   return *owner->fp8_products();
 }
 
@@ -74,7 +75,8 @@ inline const char* fp8_cast_op_name(const Fp8Cast& op) {
   return op.colsum ? "fp8_cast +dbias" : "fp8_cast";
 }
 inline void fp8_cast(Fp8Products* products, const Fp8Cast& op) {
-  if (const char* why = op.invalid(); *why) throw Error(kExitFailure, std::string("internal error: an FP8 cast with ") + why);
+  if (const char* why = op.invalid(); *why)
+    throw Error(kExitFailure, std::string("internal error: an FP8 cast with ") + why);
   fp8_products_of(products).cast(op);
 }
 inline bool fp8_matmul_fwd(Fp8Products* products, const MatmulFwd& op) {

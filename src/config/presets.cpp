@@ -131,8 +131,8 @@ std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
 }
 
 std::string structure_text(const ModelDims& d) {
-  return std::string(name_of(d.norm)) + (d.activation == Activation::gelu ? "" : std::string(", ") + name_of(d.activation)) +
-         (d.bias ? "" : ", no biases") + (d.tied_head ? "" : ", untied head");
+  const std::string act = d.activation == Activation::gelu ? "" : std::string(", ") + name_of(d.activation);
+  return name_of(d.norm) + act + (d.bias ? "" : ", no biases") + (d.tied_head ? "" : ", untied head");
 }
 
 std::string non_gpt2_structure(const ModelConfig& m, bool hf_folder) {
