@@ -17,7 +17,9 @@ and against tokens, then writes a table and a plot:
                                  [--ref-repeats N]
 
 The memory modes (optimizer state, master weights, recompute) against bf16 with fp32 state and master:
---policies bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3.
+--policies bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3. The MLP's activation (model.activation
+relu2, another model: its windows are reported against GELU's, the 1% check is not its bar): --policies
+bf16,relu2,fp8cls,fp8cls_relu2.
 
 DIR holds the corpus's train and validation shards (`*_train.bin`, `*_val.bin`, or the same names with .xz,
 unpacked into OUT first), for example ../shared/data/doctext. Writes OUT/convergence.json, OUT/convergence.md
@@ -36,7 +38,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# policy: (its name in the table, what follows `precision:` in the run's training map); the first is the reference
+# policy: (its name in the table, what follows `precision:` in the run's training map[, what follows the preset
+# in the model map]); the first is the reference
 POLICIES = {
     "bf16": ("bf16", "bf16"),
     "fp8cls": ("fp8 + classifier", "fp8, fp8_classifier: true"),
@@ -51,12 +54,15 @@ POLICIES = {
     "int8_comp": ("bf16, int8 state, compensated master", "bf16, optimizer_state: int8, master_weights: compensated"),
     "fp8cls_int8_comp_r3": ("fp8 + classifier, int8 state, compensated master, recompute 3",
                             "fp8, optimizer_state: int8, master_weights: compensated, recompute: 3"),
+    # the MLP's activation (model.activation)
+    "relu2": ("bf16, relu2", "bf16", ", activation: relu2"),
+    "fp8cls_relu2": ("fp8 + classifier, relu2", "fp8, fp8_classifier: true", ", activation: relu2"),
 }
 PRECISIONS = "bf16,fp8cls,fp8,fp8cls_fwdacc,fp8cls_allacc,fp8cls_epi"  # --policies' default
 MEMORY_MODES = "bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3"  # --policies for the memory modes
 DEFAULT_FP8 = "fp8 + classifier"  # what training.precision: fp8 runs by default
 RUN = """run: {{name: {name}, out_dir: {out}, seed: 42}}
-model: {{preset: {model}}}
+model: {{preset: {model}{model_keys}}}
 data: {{train: "{train}", val: "{val}", shuffle: false}}
 training: {{device: {device}, precision: {prec}, micro_batch: {batch}, seq_len: {seq}, steps: {steps}, lr: 6.0e-4,
            warmup_steps: {warmup}, min_lr_frac: 0.1, weight_decay: 0.1, grad_clip: 1.0}}
@@ -228,11 +234,12 @@ def main():
     logs = {}
     runs = [(names[0], 1)] + [(names[0], r) for r in range(2, a.ref_repeats + 1)] + [(k, 1) for k in names[1:]]
     for key, rep in runs:
-        name, prec = POLICIES[key]
+        name, prec, model_keys = (POLICIES[key] + ("",))[:3]
         run = "conv_" + key + (f"_run{rep}" if rep > 1 else "")
         name += f" ({REPEAT} {rep})" if rep > 1 else ""
         y = out / f"{run}.yaml"
-        y.write_text(RUN.format(name=run, out=out / "runs", model=a.model, train=train, val=val, device=a.device,
+        y.write_text(RUN.format(name=run, out=out / "runs", model=a.model, model_keys=model_keys, train=train, val=val,
+                                device=a.device,
                                 prec=prec, batch=a.batch, seq=a.seq, steps=steps,
                                 warmup=max(1, steps // 20), eval_every=a.eval_every))
         shutil.rmtree(out / "runs" / run, ignore_errors=True)
