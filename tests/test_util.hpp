@@ -1,4 +1,5 @@
-// What the C++ tests share beside GoogleTest: the shared data folder and an exception-message check.
+// What the C++ tests share beside GoogleTest: the shared data folder, an exception-message check, the
+// model's variants the GPU op tests go through (norms, activations), and FP8 casts in a row.
 #pragma once
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
