@@ -117,9 +117,22 @@ def test_an_untied_head_goes_through_a_hugging_face_folder(tmp_path):
         assert p.returncode == 1 and needle in p.stderr, p.stderr[-2000:]
 
 
-def test_unknown_norm_is_refused(tmp_path):
-    p = run_train(["--yaml", str(tiny_yaml(tmp_path)), "--set", "model.norm=batchnorm"])
-    assert p.returncode == 1 and "model.norm" in p.stderr and "layernorm" in p.stderr, p.stderr
+@pytest.mark.parametrize("key,value,named", [("model.norm", "batchnorm", "layernorm"),
+                                             ("model.activation", "swish", "relu2")])
+def test_an_unknown_structure_is_refused(tmp_path, key, value, named):
+    p = run_train(["--yaml", str(tiny_yaml(tmp_path)), "--set", f"{key}={value}"])
+    assert p.returncode == 1 and key in p.stderr and named in p.stderr, p.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_fp8_gelu_epilogue_needs_gelu(tmp_path):
+    y = str(tiny_yaml(tmp_path))
+    sets = ["training.precision=fp8", "training.fp8_gelu_epilogue=true"]
+    ok_ = run_train(["--yaml", y, "--dry-run"] + [a for kv in sets for a in ("--set", kv)])
+    assert ok_.returncode == 0, ok_.stderr
+    p = run_train(["--yaml", y] + [a for kv in sets + ["model.activation=relu2"] for a in ("--set", kv)])
+    assert p.returncode == 1 and "training.fp8_gelu_epilogue" in p.stderr and "model.activation" in p.stderr, p.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_the_plan_names_the_structure_and_counts_its_parameters(tmp_path):
