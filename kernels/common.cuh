@@ -168,7 +168,7 @@ __device__ __forceinline__ bf16 sr_bf16(float x, uint32_t rnd) {
 // 12.6 ms for a grid-stride loop over the blocks resident at once and 12.2 ms over 8 blocks per SM
 // (short blocks keep every SM loading to the end); over 201M bf16 elements, the conversions and the add
 // 5-7% faster than a grid-stride loop over 16 blocks an SM. An op may instead cap the grid at
-// blocks_per_sm blocks per multiprocessor (GELU, whose tanh makes each element dearer: gelu.cu).
+// blocks_per_sm blocks per multiprocessor (the activations, GELU's tanh making each element dearer: activation.cu).
 constexpr int kElementwiseThreads = 256;
 
 // The current device's multiprocessor count, queried once per device and kept.

@@ -36,7 +36,7 @@ class OpTally {
     ++windows_;
     lo_ = kNone, hi_ = -kNone;
   }
-  // Ops may call other ops (the CPU matmul applies GELU through gelu_fwd): only the outermost counts.
+  // Ops may call other ops (the CPU matmul applies GELU through activation_fwd): only the outermost counts.
   bool enter() { return depth_++ == 0; }
   void leave() { --depth_; }
 

@@ -76,7 +76,7 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
  public:
   explicit CpuBackend(bool op_profile)
       : tally_(op_profile), baseline_((reset_resident_peak(), resident_bytes("VmRSS"))),
-        fp8_(make_cpu_fp8_ops(*this, tally_)) {
+        fp8_(make_cpu_fp8_products(*this, tally_)) {
     openblas_set_num_threads(1);
   }
   ~CpuBackend() override {

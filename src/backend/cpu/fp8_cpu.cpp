@@ -30,9 +30,9 @@ void fold_amax(float* amax, float m) {
   if (amax && (std::isnan(m) || m > *amax)) *amax = m;
 }
 
-class CpuFp8Ops final : public Fp8Products {
+class CpuFp8Products final : public Fp8Products {
  public:
-  CpuFp8Ops(Backend& be, OpTally& tally) : be_(be), tally_(tally) {}
+  CpuFp8Products(Backend& be, OpTally& tally) : be_(be), tally_(tally) {}
 
   void cast(const Fp8Cast& op) override {
     WallScope t(tally_, fp8_cast_op_name(op));
@@ -188,8 +188,8 @@ class CpuFp8Ops final : public Fp8Products {
 
 }  // namespace
 
-std::unique_ptr<Fp8Products> make_cpu_fp8_ops(Backend& be, OpTally& tally) {
-  return std::make_unique<CpuFp8Ops>(be, tally);
+std::unique_ptr<Fp8Products> make_cpu_fp8_products(Backend& be, OpTally& tally) {
+  return std::make_unique<CpuFp8Products>(be, tally);
 }
 
 }  // namespace gpt

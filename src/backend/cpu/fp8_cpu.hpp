@@ -11,6 +11,6 @@
 namespace gpt {
 
 // be: the CPU backend itself (its fp32 products are reused); tally: its op profile
-std::unique_ptr<Fp8Products> make_cpu_fp8_ops(Backend& be, OpTally& tally);
+std::unique_ptr<Fp8Products> make_cpu_fp8_products(Backend& be, OpTally& tally);
 
 }  // namespace gpt

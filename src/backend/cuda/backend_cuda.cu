@@ -82,7 +82,7 @@ class CudaBackend final : public Backend, public Fp8ProductsOwner {
     sumsq_ = static_cast<double*>(alloc(sizeof(double)));
     const bool fp8_cores = prop_.major > 8 || (prop_.major == 8 && prop_.minor >= 9);  // Ada, Hopper and later
     if (dtype_ == DType::BF16 && fp8_cores)  // FP8 products take bf16 activations
-      fp8_ = make_cuda_fp8_ops(
+      fp8_ = make_cuda_fp8_products(
           {stream_, lt_.get(), &prof_, [this](size_t n) { return scratch_for(n); }, o.fp8_fast_accum});
   }
 

@@ -13,9 +13,9 @@ using kern::bf16;
 
 kern::Fp8Operand operand(const Fp8Tensor& t) { return {t.data, t.scale_inv, t.fmt}; }
 
-class CudaFp8Ops final : public Fp8Products {
+class CudaFp8Products final : public Fp8Products {
  public:
-  explicit CudaFp8Ops(const CudaFp8Context& c) : c_(c) {}
+  explicit CudaFp8Products(const CudaFp8Context& c) : c_(c) {}
 
   void cast(const Fp8Cast& op) override {
     OpProfiler::Scope t(*c_.prof, c_.stream, fp8_cast_op_name(op));
@@ -116,6 +116,8 @@ class CudaFp8Ops final : public Fp8Products {
 
 }  // namespace
 
-std::unique_ptr<Fp8Products> make_cuda_fp8_ops(const CudaFp8Context& c) { return std::make_unique<CudaFp8Ops>(c); }
+std::unique_ptr<Fp8Products> make_cuda_fp8_products(const CudaFp8Context& c) {
+  return std::make_unique<CudaFp8Products>(c);
+}
 
 }  // namespace gpt

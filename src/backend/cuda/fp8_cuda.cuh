@@ -21,6 +21,6 @@ struct CudaFp8Context {
   std::function<void*(size_t)> scratch;  // the backend's shared scratch, at least this many bytes
   fp8::FastAccum fast_accum = fp8::FastAccum::dinp;
 };
-std::unique_ptr<Fp8Products> make_cuda_fp8_ops(const CudaFp8Context& c);
+std::unique_ptr<Fp8Products> make_cuda_fp8_products(const CudaFp8Context& c);
 
 }  // namespace gpt
