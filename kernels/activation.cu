@@ -9,9 +9,9 @@
 namespace gpt::kern {
 
 namespace {
-// A grid-stride loop over 16 blocks an SM: measured on an H200 over 201M bf16 elements, forward 0.211
+// A grid-stride loop over 16 blocks an SM: measured for GELU on an H200 over 201M bf16 elements, forward 0.211
 // and backward 0.300 ms, against 0.229 and 0.309 ms for one vector a thread (the default, common.cuh).
-constexpr int kGeluBlocksPerSm = 16;
+constexpr int kActBlocksPerSm = 16;
 
 __device__ __forceinline__ float gelu(float x) {
   const float u = kGeluScale * (x + kGeluCubic * x * x * x);
@@ -62,12 +62,12 @@ struct ActBwdInplace {
 template <class A, class X>
 void act_fwd(X* out, const X* inp, size_t n, cudaStream_t s) {
   launch_elementwise_vec<kVec16<X>>(n, is_aligned(out, 16) && is_aligned(inp, 16), ActFwd<X, A>{out, inp}, s,
-                                    kGeluBlocksPerSm);
+                                    kActBlocksPerSm);
 }
 template <class A, class X>
 void act_bwd_inplace(X* d, const X* pre, size_t n, cudaStream_t s) {
   launch_elementwise_vec<kVec16<X>>(n, is_aligned(d, 16) && is_aligned(pre, 16), ActBwdInplace<X, A>{d, pre}, s,
-                                    kGeluBlocksPerSm);
+                                    kActBlocksPerSm);
 }
 }  // namespace
 

@@ -32,9 +32,6 @@ inline const ActivationOpNames& activation_op_names(Activation a) {
                                                  {"relu2_fwd", "relu2_bwd", "fp8_cast +relu2", "fp8_cast +drelu2"}};
   return kNames[int(a)];
 }
-inline const char* activation_op_name(Activation a, bool grad) {
-  return grad ? activation_op_names(a).bwd : activation_op_names(a).fwd;
-}
 
 // The activation and its derivative as the FP8 casts apply them (GELU in its logistic form)
 GPT_ACT_HD float activation_cast(Activation a, float x) {

@@ -415,7 +415,7 @@ void test_attention(Ctx& c, int B, int T, int NH, int HS) {
 
 // the activation and its derivative in place (exact zeros included: relu2 at and below 0)
 void test_activation(Ctx& c, Activation act, size_t n) {
-  const char* name = activation_op_name(act, false);
+  const char* name = activation_op_names(act).fwd;
   Vec x = c.rnd(n, -5, 5);
   for (size_t i = 0; i < n; i += 97) x[i] = 0.0f;
   const Vec d = c.rnd(n);
@@ -426,7 +426,7 @@ void test_activation(Ctx& c, Activation act, size_t n) {
   void *gd = up(c.gpu, d), *cd = up(c.cpu, d);
   c.gpu.activation_bwd(ActivationBwd{gd, g, n, act});
   c.cpu.activation_bwd(ActivationBwd{cd, cc, n, act});
-  check(fmt("[%s] %s n=%zu", c.prec, activation_op_name(act, true), n), down(c.gpu, gd, n), down(c.cpu, cd, n),
+  check(fmt("[%s] %s n=%zu", c.prec, activation_op_names(act).bwd, n), down(c.gpu, gd, n), down(c.cpu, cd, n),
         c.pick(kF32Exact, kBf16Elementwise));
   for (void* p : {g, go, gd}) c.gpu.free(p);
   for (void* p : {cc, co, cd}) c.cpu.free(p);

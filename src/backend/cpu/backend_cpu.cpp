@@ -19,10 +19,10 @@
 #include "backend/backend.hpp"
 #include "backend/cpu/fp8_cpu.hpp"
 #include "backend/cpu/gelu.hpp"
-#include "base/activation.hpp"
 #include "backend/cpu/xent.hpp"
-#include "base/random.hpp"
 #include "backend/op_tally.hpp"
+#include "base/activation.hpp"
+#include "base/random.hpp"
 
 namespace gpt {
 namespace {
@@ -406,7 +406,7 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
       fn([](float x) { return gelu(x); }, [](float x) { return gelu_grad(x); });
   }
   void activation_fwd(const ActivationFwd& op) override {
-    WallScope t(tally_, activation_op_name(op.act, false));
+    WallScope t(tally_, activation_op_names(op.act).fwd);
     float* o = F(op.out);
     const float* x = cF(op.inp);
     with_activation(op.act, [&](auto f, auto) {
@@ -415,7 +415,7 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
     });
   }
   void activation_bwd(const ActivationBwd& op) override {
-    WallScope t(tally_, activation_op_name(op.act, true));
+    WallScope t(tally_, activation_op_names(op.act).bwd);
     float* d = F(op.d);
     const float* x = cF(op.pre);
     with_activation(op.act, [&](auto, auto grad) {

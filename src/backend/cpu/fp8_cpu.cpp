@@ -38,10 +38,10 @@ class CpuFp8Products final : public Fp8Products {
     WallScope t(tally_, fp8_cast_op_name(op));
     const float* x = static_cast<const float*>(op.x);
     if (op.apply == Fp8Cast::Apply::act) {
-      gelu_.resize(size_t(op.N) * op.C);
+      act_.resize(size_t(op.N) * op.C);
 #pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < gelu_.size(); ++i) gelu_[i] = activation_cast(op.act, x[i]);
-      x = gelu_.data();
+      for (size_t i = 0; i < act_.size(); ++i) act_[i] = activation_cast(op.act, x[i]);
+      x = act_.data();
     }
     quantize(op.q, op.q_t, x, static_cast<const float*>(op.act_in), op.act, op.colsum, op.N, op.C);
   }
@@ -183,7 +183,7 @@ class CpuFp8Products final : public Fp8Products {
 
   Backend& be_;
   OpTally& tally_;
-  std::vector<float> a_, b_, gelu_;
+  std::vector<float> a_, b_, act_;  // dequantized operands; the activation's output before its cast
 };
 
 }  // namespace

@@ -393,14 +393,14 @@ class CudaBackend final : public Backend, public Fp8ProductsOwner {
     });
   }
   void activation_fwd(const ActivationFwd& op) override {
-    OpProfiler::Scope t(prof_, stream_, activation_op_name(op.act, false));
+    OpProfiler::Scope t(prof_, stream_, activation_op_names(op.act).fwd);
     dispatch([&](auto x) {
       using X = decltype(x);
       kern::activation_fwd<X>(op.act, static_cast<X*>(op.out), static_cast<const X*>(op.inp), op.n, stream_);
     });
   }
   void activation_bwd(const ActivationBwd& op) override {
-    OpProfiler::Scope t(prof_, stream_, activation_op_name(op.act, true));
+    OpProfiler::Scope t(prof_, stream_, activation_op_names(op.act).bwd);
     dispatch([&](auto x) {
       using X = decltype(x);
       kern::activation_bwd_inplace<X>(op.act, static_cast<X*>(op.d), static_cast<const X*>(op.pre), op.n, stream_);
