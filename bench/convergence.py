@@ -14,7 +14,7 @@ and against tokens, then writes a table and a plot:
   - the epoch's training seconds against bf16's (the speed-up at equal tokens).
 
     python3 bench/convergence.py --data DIR --out OUT [--policies bf16,fp8,...] [--model d12] [--batch 32]
-                                 [--ref-repeats N]
+                                 [--ref-repeats N] [--lr 6e-4] [--deterministic]
 
 The memory modes (optimizer state, master weights, recompute) against bf16 with fp32 state and master:
 --policies bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3. The MLP's activation (model.activation
@@ -64,8 +64,9 @@ DEFAULT_FP8 = "fp8 + classifier"  # what training.precision: fp8 runs by default
 RUN = """run: {{name: {name}, out_dir: {out}, seed: 42}}
 model: {{preset: {model}{model_keys}}}
 data: {{train: "{train}", val: "{val}", shuffle: false}}
-training: {{device: {device}, precision: {prec}, micro_batch: {batch}, seq_len: {seq}, steps: {steps}, lr: 6.0e-4,
-           warmup_steps: {warmup}, min_lr_frac: 0.1, weight_decay: 0.1, grad_clip: 1.0}}
+training: {{device: {device}, precision: {prec}, micro_batch: {batch}, seq_len: {seq}, steps: {steps}, lr: {lr},
+           warmup_steps: {warmup}, min_lr_frac: 0.1, weight_decay: 0.1, grad_clip: 1.0,
+           deterministic: {deterministic}}}
 eval: {{every: {eval_every}, batches: all}}
 log: {{every: 1, progress: false}}
 checkpoint: {{every: 0}}
@@ -218,10 +219,14 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="0: one epoch of the train shard")
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--tolerance", type=float, default=0.01)
+    ap.add_argument("--lr", type=float, default=6e-4, help="training.lr, the peak learning rate")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="training.deterministic true: a policy run twice gives the same losses, so the windows "
+                         "measure the policy alone (the default, false, is the fast mode)")
     ap.add_argument("--target", type=float, default=1.3, help="the default FP8 policy's speed-up to reach")
     ap.add_argument("--ref-repeats", type=int, default=1,
                     help="runs of the reference policy (the first); each repeat is a row against the first run: "
-                         "the run-to-run spread (training.deterministic false), reported, not checked")
+                         "the run-to-run spread (none under --deterministic), reported, not checked")
     a = ap.parse_args()
     names = [p.strip() for p in a.policies.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
@@ -239,7 +244,7 @@ def main():
         name += f" ({REPEAT} {rep})" if rep > 1 else ""
         y = out / f"{run}.yaml"
         y.write_text(RUN.format(name=run, out=out / "runs", model=a.model, model_keys=model_keys, train=train, val=val,
-                                device=a.device,
+                                device=a.device, lr=a.lr, deterministic=str(a.deterministic).lower(),
                                 prec=prec, batch=a.batch, seq=a.seq, steps=steps,
                                 warmup=max(1, steps // 20), eval_every=a.eval_every))
         shutil.rmtree(out / "runs" / run, ignore_errors=True)
