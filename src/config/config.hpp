@@ -9,6 +9,7 @@
 
 #include "base/common.hpp"
 #include "base/fp8_math.hpp"
+#include "config/structure.hpp"
 #include "optim/hypers.hpp"
 
 namespace gpt {
@@ -80,10 +81,7 @@ struct ModelConfig {
   int n_embd = 0;
   int vocab_size = 50257;
   int max_seq_len = 1024;
-  NormKind norm = NormKind::layernorm;
-  Activation activation = Activation::gelu;
-  bool bias = true;
-  bool tied_head = true;
+  GPT_MODEL_STRUCTURE(GPT_STRUCTURE_FIELD)  // norm, activation, bias, tied_head: config/structure.hpp
   std::string init_from = "";
   float init_std = 0.02f;
 };

@@ -43,23 +43,9 @@ std::vector<Field> fields_of(Config& c) {
       {"model.n_embd", &m.n_embd, "model width (without a preset)"},
       {"model.vocab_size", &m.vocab_size, "real vocabulary; padded to a multiple of 128 internally"},
       {"model.max_seq_len", &m.max_seq_len, "positions of the position embedding"},
-      {"model.norm", &m.norm,
-       "layernorm (GPT-2: mean and variance, weight and bias) / rmsnorm (root mean square, weight only: no bias "
-       "tensors). Every norm of the model; rmsnorm models are not GPT-2 and are not written as llm.c or Hugging "
-       "Face GPT-2 files"},
-      {"model.activation", &m.activation,
-       "the MLP's activation: gelu (GPT-2's, tanh form) / relu2 (the squared ReLU, max(x, 0)^2, as Primer and "
-       "modded-nanogpt; no fused cuBLASLt epilogue, so `training.fp8_gelu_epilogue` needs gelu). relu2 models "
-       "are not GPT-2 and are not written as llm.c or Hugging Face GPT-2 files"},
-      {"model.bias", &m.bias,
-       "bias vectors in the block's four products and in the norms (GPT-2's); `false`: none anywhere, the "
-       "products' outputs and the norms' without an added vector (fewer parameters and no bias gradients). "
-       "Models without them are not GPT-2 and are not written as llm.c or Hugging Face GPT-2 files"},
-      {"model.tied_head", &m.tied_head,
-       "the lm head is the token embedding's matrix (GPT-2's tying); `false`: a matrix of its own (`lmhead`, "
-       "padded vocabulary x width, initialised and decayed as the embedding), the embedding then a lookup only. "
-       "Untied models are written as Hugging Face GPT-2 folders (tie_word_embeddings false, lm_head.weight), "
-       "not as llm.c model files"},
+#define GPT_STRUCTURE_KEY(type, name, gpt2, plan, always, hf, doc) {"model." #name, &m.name, doc},
+      GPT_MODEL_STRUCTURE(GPT_STRUCTURE_KEY)  // config/structure.hpp
+#undef GPT_STRUCTURE_KEY
       {"model.init_from", &m.init_from,
        "weights to start from: an llm.c model file (fp32 or bf16) or a Hugging Face GPT-2 folder (config.json, "
        "model.safetensors; e.g. `./train export --format hf`)"},

@@ -5,6 +5,8 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "base/common.hpp"
 #include "base/format.hpp"
@@ -43,10 +45,9 @@ ModelDims resolve_dims(const ModelConfig& m) {
   d.vocab_size = m.vocab_size;
   d.padded_vocab = (m.vocab_size + 127) / 128 * 128;
   d.max_seq_len = m.max_seq_len;
-  d.norm = m.norm;
-  d.activation = m.activation;
-  d.bias = m.bias;
-  d.tied_head = m.tied_head;
+#define GPT_STRUCTURE_COPY(type, name, ...) d.name = m.name;
+  GPT_MODEL_STRUCTURE(GPT_STRUCTURE_COPY)
+#undef GPT_STRUCTURE_COPY
   return d;
 }
 
@@ -113,33 +114,47 @@ std::string product_set_text(unsigned set) {
 
 namespace {
 constexpr const char* kBoolNames[] = {"false", "true"};
+
+// A choice's values by name: a bool's false and true, an enum's names
+template <class T>
+std::pair<const char* const*, int> choice_names() {
+  if constexpr (std::is_same_v<T, bool>) return {kBoolNames, 2};
+  else return {EnumNames<T>::names, int(std::size(EnumNames<T>::names))};
+}
+template <class T>
+const char* value_name(T v) {
+  return choice_names<T>().first[int(v)];
+}
 }  // namespace
 
 std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
-  return {{"n_layer", d.n_layer},
-          {"n_head", d.n_head},
-          {"n_embd", d.n_embd},
-          {"vocab_size", d.vocab_size},
-          {"padded_vocab", d.padded_vocab},
-          {"max_seq_len", d.max_seq_len},
-          {"norm", int64_t(d.norm), int64_t(NormKind::layernorm), EnumNames<NormKind>::names,
-           int(std::size(EnumNames<NormKind>::names))},
-          {"activation", int64_t(d.activation), int64_t(Activation::gelu), EnumNames<Activation>::names,
-           int(std::size(EnumNames<Activation>::names))},
-          {"bias", int64_t(d.bias), 1, kBoolNames, 2},
-          {"tied_head", int64_t(d.tied_head), 1, kBoolNames, 2}};
+  std::vector<SpecAttr> a = {{"n_layer", d.n_layer},       {"n_head", d.n_head},
+                             {"n_embd", d.n_embd},         {"vocab_size", d.vocab_size},
+                             {"padded_vocab", d.padded_vocab}, {"max_seq_len", d.max_seq_len}};
+#define GPT_STRUCTURE_ATTR(type, name, gpt2, ...)                                                        \
+  a.push_back({#name, int64_t(d.name), int64_t(type(gpt2)), choice_names<type>().first, choice_names<type>().second});
+  GPT_MODEL_STRUCTURE(GPT_STRUCTURE_ATTR)
+#undef GPT_STRUCTURE_ATTR
+  return a;
 }
 
 std::string structure_text(const ModelDims& d) {
-  const std::string act = d.activation == Activation::gelu ? "" : std::string(", ") + name_of(d.activation);
-  return name_of(d.norm) + act + (d.bias ? "" : ", no biases") + (d.tied_head ? "" : ", untied head");
+  std::string s;
+#define GPT_STRUCTURE_WORDS(type, name, gpt2, plan, always, ...)                                          \
+  if (always || d.name != type(gpt2)) {                                                                   \
+    const char* words = plan;                                                                            \
+    s += (s.empty() ? "" : ", ") + std::string(words ? words : value_name(d.name));                      \
+  }
+  GPT_MODEL_STRUCTURE(GPT_STRUCTURE_WORDS)
+#undef GPT_STRUCTURE_WORDS
+  return s;
 }
 
 std::string non_gpt2_structure(const ModelConfig& m, bool hf_folder) {
-  if (m.norm != NormKind::layernorm) return std::string("model.norm ") + name_of(m.norm);
-  if (m.activation != Activation::gelu) return std::string("model.activation ") + name_of(m.activation);
-  if (!m.bias) return "model.bias false";
-  if (!m.tied_head && !hf_folder) return "model.tied_head false";
+#define GPT_STRUCTURE_GPT2(type, name, gpt2, plan, always, hf, ...)                                       \
+  if (m.name != type(gpt2) && !(hf && hf_folder)) return std::string("model." #name " ") + value_name(m.name);
+  GPT_MODEL_STRUCTURE(GPT_STRUCTURE_GPT2)
+#undef GPT_STRUCTURE_GPT2
   return "";
 }
 

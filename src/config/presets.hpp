@@ -12,18 +12,15 @@ struct ModelDims {
   int vocab_size = 0;         // V: real tokens
   int padded_vocab = 0;       // Vp: V rounded up to a multiple of 128
   int max_seq_len = 0;
-  NormKind norm = NormKind::layernorm;  // model.norm
-  Activation activation = Activation::gelu;  // model.activation: the MLP's
-  bool bias = true;                      // model.bias: the products' and norms' bias vectors
-  bool tied_head = true;                 // model.tied_head: the lm head is wte
+  GPT_MODEL_STRUCTURE(GPT_STRUCTURE_FIELD)  // the structural choices (config/structure.hpp), as model.<name>
   int head_dim() const { return n_embd / n_head; }
 };
 
 // Where the model's structure is more than a GPT-2 file holds: the first structural key with its value
 // ("model.norm rmsnorm"), or "" when the file can hold it. llm.c model files hold GPT-2 exactly; Hugging
-// Face GPT-2 folders (hf_folder) also an untied head (tie_word_embeddings false, lm_head.weight).
+// Face GPT-2 folders (hf_folder) also the choices whose row says `hf` (an untied head).
 std::string non_gpt2_structure(const ModelConfig& m, bool hf_folder);
-// The structural choices for the plan's model line: "layernorm", "rmsnorm, no biases, untied head"
+// The structural choices for the plan's model line, from their rows: "layernorm", "rmsnorm, no biases, untied head"
 std::string structure_text(const ModelDims& d);
 
 // Resolves model.preset or the explicit dims; throws an input error naming the key.

@@ -5,27 +5,31 @@
 namespace gpt {
 
 namespace {
+// The structural choices' tensors (the last column): which models have them
+bool with_bias(const ModelDims& d) { return d.bias; }
+bool with_norm_bias(const ModelDims& d) { return d.bias && d.norm == NormKind::layernorm; }
+bool untied_head(const ModelDims& d) { return !d.tied_head; }
+
 // GPT-2. Within each bucket, decayed matrices first (see params.hpp); llm.c's order is its own column.
-using W = ParamSpec::When;
 const std::vector<ParamSpec> kParams = {
     // name       scope             rows      cols      init            decay  vocab  product    llmc  Hugging Face name                         Conv1D in the model
     {"wte",      Scope::embedding, Dim::Vp,  Dim::C,   Init::normal,   true,  true,  nullptr,   0,  "transformer.wte.weight",               false},
     {"wpe",      Scope::embedding, Dim::T,   Dim::C,   Init::normal,   true,  false, nullptr,   1,  "transformer.wpe.weight",               false},
-    {"lmhead",   Scope::embedding, Dim::Vp,  Dim::C,   Init::normal,   true,  true,  nullptr,   16, "lm_head.weight",                       false, W::untied_head},
+    {"lmhead",   Scope::embedding, Dim::Vp,  Dim::C,   Init::normal,   true,  true,  nullptr,   16, "lm_head.weight",                       false, untied_head},
     {"qkvw",     Scope::layer,     Dim::C3,  Dim::C,   Init::normal,   true,  false, "qkv",     4,  "transformer.h.{l}.attn.c_attn.weight", true},
     {"attprojw", Scope::layer,     Dim::C,   Dim::C,   Init::residual, true,  false, "attproj", 6,  "transformer.h.{l}.attn.c_proj.weight", true},
     {"fcw",      Scope::layer,     Dim::C4,  Dim::C,   Init::normal,   true,  false, "fc",      10, "transformer.h.{l}.mlp.c_fc.weight",    true},
     {"fcprojw",  Scope::layer,     Dim::C,   Dim::C4,  Init::residual, true,  false, "fcproj",  12, "transformer.h.{l}.mlp.c_proj.weight",  true},
     {"ln1w",     Scope::layer,     Dim::C,   Dim::one, Init::ones,     false, false, nullptr,   2,  "transformer.h.{l}.ln_1.weight",        false},
-    {"ln1b",     Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   3,  "transformer.h.{l}.ln_1.bias",          false, W::norm_bias},
-    {"qkvb",     Scope::layer,     Dim::C3,  Dim::one, Init::zeros,    false, false, nullptr,   5,  "transformer.h.{l}.attn.c_attn.bias",   false, W::bias},
-    {"attprojb", Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   7,  "transformer.h.{l}.attn.c_proj.bias",   false, W::bias},
+    {"ln1b",     Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   3,  "transformer.h.{l}.ln_1.bias",          false, with_norm_bias},
+    {"qkvb",     Scope::layer,     Dim::C3,  Dim::one, Init::zeros,    false, false, nullptr,   5,  "transformer.h.{l}.attn.c_attn.bias",   false, with_bias},
+    {"attprojb", Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   7,  "transformer.h.{l}.attn.c_proj.bias",   false, with_bias},
     {"ln2w",     Scope::layer,     Dim::C,   Dim::one, Init::ones,     false, false, nullptr,   8,  "transformer.h.{l}.ln_2.weight",        false},
-    {"ln2b",     Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   9,  "transformer.h.{l}.ln_2.bias",          false, W::norm_bias},
-    {"fcb",      Scope::layer,     Dim::C4,  Dim::one, Init::zeros,    false, false, nullptr,   11, "transformer.h.{l}.mlp.c_fc.bias",      false, W::bias},
-    {"fcprojb",  Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   13, "transformer.h.{l}.mlp.c_proj.bias",    false, W::bias},
+    {"ln2b",     Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   9,  "transformer.h.{l}.ln_2.bias",          false, with_norm_bias},
+    {"fcb",      Scope::layer,     Dim::C4,  Dim::one, Init::zeros,    false, false, nullptr,   11, "transformer.h.{l}.mlp.c_fc.bias",      false, with_bias},
+    {"fcprojb",  Scope::layer,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   13, "transformer.h.{l}.mlp.c_proj.bias",    false, with_bias},
     {"lnfw",     Scope::final,     Dim::C,   Dim::one, Init::ones,     false, false, nullptr,   14, "transformer.ln_f.weight",              false},
-    {"lnfb",     Scope::final,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   15, "transformer.ln_f.bias",                false, W::norm_bias},
+    {"lnfb",     Scope::final,     Dim::C,   Dim::one, Init::zeros,    false, false, nullptr,   15, "transformer.ln_f.bias",                false, with_norm_bias},
 };
 
 int dim_value(Dim x, const ModelDims& d) {

@@ -41,18 +41,10 @@ struct ParamSpec {
   int llmc_rank;            // position in llm.c's tensor-major file order
   const char* hf;           // Hugging Face GPT2LMHeadModel name, "{l}" standing for the layer
   bool hf_transposed;       // Hugging Face stores it (in, out) (Conv1D) against this trainer's (out, in)
-  // which models have it: every one; with model.bias (a product's bias); with model.bias and LayerNorm (a
-  // norm's bias); with model.tied_head false (the head's own matrix)
-  enum class When : uint8_t { always, bias, norm_bias, untied_head } when = When::always;
-  bool in(const ModelDims& d) const {
-    switch (when) {
-      case When::always: return true;
-      case When::bias: return d.bias;
-      case When::norm_bias: return d.bias && d.norm == NormKind::layernorm;
-      case When::untied_head: return !d.tied_head;
-    }
-    return true;
-  }
+  // which models have it: nullptr, every one; else those for which it returns true (a structural choice's
+  // tensors: params.cpp's predicates)
+  bool (*when)(const ModelDims&) = nullptr;
+  bool in(const ModelDims& d) const { return when == nullptr || when(d); }
 };
 
 // The table itself, in layout order.
