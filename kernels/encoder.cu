@@ -11,7 +11,7 @@ namespace gpt::kern {
 namespace {
 constexpr int kThreads = 256;
 
-template <class X, int V>
+template <class X, int V, bool kPos>
 __global__ void encoder_fwd_kernel(X* __restrict__ out, const int* __restrict__ tokens, const X* __restrict__ wte,
                                    const X* __restrict__ wpe, int BT, int T, int C) {
   const int cv = C / V;
@@ -19,6 +19,10 @@ __global__ void encoder_fwd_kernel(X* __restrict__ out, const int* __restrict__ 
   if (idx >= long(BT) * cv) return;
   const int bt = int(idx / cv), c = int(idx % cv) * V, t = bt % T;
   const Vec<X, V> a = ldv<X, V>(wte + size_t(tokens[bt]) * C + c);
+  if constexpr (!kPos) {  // no position embedding: the token's row
+    stv<X, V>(out + size_t(bt) * C + c, a);
+    return;
+  }
   const Vec<X, V> b = ldv<X, V>(wpe + size_t(t) * C + c);
   Vec<X, V> o;
 #pragma unroll
@@ -92,10 +96,15 @@ void encoder_fwd(const EncoderFwdArgs<X>& a, cudaStream_t s) {
   const bool vec = C % V == 0 && is_aligned(a.out, 16) && is_aligned(a.wte, 16) && is_aligned(a.wpe, 16);
   const long work = long(a.B) * a.T * (vec ? C / V : C);
   const unsigned grid = unsigned(ceil_div(work, kThreads));
-  if (vec)
-    encoder_fwd_kernel<X, V><<<grid, kThreads, 0, s>>>(a.out, a.tokens, a.wte, a.wpe, a.B * a.T, a.T, C);
+  const bool pos = a.wpe != nullptr;
+  if (vec && pos)
+    encoder_fwd_kernel<X, V, true><<<grid, kThreads, 0, s>>>(a.out, a.tokens, a.wte, a.wpe, a.B * a.T, a.T, C);
+  else if (vec)
+    encoder_fwd_kernel<X, V, false><<<grid, kThreads, 0, s>>>(a.out, a.tokens, a.wte, a.wpe, a.B * a.T, a.T, C);
+  else if (pos)
+    encoder_fwd_kernel<X, 1, true><<<grid, kThreads, 0, s>>>(a.out, a.tokens, a.wte, a.wpe, a.B * a.T, a.T, C);
   else
-    encoder_fwd_kernel<X, 1><<<grid, kThreads, 0, s>>>(a.out, a.tokens, a.wte, a.wpe, a.B * a.T, a.T, C);
+    encoder_fwd_kernel<X, 1, false><<<grid, kThreads, 0, s>>>(a.out, a.tokens, a.wte, a.wpe, a.B * a.T, a.T, C);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -109,11 +118,13 @@ void encoder_bwd(const EncoderBwdArgs<X>& a, cudaStream_t s) {
   const int cv = vec ? C / V : C;
 
   const unsigned gwpe = unsigned(ceil_div(long(a.T) * cv, kThreads));
-  if (vec)
-    encoder_bwd_wpe_kernel<X, V><<<gwpe, kThreads, 0, s>>>(a.dwpe, a.dout, a.B, a.T, C);
-  else
-    encoder_bwd_wpe_kernel<X, 1><<<gwpe, kThreads, 0, s>>>(a.dwpe, a.dout, a.B, a.T, C);
-  CUDA_CHECK_LAUNCH();
+  if (a.dwpe) {  // with a position embedding
+    if (vec)
+      encoder_bwd_wpe_kernel<X, V><<<gwpe, kThreads, 0, s>>>(a.dwpe, a.dout, a.B, a.T, C);
+    else
+      encoder_bwd_wpe_kernel<X, 1><<<gwpe, kThreads, 0, s>>>(a.dwpe, a.dout, a.B, a.T, C);
+    CUDA_CHECK_LAUNCH();
+  }
 
   char* p = static_cast<char*>(a.scratch);
   const size_t ib = align256(size_t(n) * sizeof(int));

@@ -8,13 +8,13 @@
 
 namespace gpt::kern {
 
-// out[b, t] = wte[tokens[b, t]] + wpe[t]
+// out[b, t] = wte[tokens[b, t]] + wpe[t] (wte[tokens[b, t]] without wpe)
 template <class X>
 struct EncoderFwdArgs {
   X* out = nullptr;             // (B, T, C)
   const int* tokens = nullptr;  // (B, T)
   const X* wte = nullptr;       // (Vp, C)
-  const X* wpe = nullptr;       // (maxT, C)
+  const X* wpe = nullptr;       // (maxT, C), or nullptr: no position embedding
   int B = 0, T = 0, C = 0;
 };
 template <class X>
@@ -24,7 +24,7 @@ void encoder_fwd(const EncoderFwdArgs<X>& a, cudaStream_t s);
 template <class X>
 struct EncoderBwdArgs {
   X* dwte = nullptr;            // (Vp, C) accumulated
-  X* dwpe = nullptr;            // (maxT, C) accumulated
+  X* dwpe = nullptr;            // (maxT, C) accumulated; nullptr: no position embedding
   const X* dout = nullptr;      // (B, T, C)
   const int* tokens = nullptr;  // (B, T)
   int B = 0, T = 0, C = 0;

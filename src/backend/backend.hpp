@@ -192,7 +192,7 @@ struct ClassifierLoss {
   Fp8Tensor dlogits;
 };
 
-// The embeddings: out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T); wte (Vp,C); wpe (maxT,C)
+// The embeddings: out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T); wte (Vp,C); wpe (maxT,C), or nullptr: none
 struct EncoderFwd {
   void* out = nullptr;
   const int* tokens = nullptr;
@@ -200,7 +200,8 @@ struct EncoderFwd {
   const void* wpe = nullptr;
   int B = 0, T = 0, C = 0;
 };
-// Their backward: accumulates dwte (Vp,C), dwpe (maxT,C) from dout (B,T,C); deterministic on every backend
+// Their backward: accumulates dwte (Vp,C), dwpe (maxT,C; nullptr without wpe) from dout (B,T,C); deterministic on
+// every backend
 struct EncoderBwd {
   void* dwte = nullptr;
   void* dwpe = nullptr;

@@ -29,7 +29,11 @@
     "the lm head is the token embedding's matrix (GPT-2's tying); `false`: a matrix of its own (`lmhead`, "         \
     "padded vocabulary x width, initialised and decayed as the embedding), the embedding then a lookup only. "      \
     "Untied models are written as Hugging Face GPT-2 folders (tie_word_embeddings false, lm_head.weight), "         \
-    "not as llm.c model files")
+    "not as llm.c model files")                                                                                     \
+  X(bool, pos_embedding, true, "no position embedding", false, false,                                              \
+    "the learned position embedding `wpe` (GPT-2's, max_seq_len x width) added to the token embedding; `false`: "   \
+    "none (NoPE: the causal mask alone tells positions apart). Models without it are not GPT-2 and are not "       \
+    "written as llm.c or Hugging Face GPT-2 files")
 
 // A row as a field with GPT-2's value as its initialiser (ModelConfig's and ModelDims')
 #define GPT_STRUCTURE_FIELD(type, name, gpt2, ...) type name = gpt2;

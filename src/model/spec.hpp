@@ -1,7 +1,7 @@
 // The model as one value: its structure and the precision of each of its products.
 //
-// ModelSpec::dims (config/presets.hpp) holds the sizes and the structural choices (model.norm, bias,
-// tied_head): what the parameter table, the layout, the initialisation, the FLOP count, the checkpoints
+// ModelSpec::dims (config/presets.hpp) holds the sizes and the structural choices (the rows of
+// config/structure.hpp): what the parameter table, the layout, the initialisation, the FLOP count, the checkpoints
 // (spec_attrs: one attribute each, compared by a resume, and each bucket's tensor names), the exports and
 // init_from read.
 // ModelSpec::precision says which products compute in FP8, per layer and per product: what the model

@@ -53,10 +53,11 @@ struct FullStore : ParamStore {
 };
 
 ModelDims small_dims(NormKind norm = NormKind::layernorm, bool bias = true, bool tied_head = true,
-                     Activation act = Activation::gelu) {
+                     Activation act = Activation::gelu, bool pos_embedding = true) {
   ModelConfig m;
   m.norm = norm;
   m.activation = act;
+  m.pos_embedding = pos_embedding;
   m.bias = bias;
   m.tied_head = tied_head;
   m.n_layer = 2;
@@ -78,9 +79,9 @@ std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
 
 // every model.norm (and model.activation): the whole model's analytic gradients against central differences
 static void check_gradients_against_finite_differences(NormKind norm, bool bias = true, bool tied_head = true,
-                                                       Activation act = Activation::gelu) {
+                                                       Activation act = Activation::gelu, bool pos_embedding = true) {
   auto be = make_cpu_backend(BackendOptions{});
-  const ModelDims d = small_dims(norm, bias, tied_head, act);
+  const ModelDims d = small_dims(norm, bias, tied_head, act, pos_embedding);
   ParamLayout L(d);
   const int B = 2, T = 5;
   GPT model(d, L, *be, B, T, 0);
@@ -164,6 +165,16 @@ TEST(Model, an_untied_head_has_its_own_matrix_and_gradient) {
   EXPECT_EQ(untied.bucket(0).tensor("lmhead").shape, untied.bucket(0).tensor("wte").shape);
   // the same FLOPs a token: the embedding is a lookup either way
   EXPECT_EQ(flops_per_token(tied, 8), flops_per_token(untied, 8));
+}
+
+TEST(Model, a_model_without_position_embedding_has_no_wpe_and_learns_the_rest) {
+  check_gradients_against_finite_differences(NormKind::layernorm, true, true, Activation::gelu, false);
+  const ParamLayout with(small_dims()), without(small_dims(NormKind::layernorm, true, true, Activation::gelu, false));
+  const ModelDims& d = with.dims();
+  EXPECT_EQ(with.n_params() - without.n_params(), size_t(d.max_seq_len) * d.n_embd);
+  for (auto& t : without.bucket(0).tensors) EXPECT_STRNE(t.name, "wpe");
+  // the FLOP convention counts the parameters there are
+  EXPECT_LT(flops_per_token(without, 8), flops_per_token(with, 8));
 }
 
 TEST(Model, a_layout_without_biases_has_no_bias_tensors) {

@@ -194,7 +194,8 @@ void test_conversions(Ctx& c, size_t n) {
   for (void* p : {ca, cb}) c.cpu.free(p);
 }
 
-void test_encoder(Ctx& c, int B, int T, int C, int Vp) {
+// pos false: no position embedding (model.pos_embedding false), wpe and dwpe null on both backends
+void test_encoder(Ctx& c, int B, int T, int C, int Vp, bool pos = true) {
   std::vector<int> tok(size_t(B) * T);
   std::uniform_int_distribution<int> dt(0, Vp - 1);
   for (auto& t : tok) t = dt(g_rng);
@@ -204,26 +205,27 @@ void test_encoder(Ctx& c, int B, int T, int C, int Vp) {
   void *gt = up_int(c.gpu, tok), *ct = up_int(c.cpu, tok);
   void *gwte = up(c.gpu, wte), *gwpe = up(c.gpu, wpe), *cwte = up(c.cpu, wte), *cwpe = up(c.cpu, wpe);
   void *gout = up(c.gpu, poison(n)), *cout = up(c.cpu, Vec(n));
-  c.gpu.encoder_fwd(EncoderFwd{gout, static_cast<int*>(gt), gwte, gwpe, B, T, C});
-  c.cpu.encoder_fwd(EncoderFwd{cout, static_cast<int*>(ct), cwte, cwpe, B, T, C});
-  const std::string sz = fmt("B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
+  c.gpu.encoder_fwd(EncoderFwd{gout, static_cast<int*>(gt), gwte, pos ? gwpe : nullptr, B, T, C});
+  c.cpu.encoder_fwd(EncoderFwd{cout, static_cast<int*>(ct), cwte, pos ? cwpe : nullptr, B, T, C});
+  const std::string sz = fmt("B=%d T=%d C=%d Vp=%d%s", B, T, C, Vp, pos ? "" : " no wpe");
   check(fmt("[%s] encoder_fwd %s", c.prec, sz.c_str()), down(c.gpu, gout, n), down(c.cpu, cout, n),
         c.pick(kF32Exact, kBf16Elementwise));
 
   const Vec dout = c.rnd(n), dwte0 = c.rnd(size_t(Vp) * C, -0.1f, 0.1f), dwpe0 = c.rnd(size_t(T) * C, -0.1f, 0.1f);
   void *gd = up(c.gpu, dout), *cd = up(c.cpu, dout);
   void *gdwte = up(c.gpu, dwte0), *gdwpe = up(c.gpu, dwpe0), *cdwte = up(c.cpu, dwte0), *cdwpe = up(c.cpu, dwpe0);
-  c.gpu.encoder_bwd(EncoderBwd{gdwte, gdwpe, gd, static_cast<int*>(gt), B, T, C});
-  c.cpu.encoder_bwd(EncoderBwd{cdwte, cdwpe, cd, static_cast<int*>(ct), B, T, C});
+  c.gpu.encoder_bwd(EncoderBwd{gdwte, pos ? gdwpe : nullptr, gd, static_cast<int*>(gt), B, T, C});
+  c.cpu.encoder_bwd(EncoderBwd{cdwte, pos ? cdwpe : nullptr, cd, static_cast<int*>(ct), B, T, C});
   const Vec r1 = down(c.gpu, gdwte, wte.size());
   check(fmt("[%s] encoder_bwd dwte %s", c.prec, sz.c_str()), r1, down(c.cpu, cdwte, wte.size()),
         c.pick(kF32Exact, kBf16Backward));
+  // without wpe its gradient is untouched on both: dwpe0 still
   check(fmt("[%s] encoder_bwd dwpe %s", c.prec, sz.c_str()), down(c.gpu, gdwpe, wpe.size()),
-        down(c.cpu, cdwpe, wpe.size()), c.pick(kF32Exact, kBf16Backward));
+        pos ? down(c.cpu, cdwpe, wpe.size()) : dwpe0, c.pick(kF32Exact, kBf16Backward));
   // deterministic: the same inputs give the same bits
   c.gpu.free(gdwte);
   gdwte = up(c.gpu, dwte0);
-  c.gpu.encoder_bwd(EncoderBwd{gdwte, gdwpe, gd, static_cast<int*>(gt), B, T, C});
+  c.gpu.encoder_bwd(EncoderBwd{gdwte, pos ? gdwpe : nullptr, gd, static_cast<int*>(gt), B, T, C});
   const Vec r2 = down(c.gpu, gdwte, wte.size());
   expect(std::memcmp(r1.data(), r2.data(), r1.size() * 4) == 0,
          fmt("[%s] encoder_bwd dwte bitwise deterministic %s", c.prec, sz.c_str()));
@@ -817,6 +819,8 @@ std::vector<OpCheck> op_checks() {
       {{"convert", "add_inplace"}, [](Ctx& c) { test_conversions(c, 1000003); }},
       {{"encoder_fwd", "encoder_bwd"}, [](Ctx& c) { test_encoder(c, 2, 97, 257, 131); }},  // scalar path
       {{"encoder_fwd", "encoder_bwd"}, [](Ctx& c) { test_encoder(c, 4, 64, 768, 512); }},  // vector path, many repeated tokens
+      {{"encoder_fwd", "encoder_bwd"}, [](Ctx& c) { test_encoder(c, 2, 97, 257, 131, false); }},  // no position embedding
+      {{"encoder_fwd", "encoder_bwd"}, [](Ctx& c) { test_encoder(c, 4, 64, 768, 512, false); }},
   };
   // first (97 x 257), then while no wider launch has raised the kernel's shared-memory limit: bf16's
   // pipelined backward at 48 KB of dynamic shared memory plus its static barriers (GPT-2 tiny's width);

@@ -23,6 +23,7 @@ VARIANTS = {
     "rmsnorm-nobias": (["model.norm=rmsnorm", "model.bias=false"], "model.norm rmsnorm", L * 9 * C + (2 * L + 1) * C),
     "untied": (["model.tied_head=false"], "model.tied_head false", -V * C),  # the head's own matrix
     "relu2": (["model.activation=relu2"], "model.activation relu2", 0),  # the same parameters
+    "nope": (["model.pos_embedding=false"], "model.pos_embedding false", 32 * C),  # wpe: max_seq_len x C
 }
 
 
@@ -61,7 +62,8 @@ def test_a_variant_resumes_bit_for_bit(tmp_path, variant):
 
 @pytest.mark.parametrize("key,was,now", [("model.norm", "layernorm", "rmsnorm"), ("model.bias", "true", "false"),
                                          ("model.tied_head", "true", "false"),
-                                         ("model.activation", "gelu", "relu2")])
+                                         ("model.activation", "gelu", "relu2"),
+                                         ("model.pos_embedding", "true", "false")])
 def test_a_resume_under_another_structure_is_named(tmp_path, key, was, now):
     y = tiny_yaml(tmp_path, steps=6, ckpt_every=3)
     ok(run(["--yaml", y, "--set", "training.steps=3"]))
@@ -141,7 +143,7 @@ def test_the_plan_names_the_structure_and_counts_its_parameters(tmp_path):
     gpt2 = run_train(["--yaml", y, "--dry-run"])
     assert gpt2.returncode == 0 and "), layernorm\n" in gpt2.stdout, gpt2.stdout[:800]
     names = {"rmsnorm": "rmsnorm", "nobias": "layernorm, no biases", "rmsnorm-nobias": "rmsnorm, no biases",
-             "untied": "layernorm, untied head", "relu2": "layernorm, relu2"}
+             "untied": "layernorm, untied head", "relu2": "layernorm, relu2", "nope": "layernorm, no position embedding"}
     for variant, (sets, _, dropped) in VARIANTS.items():
         p = run_train(["--yaml", y, "--dry-run"] + [a for kv in sets for a in ("--set", kv)])
         assert p.returncode == 0, p.stderr

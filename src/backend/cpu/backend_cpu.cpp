@@ -150,6 +150,10 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
     for (int bt = 0; bt < B * T; ++bt) {
       const int t = bt % T;
       const float* we = cF(wte) + size_t(tokens[bt]) * C;
+      if (!wpe) {  // no position embedding
+        for (int c = 0; c < C; ++c) o[size_t(bt) * C + c] = we[c];
+        continue;
+      }
       const float* pe = cF(wpe) + size_t(t) * C;
       for (int c = 0; c < C; ++c) o[size_t(bt) * C + c] = we[c] + pe[c];
     }
@@ -168,7 +172,7 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
       for (int bt = 0; bt < B * T; ++bt) {
         const float g = d[size_t(bt) * C + c];
         gw[size_t(tokens[bt]) * C + c] += g;
-        gp[size_t(bt % T) * C + c] += g;
+        if (gp) gp[size_t(bt % T) * C + c] += g;
       }
     }
   }
