@@ -19,7 +19,8 @@ and against tokens, then writes a table and a plot:
 The memory modes (optimizer state, master weights, recompute) against bf16 with fp32 state and master:
 --policies bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3. The MLP's activation (model.activation
 relu2, another model: its windows are reported against GELU's, the 1% check is not its bar): --policies
-bf16,relu2,fp8cls,fp8cls_relu2.
+bf16,relu2,fp8cls,fp8cls_relu2; rotary position embeddings (model.pos_embedding rope, another model too):
+--policies bf16,rope,fp8cls,fp8cls_rope.
 
 DIR holds the corpus's train and validation shards (`*_train.bin`, `*_val.bin`, or the same names with .xz,
 unpacked into OUT first), for example ../shared/data/doctext. Writes OUT/convergence.json, OUT/convergence.md
@@ -57,6 +58,9 @@ POLICIES = {
     # the MLP's activation (model.activation)
     "relu2": ("bf16, relu2", "bf16", ", activation: relu2"),
     "fp8cls_relu2": ("fp8 + classifier, relu2", "fp8, fp8_classifier: true", ", activation: relu2"),
+    # how the model knows positions (model.pos_embedding): rotary embeddings in place of wpe
+    "rope": ("bf16, rope", "bf16", ", pos_embedding: rope"),
+    "fp8cls_rope": ("fp8 + classifier, rope", "fp8, fp8_classifier: true", ", pos_embedding: rope"),
 }
 PRECISIONS = "bf16,fp8cls,fp8,fp8cls_fwdacc,fp8cls_allacc,fp8cls_epi"  # --policies' default
 MEMORY_MODES = "bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3"  # --policies for the memory modes

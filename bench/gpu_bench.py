@@ -13,8 +13,9 @@ training.fp8_gelu_epilogue true (GELU's FP8 output from fc's epilogue; "cast" wr
 or "allacc" after fp8 for training.fp8_fast_accum forward or all (the default, dinp, is left unwritten), "det" for
 training.deterministic (bit-reproducible steps) or "prof" for a run with log.op_profile whose per-op table
 is kept (its step times include the profiler's events, so it does not count as a throughput figure), and
-"relu2" last for model.activation relu2 (the squared ReLU in place of GELU), e.g. 0, 1, 0fp8, 0fp8cls,
-0fp8clsepi, 0fp8clsfwdacc, 0det, 0fp8prof, 0fp8clsprof, 0relu2, 0fp8clsrelu2. --matmul-search S sets this
+last the model's structure: "relu2" for model.activation relu2 (the squared ReLU in place of GELU), "rope"
+for model.pos_embedding rope (rotary embeddings in place of wpe), e.g. 0, 1, 0fp8, 0fp8cls, 0fp8clsepi,
+0fp8clsfwdacc, 0det, 0fp8prof, 0fp8clsprof, 0relu2, 0fp8clsrelu2, 0rope, 0fp8clsrelu2rope. --matmul-search S sets this
 trainer's training.matmul_search_s (seconds per matmul shape for cuBLASLt configurations beyond the
 heuristic's).
 
@@ -50,11 +51,25 @@ def run(cmd, log):
     return p.returncode
 
 
+# a variant's last letters: the model's structure (model.<key>: value), in this order
+STRUCTURE = {"relu2": ("activation", "relu2"), "rope": ("pos_embedding", "rope")}
+
+
+def structure(variant):
+    """The variant without its structural suffixes, and their model keys ({key: value})."""
+    keys = {}
+    for suffix in reversed(STRUCTURE):
+        if variant.endswith(suffix):
+            variant = variant.removesuffix(suffix)
+            keys[STRUCTURE[suffix][0]] = STRUCTURE[suffix][1]
+    return variant, keys
+
+
 def check_variants(ap, variants):
     """--variants: each a recompute level followed by fp8 or fp8cls (then optionally epi or cast, fwdacc or
     allacc), det or prof (an argparse error otherwise)."""
     for v in variants.split(","):
-        v = v.removesuffix("relu2")
+        v = structure(v)[0]
         if (not v[:1].isdigit() or ("cls" in v and "fp8cls" not in v) or
                 (("cast" in v or "epi" in v or "acc" in v) and "fp8" not in v) or ("cast" in v and "epi" in v) or
                 ("fwdacc" in v and "allacc" in v) or v.count("acc") != ("fwdacc" in v) + ("allacc" in v)):
@@ -65,7 +80,8 @@ def check_variants(ap, variants):
 def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     recompute = int(variant[0])
     det, prof, fp8, cls = "det" in variant, "prof" in variant, "fp8" in variant, "cls" in variant
-    cast, epi, relu2 = "cast" in variant, "epi" in variant, variant.endswith("relu2")
+    base, model_keys = structure(variant)
+    cast, epi = "cast" in base, "epi" in base
     acc = "forward" if "fwdacc" in variant else "all" if "allacc" in variant else None
     # FP8 keys written only when the variant names them (builds that predate a key run the others)
     fp8_keys = ((f" fp8_gelu_epilogue: {str(epi).lower()}," if cast or epi else "") +
@@ -75,7 +91,7 @@ def ours(preset, mb, variant, steps, warmup, out, train, search=0.0):
     name = f"{preset}_b{mb}_r{variant}"
     yaml = out / f"{name}.yaml"
     yaml.write_text(f"""run: {{name: {name}, out_dir: {out}/runs}}
-model: {{preset: {preset}{", activation: relu2" if relu2 else ""}}}
+model: {{preset: {preset}{"".join(f", {k}: {v}" for k, v in model_keys.items())}}}
 data: {{synthetic: true, synthetic_vocab: 50257}}
 training: {{device: cuda, precision: {"fp8" if fp8 else "bf16"},{cls_key}{fp8_keys} micro_batch: {mb},
            seq_len: 1024, steps: {steps}, lr: 6.0e-4,
@@ -87,14 +103,14 @@ log: {{every: 1, progress: false, op_profile: {str(prof).lower()}}}
     rc = run([train, "--yaml", yaml], out / f"{name}.log")
     impl = ("this" + (" fp8" if fp8 else "") + (" +classifier" if cls else "") + (" GELU cast" if cast else "") + (" GELU epilogue" if epi else "") +
             (f" fast accumulation {acc}" if acc else "") + (" (deterministic)" if det else "") +
-            (" (op profile)" if prof else "") + (" relu2" if relu2 else ""))
+            (" (op profile)" if prof else "") + "".join(f" {v}" for v in model_keys.values()))
     r = {"impl": impl, "variant": variant, "preset": preset, "micro_batch": mb, "recompute": recompute,
          "status": "ok" if rc == 0 else f"exit {rc}"}
     if prof:
         text = (out / f"{name}.log").read_text()
         table = text[text.find("op profile over"):]
         suffix = (("_fp8" if fp8 else "") + ("cls" if cls else "") + ("cast" if cast else "") + ("epi" if epi else "") +
-                  ("fwdacc" if acc == "forward" else "allacc" if acc == "all" else "") + ("_relu2" if relu2 else ""))
+                  ("fwdacc" if acc == "forward" else "allacc" if acc == "all" else "") + "".join(f"_{v}" for v in model_keys.values()))
         (out / f"op_profile_{preset}_b{mb}{suffix}.txt").write_text(table)
         print(table, flush=True)
     logp = out / "runs" / name / "log.h5"

@@ -209,6 +209,14 @@ struct EncoderBwd {
   const int* tokens = nullptr;
   int B = 0, T = 0, C = 0;
 };
+// Rotary position embedding (model.pos_embedding: rope; the math: base/rope.hpp), in place on qkv
+// (B,T,3,NH,HS): every head's q and k at position t rotated pairwise (i with i + HS/2) by t's angles, v
+// untouched; `inverse`: by the negative angles, the backward of the forward's rotation (on dqkv).
+struct Rope {
+  void* qkv = nullptr;
+  int B = 0, T = 0, NH = 0, HS = 0;
+  bool inverse = false;
+};
 // Causal self-attention: qkv (B,T,3,NH,HS); out (B,T,NH,HS); lse (B,NH,T) fp32 log-sum-exp of the scaled
 // scores (softmax scale 1/sqrt(HS)), kept for the backward.
 struct AttentionFwd {
@@ -315,6 +323,7 @@ class Backend {
   // Causal self-attention (AttentionFwd, AttentionBwd above)
   virtual void attention_fwd(const AttentionFwd& op) = 0;
   virtual void attention_bwd(const AttentionBwd& op) = 0;
+  virtual void rope(const Rope& op) = 0;
   // The activation where no product's epilogue applies it, and its derivative (ActivationFwd/Bwd above)
   virtual void activation_fwd(const ActivationFwd& op) = 0;
   virtual void activation_bwd(const ActivationBwd& op) = 0;

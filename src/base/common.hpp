@@ -22,6 +22,11 @@ enum class NormKind : uint8_t { layernorm, rmsnorm };
 // max(x, 0)^2 (So et al., "Primer", 2021). Its math for every backend: base/activation.hpp.
 enum class Activation : uint8_t { gelu, relu2 };
 
+// How the model knows positions (model.pos_embedding): none (NoPE: the causal mask alone), a learned
+// embedding added to the tokens' (GPT-2's wpe), or rotary embeddings of the queries and keys (RoPE, Su et
+// al. 2021, as GPT-NeoX and LLaMA rotate them: element i with element i + head_dim / 2).
+enum class PosEmbedding : uint8_t { none, learned, rope };
+
 // Host-side conversions for files (llm.c bf16 models, safetensors): exact widening, and fp32 -> bf16
 // rounded to nearest even.
 inline float bf16_to_f32(uint16_t h) {

@@ -45,6 +45,10 @@ template <> struct EnumNames<MemoryFit> { static constexpr const char* names[] =
 template <> struct EnumNames<Offload> { static constexpr const char* names[] = {"none", "optimizer"}; };
 template <> struct EnumNames<NormKind> { static constexpr const char* names[] = {"layernorm", "rmsnorm"}; };
 template <> struct EnumNames<Activation> { static constexpr const char* names[] = {"gelu", "relu2"}; };
+template <> struct EnumNames<PosEmbedding> {  // a boolean key once: false none, true learned
+  static constexpr const char* names[] = {"none", "learned", "rope"};
+  static constexpr bool bool_names = true;
+};
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
 template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>

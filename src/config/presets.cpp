@@ -43,6 +43,9 @@ ModelDims resolve_dims(const ModelConfig& m) {
   if (m.vocab_size < 2) throw input_error("model.vocab_size: must be >= 2");
   if (m.max_seq_len < 1) throw input_error("model.max_seq_len: must be >= 1");
   d.vocab_size = m.vocab_size;
+  if (m.pos_embedding == PosEmbedding::rope && (d.n_embd / d.n_head) % 2 != 0)
+    throw input_error("model.pos_embedding: rope rotates pairs of a head's values, so the head size n_embd / n_head (" +
+                      std::to_string(d.n_embd / d.n_head) + ") must be even");
   d.padded_vocab = (m.vocab_size + 127) / 128 * 128;
   d.max_seq_len = m.max_seq_len;
 #define GPT_STRUCTURE_COPY(type, name, ...) d.name = m.name;
@@ -125,6 +128,12 @@ template <class T>
 const char* value_name(T v) {
   return choice_names<T>().first[int(v)];
 }
+// A choice's words on the plan's model line: a bool's `plan`; an enum's name, after `plan` when given
+template <class T>
+std::string choice_words(const char* plan, T v) {
+  if constexpr (std::is_same_v<T, bool>) return plan;
+  else return plan ? std::string(plan) + " " + value_name(v) : std::string(value_name(v));
+}
 }  // namespace
 
 std::vector<SpecAttr> spec_attrs(const ModelDims& d) {
@@ -142,8 +151,7 @@ std::string structure_text(const ModelDims& d) {
   std::string s;
 #define GPT_STRUCTURE_WORDS(type, name, gpt2, plan, always, ...)                                          \
   if (always || d.name != type(gpt2)) {                                                                   \
-    const char* words = plan;                                                                            \
-    s += (s.empty() ? "" : ", ") + std::string(words ? words : value_name(d.name));                      \
+    s += (s.empty() ? "" : ", ") + choice_words<type>(plan, d.name);                                     \
   }
   GPT_MODEL_STRUCTURE(GPT_STRUCTURE_WORDS)
 #undef GPT_STRUCTURE_WORDS

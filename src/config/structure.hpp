@@ -3,8 +3,8 @@
 //     documentation (docs/CONFIG.md), and the same field of ModelDims;
 //   - a checkpoint attribute, which a resume compares and names in its refusal (a file written before the
 //     choice existed reads as GPT-2's value);
-//   - its words on the plan's model line (`plan`: shown whenever the value is not GPT-2's, or always when
-//     `always`; nullptr: the value's name);
+//   - its words on the plan's model line, shown whenever the value is not GPT-2's, or always when `always`:
+//     a bool's `plan`; an enum's value's name, after `plan` when it is not nullptr;
 //   - the GPT-2 file formats' refusal: a value other than GPT-2's is not written as an llm.c model file or a
 //     Hugging Face GPT-2 folder, nor started from one, unless `hf` (the folder can hold it).
 // What a choice changes in the model (its parameters, its ops) is the parameter table's and the layers'.
@@ -30,10 +30,12 @@
     "padded vocabulary x width, initialised and decayed as the embedding), the embedding then a lookup only. "      \
     "Untied models are written as Hugging Face GPT-2 folders (tie_word_embeddings false, lm_head.weight), "         \
     "not as llm.c model files")                                                                                     \
-  X(bool, pos_embedding, true, "no position embedding", false, false,                                              \
-    "the learned position embedding `wpe` (GPT-2's, max_seq_len x width) added to the token embedding; `false`: "   \
-    "none (NoPE: the causal mask alone tells positions apart). Models without it are not GPT-2 and are not "       \
-    "written as llm.c or Hugging Face GPT-2 files")
+  X(PosEmbedding, pos_embedding, PosEmbedding::learned, "positions", false, false,                                  \
+    "how the model knows positions: learned (GPT-2's: the embedding `wpe`, max_seq_len x width, added to the "      \
+    "tokens'; also `true`) / none (NoPE: the causal mask alone tells positions apart; also `false`) / rope "       \
+    "(rotary embeddings: each head's queries and keys rotated by their position, element i with element i + "     \
+    "head_dim / 2 at frequency 10000^(-2i / head_dim), as GPT-NeoX and LLaMA; no `wpe`). Models other than "      \
+    "learned are not GPT-2 and are not written as llm.c or Hugging Face GPT-2 files")
 
 // A row as a field with GPT-2's value as its initialiser (ModelConfig's and ModelDims')
 #define GPT_STRUCTURE_FIELD(type, name, gpt2, ...) type name = gpt2;

@@ -24,7 +24,7 @@ Block::Block(const ParamLayout& L, int layer, LayerPrecision linear, unsigned fp
       fc_(L, layer, "fcw", "fcb", L.dims().n_embd, 4 * L.dims().n_embd, product_precision(linear, fp8_products, 2)),
       fcproj_(L, layer, "fcprojw", "fcprojb", 4 * L.dims().n_embd, L.dims().n_embd,
               product_precision(linear, fp8_products, 3)),
-      attn_(L.dims().n_head, L.dims().head_dim()) {}
+      attn_(L.dims().n_head, L.dims().head_dim(), L.dims().pos_embedding == PosEmbedding::rope) {}
 
 size_t Block::weight_cache_bytes(bool transposed_too) const {
   return qkv_.weight_cache_bytes(transposed_too) + attproj_.weight_cache_bytes(transposed_too) +

@@ -18,6 +18,7 @@ namespace gpt {
 // FP8 classifier: lnf is FP8 bytes (N,C); wte in FP8 with its transpose; scratch for the chunk's logit
 // gradient (chunk,Vp) and its lnf rows transposed (C,chunk) (the gradient's transpose reuses the logits).
 namespace {
+constexpr size_t kNoWpe = ~size_t(0);  // wpe_ of a model without a learned position embedding
 
 std::vector<Block> make_blocks(const ParamLayout& layout, const PrecisionPolicy& policy, Fp8Scaling* fp8) {
   std::vector<Block> blocks;
@@ -118,7 +119,7 @@ GPT::GPT(const ModelSpec& spec, const ParamLayout& layout, Backend& be, int B, i
   ctx_.B = B, ctx_.T = T, ctx_.N = int(BT), ctx_.recompute = recompute, ctx_.act = d_.activation;
   const Bucket& emb = layout.bucket(0);
   wte_ = emb.tensor("wte").offset;
-  wpe_ = d.pos_embedding ? emb.tensor("wpe").offset : 0;  // read only with a position embedding
+  wpe_ = d.pos_embedding == PosEmbedding::learned ? emb.tensor("wpe").offset : kNoWpe;
   if (fp8) fp8->allocate();  // every scaled tensor registered
   if (fp8 && fp8->size() != fp8_scaled_tensors(spec))  // what the memory prediction counts
     throw Error(kExitFailure, "internal error: the model registered " + std::to_string(fp8->size()) +
@@ -250,7 +251,7 @@ void GPT::trunk(ParamStore& ps, const int* tokens, bool train) {
   ps.prefetch(layout_.layer_bucket(0));
   if (fp8_stale(0)) ps.prefetch_fp8(layout_.layer_bucket(0), scales);
   const BucketView we = params_of(ps, 0);
-  be_.encoder_fwd(EncoderFwd{a.encoded, a.tokens, we.at(wte_), d_.pos_embedding ? we.at(wpe_) : nullptr, B_, T_, C});
+  be_.encoder_fwd(EncoderFwd{a.encoded, a.tokens, we.at(wte_), wpe_ == kNoWpe ? nullptr : we.at(wpe_), B_, T_, C});
   for (int l = 0; l < L; ++l) {
     const int b = layout_.layer_bucket(l);
     ps.prefetch(l + 1 < L ? b + 1 : layout_.final_bucket());
@@ -333,7 +334,7 @@ void GPT::backward(ParamStore& ps) {
     ps.grads_done(b);
   }
   const BucketView ge = grads_of(ps, 0);
-  be_.encoder_bwd(EncoderBwd{ge.at(wte_), d_.pos_embedding ? ge.at(wpe_) : nullptr, a.dres, a.tokens, B_, T_, C});
+  be_.encoder_bwd(EncoderBwd{ge.at(wte_), wpe_ == kNoWpe ? nullptr : ge.at(wpe_), a.dres, a.tokens, B_, T_, C});
   ps.grads_done(0);
 }
 

@@ -172,13 +172,15 @@ void Norm::backward(const LayerCtx& c, const BucketView& w, const BucketView& g,
 
 // ---- Attention
 
-void Attention::forward(const LayerCtx& c, void* out, float* lse, const void* qkv) const {
+void Attention::forward(const LayerCtx& c, void* out, float* lse, void* qkv) const {
+  if (rope_) c.be.rope(Rope{qkv, c.B, c.T, NH_, HS_, false});
   c.be.attention_fwd(AttentionFwd{out, lse, qkv, c.B, c.T, NH_, HS_});
 }
 
 void Attention::backward(const LayerCtx& c, void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* lse) const {
   c.be.attention_bwd(AttentionBwd{dqkv, dout, qkv, out, lse, c.B, c.T, NH_, HS_});
+  if (rope_) c.be.rope(Rope{dqkv, c.B, c.T, NH_, HS_, true});
 }
 
 }  // namespace gpt

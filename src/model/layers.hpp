@@ -208,15 +208,18 @@ class Norm {
 };
 
 // Causal self-attention over qkv (B, T, 3, NH, HS) -> out (B, T, NH, HS); lse (B, NH, T) fp32 kept.
+// With rotary position embedding (model.pos_embedding: rope) the forward rotates q and k in place first
+// (qkv then holds what attention saw, for its backward), and the backward rotates dq and dk back.
 class Attention {
  public:
-  Attention(int n_head, int head_dim) : NH_(n_head), HS_(head_dim) {}
-  void forward(const LayerCtx& c, void* out, float* lse, const void* qkv) const;
+  Attention(int n_head, int head_dim, bool rope) : NH_(n_head), HS_(head_dim), rope_(rope) {}
+  void forward(const LayerCtx& c, void* out, float* lse, void* qkv) const;
   void backward(const LayerCtx& c, void* dqkv, const void* dout, const void* qkv, const void* out,
                 const float* lse) const;
 
  private:
   int NH_, HS_;
+  bool rope_;
 };
 
 }  // namespace gpt

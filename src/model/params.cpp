@@ -9,13 +9,13 @@ namespace {
 bool with_bias(const ModelDims& d) { return d.bias; }
 bool with_norm_bias(const ModelDims& d) { return d.bias && d.norm == NormKind::layernorm; }
 bool untied_head(const ModelDims& d) { return !d.tied_head; }
-bool with_pos_embedding(const ModelDims& d) { return d.pos_embedding; }
+bool learned_positions(const ModelDims& d) { return d.pos_embedding == PosEmbedding::learned; }
 
 // GPT-2. Within each bucket, decayed matrices first (see params.hpp); llm.c's order is its own column.
 const std::vector<ParamSpec> kParams = {
     // name       scope             rows      cols      init            decay  vocab  product    llmc  Hugging Face name                         Conv1D in the model
     {"wte",      Scope::embedding, Dim::Vp,  Dim::C,   Init::normal,   true,  true,  nullptr,   0,  "transformer.wte.weight",               false},
-    {"wpe",      Scope::embedding, Dim::T,   Dim::C,   Init::normal,   true,  false, nullptr,   1,  "transformer.wpe.weight",               false, with_pos_embedding},
+    {"wpe",      Scope::embedding, Dim::T,   Dim::C,   Init::normal,   true,  false, nullptr,   1,  "transformer.wpe.weight",               false, learned_positions},
     {"lmhead",   Scope::embedding, Dim::Vp,  Dim::C,   Init::normal,   true,  true,  nullptr,   16, "lm_head.weight",                       false, untied_head},
     {"qkvw",     Scope::layer,     Dim::C3,  Dim::C,   Init::normal,   true,  false, "qkv",     4,  "transformer.h.{l}.attn.c_attn.weight", true},
     {"attprojw", Scope::layer,     Dim::C,   Dim::C,   Init::residual, true,  false, "attproj", 6,  "transformer.h.{l}.attn.c_proj.weight", true},

@@ -53,11 +53,11 @@ struct FullStore : ParamStore {
 };
 
 ModelDims small_dims(NormKind norm = NormKind::layernorm, bool bias = true, bool tied_head = true,
-                     Activation act = Activation::gelu, bool pos_embedding = true) {
+                     Activation act = Activation::gelu, PosEmbedding pos = PosEmbedding::learned) {
   ModelConfig m;
   m.norm = norm;
   m.activation = act;
-  m.pos_embedding = pos_embedding;
+  m.pos_embedding = pos;
   m.bias = bias;
   m.tied_head = tied_head;
   m.n_layer = 2;
@@ -79,9 +79,10 @@ std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
 
 // every model.norm (and model.activation): the whole model's analytic gradients against central differences
 static void check_gradients_against_finite_differences(NormKind norm, bool bias = true, bool tied_head = true,
-                                                       Activation act = Activation::gelu, bool pos_embedding = true) {
+                                                       Activation act = Activation::gelu,
+                                                       PosEmbedding pos = PosEmbedding::learned) {
   auto be = make_cpu_backend(BackendOptions{});
-  const ModelDims d = small_dims(norm, bias, tied_head, act, pos_embedding);
+  const ModelDims d = small_dims(norm, bias, tied_head, act, pos);
   ParamLayout L(d);
   const int B = 2, T = 5;
   GPT model(d, L, *be, B, T, 0);
@@ -167,14 +168,59 @@ TEST(Model, an_untied_head_has_its_own_matrix_and_gradient) {
   EXPECT_EQ(flops_per_token(tied, 8), flops_per_token(untied, 8));
 }
 
-TEST(Model, a_model_without_position_embedding_has_no_wpe_and_learns_the_rest) {
-  check_gradients_against_finite_differences(NormKind::layernorm, true, true, Activation::gelu, false);
-  const ParamLayout with(small_dims()), without(small_dims(NormKind::layernorm, true, true, Activation::gelu, false));
-  const ModelDims& d = with.dims();
-  EXPECT_EQ(with.n_params() - without.n_params(), size_t(d.max_seq_len) * d.n_embd);
-  for (auto& t : without.bucket(0).tensors) EXPECT_STRNE(t.name, "wpe");
-  // the FLOP convention counts the parameters there are
-  EXPECT_LT(flops_per_token(without, 8), flops_per_token(with, 8));
+TEST(Model, models_without_a_learned_position_embedding_have_no_wpe) {
+  for (PosEmbedding pos : {PosEmbedding::none, PosEmbedding::rope}) {
+    check_gradients_against_finite_differences(NormKind::layernorm, true, true, Activation::gelu, pos);
+    const ParamLayout with(small_dims()), without(small_dims(NormKind::layernorm, true, true, Activation::gelu, pos));
+    const ModelDims& d = with.dims();
+    EXPECT_EQ(with.n_params() - without.n_params(), size_t(d.max_seq_len) * d.n_embd);
+    for (auto& t : without.bucket(0).tensors) EXPECT_STRNE(t.name, "wpe");
+    // the FLOP convention counts the parameters there are
+    EXPECT_LT(flops_per_token(without, 8), flops_per_token(with, 8));
+  }
+}
+
+// RoPE's rotation is orthogonal: the inverse undoes the forward (to float rounding), v is untouched, and
+// position 0 is not rotated at all; a query and a key rotated by positions t and t + k have the same dot
+// product as at 0 and k (the relative position is what attention sees)
+TEST(Model, rope_rotates_q_and_k_by_position_and_its_inverse_undoes_it) {
+  auto be = make_cpu_backend(BackendOptions{});
+  const int B = 2, T = 7, NH = 3, HS = 8;
+  std::vector<float> qkv(size_t(B) * T * 3 * NH * HS);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : qkv) x = u(rng);
+  std::vector<float> r = qkv;
+  be->rope(Rope{r.data(), B, T, NH, HS, false});
+  auto at = [&](const std::vector<float>& v, int b, int t, int part, int h, int i) {
+    return v[(((size_t(b) * T + t) * 3 + part) * NH + h) * HS + i];
+  };
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < NH; ++h)
+        for (int i = 0; i < HS; ++i) {
+          EXPECT_EQ(at(r, b, t, 2, h, i), at(qkv, b, t, 2, h, i));  // v
+          if (t == 0) {
+            EXPECT_EQ(at(r, b, t, 0, h, i), at(qkv, b, t, 0, h, i));
+          } else if (i == 0) {
+            EXPECT_NE(at(r, b, t, 0, h, i), at(qkv, b, t, 0, h, i));
+          }
+        }
+  // the same q at positions 1 and 4, the same k at 3 and 6: equal dot products (offset 2 both times)
+  std::vector<float> s(qkv.size(), 0.0f);
+  for (int i = 0; i < HS; ++i)
+    for (int t : {1, 4}) s[((size_t(t) * 3 + 0) * NH) * HS + i] = at(qkv, 0, 0, 0, 0, i);
+  for (int i = 0; i < HS; ++i)
+    for (int t : {3, 6}) s[((size_t(t) * 3 + 1) * NH) * HS + i] = at(qkv, 0, 0, 1, 0, i);
+  be->rope(Rope{s.data(), B, T, NH, HS, false});
+  double d1 = 0, d2 = 0;
+  for (int i = 0; i < HS; ++i) {
+    d1 += double(at(s, 0, 1, 0, 0, i)) * at(s, 0, 3, 1, 0, i);
+    d2 += double(at(s, 0, 4, 0, 0, i)) * at(s, 0, 6, 1, 0, i);
+  }
+  EXPECT_NEAR(d1, d2, 1e-5);
+  be->rope(Rope{r.data(), B, T, NH, HS, true});
+  for (size_t k = 0; k < r.size(); ++k) EXPECT_NEAR(r[k], qkv[k], 1e-6f) << k;
 }
 
 TEST(Model, a_layout_without_biases_has_no_bias_tensors) {

@@ -415,6 +415,22 @@ void test_attention(Ctx& c, int B, int T, int NH, int HS) {
   for (void* p : {cq, co, cl, co2, cl2, cdo, cdq}) c.cpu.free(p);
 }
 
+// rotary position embedding in place, forward and inverse, on the same qkv (v must come back untouched)
+void test_rope(Ctx& c, int B, int T, int NH, int HS) {
+  const std::string sz = fmt("B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+  const size_t n = size_t(B) * T * 3 * NH * HS;
+  const Vec qkv = c.act(c.rnd(n, -2, 2));
+  for (bool inverse : {false, true}) {
+    void *g = up(c.gpu, qkv), *cc = up(c.cpu, qkv);
+    c.gpu.rope(Rope{g, B, T, NH, HS, inverse});
+    c.cpu.rope(Rope{cc, B, T, NH, HS, inverse});
+    check(fmt("[%s] %s %s", c.prec, inverse ? "rope_bwd" : "rope_fwd", sz.c_str()), down(c.gpu, g, n), down(c.cpu, cc, n),
+          c.pick(kF32Exact, kBf16Elementwise));
+    c.gpu.free(g);
+    c.cpu.free(cc);
+  }
+}
+
 // the activation and its derivative in place (exact zeros included: relu2 at and below 0)
 void test_activation(Ctx& c, Activation act, size_t n) {
   const char* name = activation_op_names(act).fwd;
@@ -840,6 +856,8 @@ std::vector<OpCheck> op_checks() {
   matmul(4133, 64, 1600, true, false);  // many rows: the bias gradient's unrolled loop
   for (auto [B, T, NH, HS] : {std::array{2, 97, 3, 64}, {2, 256, 4, 64}, {1, 128, 2, 32}})
     t.push_back({{"attention_fwd", "attention_bwd"}, [=](Ctx& c) { test_attention(c, B, T, NH, HS); }});
+  for (auto [B, T, NH, HS] : {std::array{2, 97, 3, 64}, {4, 1024, 12, 64}, {1, 33, 2, 10}})  // GPT-2 124M's; odd sizes
+    t.push_back({{"rope"}, [=](Ctx& c) { test_rope(c, B, T, NH, HS); }});
   for (Activation act : tests::kActivations) {  // every activation the model can use
     t.push_back({{"activation_fwd", "activation_bwd"}, [=](Ctx& c) { test_activation(c, act, 1000003); }});
     if (act == Activation::gelu) continue;  // GELU's products are the rows above

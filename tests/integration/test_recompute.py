@@ -43,7 +43,9 @@ def assert_identical_runs(a, b, ckpt_a, ckpt_b, what):
 
 
 PRECISIONS = {"fp32": [], "fp8": ["training.precision=fp8", "training.fp8_classifier=true"],
-              "fp8-relu2": ["training.precision=fp8", "training.fp8_classifier=true", "model.activation=relu2"]}
+              "fp8-relu2": ["training.precision=fp8", "training.fp8_classifier=true", "model.activation=relu2"],
+              # the recomputed q and k rotated again (model.pos_embedding rope): the same bits
+              "fp8-rope": ["training.precision=fp8", "training.fp8_classifier=true", "model.pos_embedding=rope"]}
 
 
 @pytest.mark.parametrize("ranks,stage", [(1, 0), (2, 3)])
@@ -118,7 +120,8 @@ checkpoint: {{every: 8}}
 
 @pytest.mark.skipif(not has_gpu(), reason="SKIP: no CUDA device on this machine (GPU tests run on the GPU machine)")
 @pytest.mark.parametrize("precision", ["bf16", "fp8", "fp8 layers 1-2", "fp8 products qkv,fc,fcproj",
-                                       "fp8 products attproj", "fp8 products fc", "bf16 relu2", "fp8 relu2"])
+                                       "fp8 products attproj", "fp8 products fc", "bf16 relu2", "fp8 relu2",
+                                       "bf16 rope"])
 def test_gpu_recompute3_is_bit_identical_to_recompute0(tmp_path, precision):
     runs = {}
     for r in (0, 3):
@@ -133,6 +136,8 @@ def test_gpu_recompute3_is_bit_identical_to_recompute0(tmp_path, precision):
             sets.append(f"training.fp8_products={precision.split()[2]}")
         if precision.endswith("relu2"):  # an activation no product epilogue applies (model.activation)
             sets.append("model.activation=relu2")
+        if precision.endswith("rope"):  # rotary position embeddings (model.pos_embedding)
+            sets.append("model.pos_embedding=rope")
         p = run_train(["--yaml", y] + [a for kv in sets for a in ("--set", kv)], timeout=600)
         assert p.returncode == 0, f"{name} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
         runs[r] = (read_log(tmp_path / "runs" / name / "log.h5"), tmp_path / "runs" / name / "checkpoints/step_00000008")

@@ -23,7 +23,8 @@ VARIANTS = {
     "rmsnorm-nobias": (["model.norm=rmsnorm", "model.bias=false"], "model.norm rmsnorm", L * 9 * C + (2 * L + 1) * C),
     "untied": (["model.tied_head=false"], "model.tied_head false", -V * C),  # the head's own matrix
     "relu2": (["model.activation=relu2"], "model.activation relu2", 0),  # the same parameters
-    "nope": (["model.pos_embedding=false"], "model.pos_embedding false", 32 * C),  # wpe: max_seq_len x C
+    "nope": (["model.pos_embedding=false"], "model.pos_embedding none", 32 * C),  # wpe: max_seq_len x C
+    "rope": (["model.pos_embedding=rope"], "model.pos_embedding rope", 32 * C),  # wpe's place: rotations, no tensor
 }
 
 
@@ -63,7 +64,8 @@ def test_a_variant_resumes_bit_for_bit(tmp_path, variant):
 @pytest.mark.parametrize("key,was,now", [("model.norm", "layernorm", "rmsnorm"), ("model.bias", "true", "false"),
                                          ("model.tied_head", "true", "false"),
                                          ("model.activation", "gelu", "relu2"),
-                                         ("model.pos_embedding", "true", "false")])
+                                         ("model.pos_embedding", "learned", "none"),
+                                         ("model.pos_embedding", "learned", "rope")])
 def test_a_resume_under_another_structure_is_named(tmp_path, key, was, now):
     y = tiny_yaml(tmp_path, steps=6, ckpt_every=3)
     ok(run(["--yaml", y, "--set", "training.steps=3"]))
@@ -120,10 +122,17 @@ def test_an_untied_head_goes_through_a_hugging_face_folder(tmp_path):
 
 
 @pytest.mark.parametrize("key,value,named", [("model.norm", "batchnorm", "layernorm"),
-                                             ("model.activation", "swish", "relu2")])
+                                             ("model.activation", "swish", "relu2"),
+                                             ("model.pos_embedding", "alibi", "rope")])
 def test_an_unknown_structure_is_refused(tmp_path, key, value, named):
     p = run_train(["--yaml", str(tiny_yaml(tmp_path)), "--set", f"{key}={value}"])
     assert p.returncode == 1 and key in p.stderr and named in p.stderr, p.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_rope_needs_an_even_head_size(tmp_path):
+    p = run_train(["--yaml", str(tiny_yaml(tmp_path, extra="model: {n_embd: 30, pos_embedding: rope}"))])
+    assert p.returncode == 1 and "model.pos_embedding" in p.stderr and "(15) must be even" in p.stderr, p.stderr
     assert not (tmp_path / "runs").exists()
 
 
@@ -143,7 +152,8 @@ def test_the_plan_names_the_structure_and_counts_its_parameters(tmp_path):
     gpt2 = run_train(["--yaml", y, "--dry-run"])
     assert gpt2.returncode == 0 and "), layernorm\n" in gpt2.stdout, gpt2.stdout[:800]
     names = {"rmsnorm": "rmsnorm", "nobias": "layernorm, no biases", "rmsnorm-nobias": "rmsnorm, no biases",
-             "untied": "layernorm, untied head", "relu2": "layernorm, relu2", "nope": "layernorm, no position embedding"}
+             "untied": "layernorm, untied head", "relu2": "layernorm, relu2", "nope": "layernorm, positions none",
+             "rope": "layernorm, positions rope"}
     for variant, (sets, _, dropped) in VARIANTS.items():
         p = run_train(["--yaml", y, "--dry-run"] + [a for kv in sets for a in ("--set", kv)])
         assert p.returncode == 0, p.stderr

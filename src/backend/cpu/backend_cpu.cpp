@@ -23,6 +23,7 @@
 #include "backend/op_tally.hpp"
 #include "base/activation.hpp"
 #include "base/random.hpp"
+#include "base/rope.hpp"
 
 namespace gpt {
 namespace {
@@ -317,6 +318,20 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
       float* gb = F(dbias);
       for (int o = 0; o < OC; ++o) gb[o] += s[o];
     }
+  }
+  void rope(const Rope& op) override {
+    WallScope t(tally_, op.inverse ? "rope_bwd" : "rope_fwd");
+    const int T = op.T, NH = op.NH, HS = op.HS, half = HS / 2;
+    float* qkv = F(op.qkv);
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < op.B * T; ++bt)
+      for (int i = 0; i < half; ++i) {
+        const RopeAngle r = rope_angle(bt % T, i, HS, op.inverse);
+        for (int h = 0; h < 2 * NH; ++h) {  // q's heads, then k's
+          float* v = qkv + (size_t(bt) * 3 * NH + h) * HS;
+          rope_rotate(v[i], v[i + half], r);
+        }
+      }
   }
   void attention_fwd(const AttentionFwd& op) override {
     void* out = op.out;

@@ -39,6 +39,7 @@
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/normal_init.cuh"
+#include "kernels/rope.cuh"
 #include "kernels/sum_squares.cuh"
 
 namespace gpt {
@@ -348,6 +349,15 @@ class CudaBackend final : public Backend, public Fp8ProductsOwner {
     if (dbias && !dout_colsum)  // the bias gradient's own column sums need scratch
       a.scratch = static_cast<float*>(scratch_for(kern::bias_grad_scratch_bytes(N, OC, num_sms())));
     dispatch([&](auto x) { kern::matmul_bwd<decltype(x)>(*lt_, a, stream_); });
+  }
+  void rope(const Rope& op) override {
+    OpProfiler::Scope t(prof_, stream_, op.inverse ? "rope_bwd" : "rope_fwd");
+    dispatch([&](auto x) {
+      using X = decltype(x);
+      kern::RopeArgs<X> a;
+      a.qkv = static_cast<X*>(op.qkv), a.B = op.B, a.T = op.T, a.NH = op.NH, a.HS = op.HS, a.inverse = op.inverse;
+      kern::rope<X>(a, stream_);
+    });
   }
   void attention_fwd(const AttentionFwd& op) override {
     void* out = op.out;
