@@ -85,7 +85,7 @@ struct ModelConfig {
   int n_embd = 0;
   int vocab_size = 50257;
   int max_seq_len = 1024;
-  GPT_MODEL_STRUCTURE(GPT_STRUCTURE_FIELD)  // norm, activation, bias, tied_head: config/structure.hpp
+  GPT_MODEL_STRUCTURE(GPT_STRUCTURE_FIELD)  // the structural choices: config/structure.hpp
   std::string init_from = "";
   float init_std = 0.02f;
 };

@@ -42,7 +42,8 @@ std::vector<Field> fields_of(Config& c) {
       {"model.n_head", &m.n_head, "attention heads (without a preset); must divide n_embd"},
       {"model.n_embd", &m.n_embd, "model width (without a preset)"},
       {"model.vocab_size", &m.vocab_size, "real vocabulary; padded to a multiple of 128 internally"},
-      {"model.max_seq_len", &m.max_seq_len, "positions of the position embedding"},
+      {"model.max_seq_len", &m.max_seq_len,
+       "the longest sequence (training.seq_len at most); the rows of the learned position embedding"},
 #define GPT_STRUCTURE_KEY(type, name, gpt2, plan, always, hf, doc) {"model." #name, &m.name, doc},
       GPT_MODEL_STRUCTURE(GPT_STRUCTURE_KEY)  // config/structure.hpp
 #undef GPT_STRUCTURE_KEY
