@@ -130,6 +130,72 @@ def test_an_unknown_structure_is_refused(tmp_path, key, value, named):
     assert not (tmp_path / "runs").exists()
 
 
+def numpy_logits(ckpt, tokens, n_head, pos_embedding):
+    """An independent float64 forward of a checkpoint's model (LayerNorm, GELU's tanh form, tied head) over
+    one row of tokens, its parameters read by name from the rank file; rope as GPT-NeoX and LLaMA's
+    rotate_half: element i of each query and key head with element i + HS/2, by t * 10000^(-2i / HS)."""
+    import h5py
+    with h5py.File(next(Path(ckpt).glob("rank_*.h5")), "r") as f:
+        m = {}
+        for g in sorted(k for k in f if isinstance(f[k], h5py.Group) and "tensors" in f[k].attrs):
+            flat = np.asarray(f[g]["param"], dtype=np.float64)
+            for item in f[g].attrs["tensors"].split(";"):
+                name, off, n = item.split()
+                m.setdefault(name, []).append(flat[int(off): int(off) + int(n)])
+    m = {k: v if len(v) > 1 else v[0] for k, v in m.items()}
+    C, V = len(m["lnfw"]), 64
+    ln = lambda x, w, b: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
+    gelu = lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    T, HS = len(tokens), C // n_head
+    wte = m["wte"].reshape(-1, C)
+    x = wte[tokens] + (m["wpe"].reshape(-1, C)[:T] if pos_embedding == "learned" else 0)
+    ang = np.arange(T)[:, None] * 10000.0 ** (-2 * np.arange(HS // 2) / HS)[None, :]
+    cos, sin = np.cos(np.concatenate([ang, ang], 1)), np.sin(np.concatenate([ang, ang], 1))
+    rotate_half = lambda u: np.concatenate([-u[:, HS // 2:], u[:, :HS // 2]], 1)
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    for l in range(len(m["qkvw"])):
+        qkv = ln(x, m["ln1w"][l], m["ln1b"][l]) @ m["qkvw"][l].reshape(3 * C, C).T + m["qkvb"][l]
+        q, k, v = np.split(qkv, 3, axis=-1)
+        heads = []
+        for h in range(n_head):
+            s = slice(h * HS, (h + 1) * HS)
+            qh, kh = q[:, s], k[:, s]
+            if pos_embedding == "rope":
+                qh, kh = qh * cos + rotate_half(qh) * sin, kh * cos + rotate_half(kh) * sin
+            a = qh @ kh.T / np.sqrt(HS) + mask
+            a = np.exp(a - a.max(-1, keepdims=True))
+            heads.append(a / a.sum(-1, keepdims=True) @ v[:, s])
+        x = x + np.concatenate(heads, -1) @ m["attprojw"][l].reshape(C, C).T + m["attprojb"][l]
+        hdn = gelu(ln(x, m["ln2w"][l], m["ln2b"][l]) @ m["fcw"][l].reshape(4 * C, C).T + m["fcb"][l])
+        x = x + hdn @ m["fcprojw"][l].reshape(C, 4 * C).T + m["fcprojb"][l]
+    return ln(x, m["lnfw"], m["lnfb"]) @ wte[:V].T
+
+
+@pytest.mark.parametrize("pos_embedding", ["learned", "none", "rope"])
+def test_the_positions_are_what_an_independent_forward_computes(tmp_path, pos_embedding):
+    """The trained model's logits (`sample --logits`, fp32 on the CPU) against numpy_logits: the same
+    convention for RoPE's pairs and frequencies as GPT-NeoX and LLaMA, and NoPE with nothing added."""
+    import h5py
+    _, run_dir = run_ok(tmp_path, 1, "p", steps=6, sets=[f"model.pos_embedding={pos_embedding}"])
+
+    def logits(tokens, name):
+        out = tmp_path / f"{name}.h5"
+        run_train(["sample", "--ckpt", run_dir, "--prompt-ids", ",".join(map(str, tokens)), "--tokens", "0",
+                   "--logits", out], check=True)
+        with h5py.File(out, "r") as f:
+            return np.asarray(f["logits"], dtype=np.float64)
+
+    tokens = [5, 17, 3, 3, 60, 9, 41, 22, 8, 8, 13, 1]
+    mine, ref = logits(tokens, "row"), numpy_logits(latest_checkpoint(run_dir), tokens, 2, pos_embedding)
+    assert mine.shape == ref.shape, (mine.shape, ref.shape)
+    assert np.max(np.abs(mine - ref)) < 1e-4 * max(1.0, np.max(np.abs(ref))), np.max(np.abs(mine - ref))
+    # one token repeated: attention averages equal values whatever its weights, so only a position added to
+    # the residual stream (learned) tells the places apart; rope moves the weights alone, as none does nothing
+    same = logits([7] * 8, "same")
+    spread = np.max(np.abs(same - same[0]))
+    assert (spread > 1e-3) if pos_embedding == "learned" else (spread < 1e-5), spread
+
+
 def test_rope_needs_an_even_head_size(tmp_path):
     p = run_train(["--yaml", str(tiny_yaml(tmp_path, extra="model: {n_embd: 30, pos_embedding: rope}"))])
     assert p.returncode == 1 and "model.pos_embedding" in p.stderr and "(15) must be even" in p.stderr, p.stderr
