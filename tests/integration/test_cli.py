@@ -245,7 +245,8 @@ def test_speed_and_profiling_switches_are_config_keys(tmp_path, train_bin):
     assert p.returncode == 1 and "training.deterministic" in p.stderr
 
 
-@pytest.mark.parametrize("name", ["zero", "zero_max", "zero_shared_gpu", "scaling", "accum_clip", "long_run"])
+@pytest.mark.parametrize("name", ["zero", "zero_max", "zero_shared_gpu", "scaling", "accum_clip", "long_run",
+                                  "structure"])
 def test_experiment_configs_are_valid(name, train_bin, tmp_path, request):
     # the GPU experiments planned on the CPU, for the GPU they name: every point's config must parse and
     # validate, and the data files they name (data/tinyshakespeare/, here the shared copy) must be shards.

@@ -311,6 +311,7 @@ HANDLERS = [
     (r"^\./train --yaml experiments/zero\.yaml --index \d+$", gpu_later),
     (r"^\./train --yaml experiments/scaling\.yaml$", gpu_later),
     (r"^\./train --yaml experiments/long_run\.yaml --resume$", gpu_later),
+    (r"^\./train --yaml experiments/structure\.yaml$", gpu_later),
     (r"^\./train --yaml experiments/gpt2_1558m_16gb\.yaml$", gpu_later),
     (r"^\./train --yaml experiments/memory_frontier\.yaml --dry-run$", frontier_plan),
     (r"^python3 scripts/(summarize|plot_sweep|to_tensorboard)\.py runs/zero", zero_results),
@@ -341,7 +342,7 @@ def check_gpu_commands(w):
             assert "cuda" in p.stdout
         elif words[:2] == ["./train", "--yaml"]:
             p = w.sh(cmd + " --dry-run")  # every key valid, the data there: only the GPU is missing
-            if "long_run" in cmd:
+            if "long_run" in cmd or "structure" in cmd:
                 assert "train data: 1 shard(s), 305261 tokens" in p.stdout
             if "16gb" in cmd:  # memory_fit's choice for a 16 GiB card, planned here
                 assert "chosen:    optimizer_state int8" in p.stdout and "master_weights compensated" in p.stdout
