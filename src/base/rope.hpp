@@ -2,8 +2,8 @@
 // math is written, for the CPU reference and the CUDA kernel (kernels/rope.cu). A head's vector of HS values
 // at position t is rotated pairwise, element i with element i + HS/2 (i < HS/2, GPT-NeoX's and LLaMA's
 // pairing), by the angle t * 10000^(-2i / HS). The angle's cosine and sine are computed in double and
-// rounded to float, and the rotation is four products and two sums in float, unfused, so that both
-// backends compute the same bits from the same inputs.
+// rounded to float, and the rotation is four products and two sums in float, unfused: the backends differ
+// only where their double-precision libraries round a cosine or sine to another float.
 #pragma once
 #include <cmath>
 

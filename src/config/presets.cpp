@@ -128,11 +128,13 @@ template <class T>
 const char* value_name(T v) {
   return choice_names<T>().first[int(v)];
 }
-// A choice's words on the plan's model line: a bool's `plan`; an enum's name, after `plan` when given
+// A choice's words on the plan's model line: a bool's `plan` (its value's name without); an enum's name,
+// after `plan` when given
 template <class T>
 std::string choice_words(const char* plan, T v) {
+  if (!plan) return value_name(v);
   if constexpr (std::is_same_v<T, bool>) return plan;
-  else return plan ? std::string(plan) + " " + value_name(v) : std::string(value_name(v));
+  else return std::string(plan) + " " + value_name(v);
 }
 }  // namespace
 

@@ -323,14 +323,16 @@ class CpuBackend final : public Backend, public Fp8ProductsOwner {
     WallScope t(tally_, op.inverse ? "rope_bwd" : "rope_fwd");
     const int T = op.T, NH = op.NH, HS = op.HS, half = HS / 2;
     float* qkv = F(op.qkv);
+    // each angle once per position, for every sequence of the batch and every head of q and k
 #pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < op.B * T; ++bt)
+    for (int t = 0; t < T; ++t)
       for (int i = 0; i < half; ++i) {
-        const RopeAngle r = rope_angle(bt % T, i, HS, op.inverse);
-        for (int h = 0; h < 2 * NH; ++h) {  // q's heads, then k's
-          float* v = qkv + (size_t(bt) * 3 * NH + h) * HS;
-          rope_rotate(v[i], v[i + half], r);
-        }
+        const RopeAngle r = rope_angle(t, i, HS, op.inverse);
+        for (int b = 0; b < op.B; ++b)
+          for (int h = 0; h < 2 * NH; ++h) {  // q's heads, then k's
+            float* v = qkv + ((size_t(b) * T + t) * 3 * NH + h) * HS;
+            rope_rotate(v[i], v[i + half], r);
+          }
       }
   }
   void attention_fwd(const AttentionFwd& op) override {
