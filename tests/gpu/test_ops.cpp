@@ -856,7 +856,8 @@ std::vector<OpCheck> op_checks() {
   matmul(4133, 64, 1600, true, false);  // many rows: the bias gradient's unrolled loop
   for (auto [B, T, NH, HS] : {std::array{2, 97, 3, 64}, {2, 256, 4, 64}, {1, 128, 2, 32}})
     t.push_back({{"attention_fwd", "attention_bwd"}, [=](Ctx& c) { test_attention(c, B, T, NH, HS); }});
-  for (auto [B, T, NH, HS] : {std::array{2, 97, 3, 64}, {4, 1024, 12, 64}, {1, 33, 2, 10}})  // GPT-2 124M's; odd sizes
+  // GPT-2 124M's and 1558M's heads (the last chunk of heads part full); one 16-byte group; odd sizes (plain path)
+  for (auto [B, T, NH, HS] : {std::array{2, 97, 3, 64}, {4, 1024, 12, 64}, {1, 64, 25, 64}, {1, 16, 3, 16}, {1, 33, 2, 10}})
     t.push_back({{"rope"}, [=](Ctx& c) { test_rope(c, B, T, NH, HS); }});
   for (Activation act : tests::kActivations) {  // every activation the model can use
     t.push_back({{"activation_fwd", "activation_bwd"}, [=](Ctx& c) { test_activation(c, act, 1000003); }});
