@@ -14,18 +14,32 @@ enum class DType : uint8_t { F32, BF16 };
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 inline const char* dtype_name(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
 
+// The names a key of enum type E reads and writes, in the enum's order (config/fields.hpp parses them).
+// An enum that was a boolean key once also has `static constexpr bool bool_names = true`: it reads
+// `false` and `true` as its first two names. The model's structural enums have theirs beside them, below;
+// the other keys' are in config/config.hpp.
+template <class E>
+struct EnumNames;
+
 // The normalisation of a model (model.norm): LayerNorm (GPT-2: mean and variance, weight and bias) or
 // RMSNorm (root mean square only, weight only).
 enum class NormKind : uint8_t { layernorm, rmsnorm };
+template <> struct EnumNames<NormKind> { static constexpr const char* names[] = {"layernorm", "rmsnorm"}; };
 
 // The MLP's activation (model.activation): GELU, tanh form (GPT-2's), or relu2, the squared ReLU
 // max(x, 0)^2 (So et al., "Primer", 2021). Its math for every backend: base/activation.hpp.
 enum class Activation : uint8_t { gelu, relu2 };
+template <> struct EnumNames<Activation> { static constexpr const char* names[] = {"gelu", "relu2"}; };
 
 // How the model knows positions (model.pos_embedding): none (NoPE: the causal mask alone), a learned
 // embedding added to the tokens' (GPT-2's wpe), or rotary embeddings of the queries and keys (RoPE, Su et
-// al. 2021, as GPT-NeoX and LLaMA rotate them: element i with element i + head_dim / 2).
+// al. 2021, as GPT-NeoX and LLaMA rotate them: element i with element i + head_dim / 2). A boolean key
+// once: false is none, true learned.
 enum class PosEmbedding : uint8_t { none, learned, rope };
+template <> struct EnumNames<PosEmbedding> {
+  static constexpr const char* names[] = {"none", "learned", "rope"};
+  static constexpr bool bool_names = true;
+};
 
 // Host-side conversions for files (llm.c bf16 models, safetensors): exact widening, and fp32 -> bf16
 // rounded to nearest even.

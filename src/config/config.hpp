@@ -28,27 +28,19 @@ enum class Offload : uint8_t { none, optimizer };            // training.offload
 using Fp8Format = fp8::Format;                               // training.fp8_grad_format: e4m3 / e5m2
 using Fp8FastAccum = fp8::FastAccum;                         // training.fp8_fast_accum
 
-template <class E>
-struct EnumNames;
+// EnumNames (base/common.hpp) of the keys' other enums
 template <> struct EnumNames<Device> { static constexpr const char* names[] = {"auto", "cpu", "cuda"}; };
 template <> struct EnumNames<Precision> { static constexpr const char* names[] = {"bf16", "fp32", "fp8"}; };
 template <> struct EnumNames<Schedule> { static constexpr const char* names[] = {"cosine", "linear", "constant"}; };
 template <> struct EnumNames<ResumeMode> { static constexpr const char* names[] = {"never", "auto"}; };
 template <> struct EnumNames<OnError> { static constexpr const char* names[] = {"stop", "continue"}; };
 template <> struct EnumNames<SharedGpu> { static constexpr const char* names[] = {"refuse", "host"}; };
-// an enum that was a boolean key once also reads `false` and `true` as bool_names (then its first two names)
-template <> struct EnumNames<MasterWeights> {
+template <> struct EnumNames<MasterWeights> {  // a boolean key once: false none, true fp32
   static constexpr const char* names[] = {"none", "fp32", "compensated"};
   static constexpr bool bool_names = true;
 };
 template <> struct EnumNames<MemoryFit> { static constexpr const char* names[] = {"off", "auto"}; };
 template <> struct EnumNames<Offload> { static constexpr const char* names[] = {"none", "optimizer"}; };
-template <> struct EnumNames<NormKind> { static constexpr const char* names[] = {"layernorm", "rmsnorm"}; };
-template <> struct EnumNames<Activation> { static constexpr const char* names[] = {"gelu", "relu2"}; };
-template <> struct EnumNames<PosEmbedding> {  // a boolean key once: false none, true learned
-  static constexpr const char* names[] = {"none", "learned", "rope"};
-  static constexpr bool bool_names = true;
-};
 template <> struct EnumNames<Fp8Format> { static constexpr const char* names[] = {"e4m3", "e5m2"}; };
 template <> struct EnumNames<Fp8FastAccum> { static constexpr const char* names[] = {"forward", "dinp", "all"}; };
 template <class E>

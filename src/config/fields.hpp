@@ -11,7 +11,7 @@
 
 namespace gpt::config {
 
-// An enum-valued key: its value as an index into its names (config.hpp's EnumNames).
+// An enum-valued key: its value as an index into its names (EnumNames, base/common.hpp).
 struct EnumRef {
   uint8_t* value;  // the enum member, seen as its underlying uint8_t
   const char* const* names;
