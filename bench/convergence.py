@@ -17,10 +17,11 @@ and against tokens, then writes a table and a plot:
                                  [--ref-repeats N] [--lr 6e-4] [--deterministic]
 
 The memory modes (optimizer state, master weights, recompute) against bf16 with fp32 state and master:
---policies bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3. The MLP's activation (model.activation
-relu2, another model: its windows are reported against GELU's, the 1% check is not its bar): --policies
-bf16,relu2,fp8cls,fp8cls_relu2; rotary position embeddings (model.pos_embedding rope, another model too):
---policies bf16,rope,fp8cls,fp8cls_rope.
+--policies bf16,state_bf16,state_int8,comp,int8_comp,fp8cls_int8_comp_r3. Another model's structure (the MLP's
+activation, model.activation relu2; rotary position embeddings, model.pos_embedding rope): its first policy
+in the list is reported against the reference, not checked (another model may well learn faster or slower),
+and the later policies of that structure are checked against that first one: --policies
+bf16,relu2,fp8cls,fp8cls_relu2 checks fp8 + classifier with relu2 against bf16 with relu2.
 
 DIR holds the corpus's train and validation shards (`*_train.bin`, `*_val.bin`, or the same names with .xz,
 unpacked into OUT first), for example ../shared/data/doctext. Writes OUT/convergence.json, OUT/convergence.md
@@ -126,30 +127,42 @@ def windows(steps):
 REPEAT = "run"  # the reference policy run again: "<name> (run 2)"
 
 
-def compare(logs, ref_name, tolerance, target=None, default=DEFAULT_FP8):
+def compare(logs, ref_name, tolerance, target=None, default=DEFAULT_FP8, structure=None):
     """Each policy against the reference: time to the reference's final validation loss, the window and
-    evaluation checks. Returns (rows, ok)."""
+    evaluation checks. `structure` (name -> the model's structural keys, "" for the reference's model): a
+    policy's windows and evaluations are checked against the first policy of its structure (logs' order);
+    the first of another structure is compared with the reference and reported, not checked. Returns (rows,
+    ok)."""
+    structure = structure or {}
     ref = logs[ref_name]
     goal = float(ref["val_loss"][-1])
     ref_time = float(ref["eval_s"][-1])
     rows, ok = {}, True
+    first_of = {}
+    for name in logs:
+        first_of.setdefault(structure.get(name, ""), name)
     for name, log in logs.items():
+        base = first_of[structure.get(name, "")] if structure.get(name, "") != structure.get(ref_name, "") else ref_name
+        checked = REPEAT not in name and base != name  # the reference's own spread, another model: reported
+        base = ref_name if base == name else base
+        cmp = logs[base]
         reach = time_to_reach(log["eval_s"], log["val_loss"], goal)
         row = {"ms": float(np.median(log["step_ms"][5:])) if len(log["step_ms"]) > 5 else float(np.median(log["step_ms"])),
                "train_s": float(log["eval_s"][-1]), "wall_s": log["wall_s"], "final_val": float(log["val_loss"][-1]),
                "reach_s": reach, "speedup": (ref_time / reach) if reach else None,
                "epoch_speedup": ref_time / float(log["eval_s"][-1]), "windows": [], "evals": []}
         if name != ref_name:
-            for lo, hi in windows(len(ref["loss"])):
-                win = (ref["step"] >= lo) & (ref["step"] <= hi)
-                rel = float(np.mean(log["loss"][win]) / np.mean(ref["loss"][win]) - 1)
+            row["against"], row["checked"] = base, checked
+            for lo, hi in windows(len(cmp["loss"])):
+                win = (cmp["step"] >= lo) & (cmp["step"] <= hi)
+                rel = float(np.mean(log["loss"][win]) / np.mean(cmp["loss"][win]) - 1)
                 good = abs(rel) <= tolerance
-                ok &= good or REPEAT in name  # the reference's own spread is reported, not checked
+                ok &= good or not checked
                 row["windows"].append({"steps": [lo, hi], "rel": rel, "ok": good})
-            # each evaluation against bf16's, reported: the check is the windows' (single evaluations early
-            # in a run, where the loss falls fastest, move by more than a window's mean between two runs of
-            # one policy)
-            for s, a, b in zip(ref["eval_step"], log["val_loss"], ref["val_loss"]):
+            # each evaluation against its base's, reported: the check is the windows' (single evaluations
+            # early in a run, where the loss falls fastest, move by more than a window's mean between two
+            # runs of one policy)
+            for s, a, b in zip(cmp["eval_step"], log["val_loss"], cmp["val_loss"]):
                 rel = float(a / b - 1)
                 row["evals"].append({"step": int(s), "rel": rel, "ok": abs(rel) <= tolerance})
         rows[name] = row
@@ -162,16 +175,18 @@ def compare(logs, ref_name, tolerance, target=None, default=DEFAULT_FP8):
 
 def markdown(rows, ref_name, goal, tolerance):
     out = [f"Time to {ref_name}'s final validation loss ({goal:.4f}); training seconds (sum of step times)\n",
-           "| policy | ms/step | train s | epoch speed-up | final val | reaches it at s | speed-up | worst window | worst eval |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| policy | ms/step | train s | epoch speed-up | final val | reaches it at s | speed-up | against | "
+           "worst window | worst eval |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for name, r in rows.items():
         ww = max(r["windows"], key=lambda w: abs(w["rel"]), default=None)
         we = max(r["evals"], key=lambda w: abs(w["rel"]), default=None)
         fmt = lambda w: "-" if w is None else f"{w['rel']:+.2%}" + ("" if w["ok"] else f" (> {tolerance:.0%})")
+        against = "-" if "against" not in r else r["against"] + ("" if r["checked"] else " (reported)")
         reach = "never" if r["reach_s"] is None else f"{r['reach_s']:.1f}"
         speedup = "-" if r["speedup"] is None else f"{r['speedup']:.3f}x"
         out.append(f"| {name} | {r['ms']:.1f} | {r['train_s']:.1f} | {r['epoch_speedup']:.3f}x | {r['final_val']:.4f} | "
-                   f"{reach} | {speedup} | "
+                   f"{reach} | {speedup} | {against} | "
                    f"{fmt(ww)} | {fmt(we)} |")
     return "\n".join(out) + "\n"
 
@@ -240,7 +255,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     train, val = shard(a.data, "train", out), shard(a.data, "val", out)
     steps = a.steps or shard_tokens(train) // (a.batch * a.seq)
-    logs = {}
+    logs, structure = {}, {}
     runs = [(names[0], 1)] + [(names[0], r) for r in range(2, a.ref_repeats + 1)] + [(k, 1) for k in names[1:]]
     for key, rep in runs:
         name, prec, model_keys = (POLICIES[key] + ("",))[:3]
@@ -263,8 +278,9 @@ def main():
             print(f"{name}: exit {rc}; see {out / (run + '.log')}", flush=True)
             return 1
         logs[name] = read_log(log, wall)
+        structure[name] = model_keys
     ref = POLICIES[names[0]][0]
-    rows, ok = compare(logs, ref, a.tolerance, a.target if DEFAULT_FP8 in logs else None)
+    rows, ok = compare(logs, ref, a.tolerance, a.target if DEFAULT_FP8 in logs else None, structure=structure)
     goal = float(logs[ref]["val_loss"][-1])
     md = markdown(rows, ref, goal, a.tolerance)
     (out / "convergence.md").write_text(md)

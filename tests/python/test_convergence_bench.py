@@ -78,6 +78,26 @@ def test_the_reference_run_again_is_reported_and_not_checked():
     assert not c.compare(logs, "bf16", 0.01)[1]
 
 
+def test_another_structure_is_reported_against_the_reference_and_checks_its_own_policies():
+    """A structural variant (rope) learning 10% faster is reported against bf16, not failed; its FP8 policy
+    is checked against the variant's bf16, and fails when 2% off it."""
+    c = load()
+    structure = {"bf16": "", "bf16, rope": ", pos_embedding: rope", "fp8 + classifier": "",
+                 "fp8 + classifier, rope": ", pos_embedding: rope"}
+    logs = {"bf16": curves(100.0), "bf16, rope": curves(100.0, scale=0.9), "fp8 + classifier": curves(70.0),
+            "fp8 + classifier, rope": curves(70.0, scale=0.9)}
+    rows, ok = c.compare(logs, "bf16", 0.01, structure=structure)
+    assert ok
+    assert rows["bf16, rope"]["against"] == "bf16" and not rows["bf16, rope"]["checked"]
+    assert all(w["rel"] == pytest.approx(-0.1) for w in rows["bf16, rope"]["windows"])  # reported as it is
+    assert rows["fp8 + classifier, rope"]["against"] == "bf16, rope" and rows["fp8 + classifier, rope"]["checked"]
+    assert rows["fp8 + classifier"]["against"] == "bf16"
+    logs["fp8 + classifier, rope"] = curves(70.0, scale=0.9 * 1.02)
+    rows, ok = c.compare(logs, "bf16", 0.01, structure=structure)
+    assert not ok and all(not w["ok"] for w in rows["fp8 + classifier, rope"]["windows"])
+    assert "| bf16 (reported) |" in c.markdown(rows, "bf16", 3.0, 0.01)
+
+
 def test_runs_two_policies_on_the_cpu_from_xz_shards(tmp_path, train_bin):
     rng = np.random.default_rng(0)
     data = tmp_path / "corpus"
