@@ -142,9 +142,13 @@ def compare(logs, ref_name, tolerance, target=None, default=DEFAULT_FP8, structu
     for name in logs:
         first_of.setdefault(structure.get(name, ""), name)
     for name, log in logs.items():
-        base = first_of[structure.get(name, "")] if structure.get(name, "") != structure.get(ref_name, "") else ref_name
-        checked = REPEAT not in name and base != name  # the reference's own spread, another model: reported
-        base = ref_name if base == name else base
+        shape = structure.get(name, "")
+        if shape == structure.get(ref_name, ""):  # the reference's model: checked, but its own repeats
+            base, checked = ref_name, REPEAT not in name
+        elif first_of[shape] != name:  # another model's later policies: against its first
+            base, checked = first_of[shape], True
+        else:  # another model's first policy: against the reference, reported
+            base, checked = ref_name, False
         cmp = logs[base]
         reach = time_to_reach(log["eval_s"], log["val_loss"], goal)
         row = {"ms": float(np.median(log["step_ms"][5:])) if len(log["step_ms"]) > 5 else float(np.median(log["step_ms"])),
